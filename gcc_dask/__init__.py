@@ -1,0 +1,46 @@
+"""gcc-dask: general coded computing (GCC) on Dask.
+
+Encode a batch of K inputs into N coded inputs, evaluate f on N Dask workers, keep the results that
+arrive before a speculative cutoff and decode estimates of all K outputs from them (arXiv 2608.28910).
+
+Importing this package is cheap: it does not import dask.distributed, zarr or matplotlib. The heavy
+entry points (:func:`run_pipeline`, :func:`open_run`) import them on first use.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+from gcc_dask import errors
+from gcc_dask._version import __version__
+
+__all__ = [
+    "__version__",
+    "CodingScheme",
+    "errors",
+    "list_codes",
+    "make_code",
+    "open_run",
+    "register_code",
+    "run_pipeline",
+    "stragglers",
+]
+
+_LAZY = {
+    "run_pipeline": ("gcc_dask.pipeline", "run_pipeline"),
+    "RunResult": ("gcc_dask.pipeline", "RunResult"),
+    "open_run": ("gcc_dask.store", "open_run"),
+}
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gcc_dask.pipeline import RunResult, run_pipeline
+    from gcc_dask.store import open_run
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'gcc_dask' has no attribute {name!r}") from None
+    return getattr(import_module(module), attr)

@@ -1,0 +1,50 @@
+"""The gcc-dask exception tree.
+
+Every error a user can cause derives from :class:`GccDaskError`; the CLI turns these into one line on
+stderr and exit status 2. Anything else is a bug and prints a traceback.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "GccDaskError",
+    "ConfigError",
+    "NotEnoughResultsError",
+    "InvalidInputError",
+    "StoreError",
+    "ClusterError",
+    "SourceError",
+    "WorkloadError",
+]
+
+
+class GccDaskError(Exception):
+    """Base class of every error a user of gcc-dask can cause."""
+
+
+class ConfigError(GccDaskError, ValueError):
+    """A configuration value (YAML key, CLI option or function argument) is invalid."""
+
+
+class InvalidInputError(GccDaskError, ValueError):
+    """Input data has the wrong shape or dtype, or holds NaN/Inf where the policy forbids it."""
+
+
+class NotEnoughResultsError(GccDaskError, ValueError):
+    """Fewer worker results arrived than the coding scheme needs to decode (``min_received``)."""
+
+
+class StoreError(GccDaskError):
+    """The results store cannot be created, reached, resumed or read."""
+
+
+class ClusterError(GccDaskError):
+    """The Dask cluster cannot be reached or started."""
+
+
+class SourceError(GccDaskError):
+    """A dataset cannot be found or read."""
+
+
+class WorkloadError(GccDaskError):
+    """A workload (the function f) cannot be loaded or does not fit the data."""

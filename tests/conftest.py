@@ -1,0 +1,52 @@
+"""Shared fixtures: hypothesis profiles, the ``gpu`` marker, and one LocalCluster per session."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    deadline=None,
+    max_examples=40,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile("dev", deadline=None, max_examples=25)
+settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+def gpu_available() -> bool:
+    """True only if CuPy imports *and* a device call succeeds (``import cupy`` alone proves nothing)."""
+    try:
+        import cupy
+
+        cupy.zeros(1).sum().item()
+        return True
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if gpu_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU with CuPy")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def client():
+    """A threaded-worker LocalCluster client shared by the whole session (no dashboard)."""
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(
+        n_workers=2, threads_per_worker=2, processes=False, dashboard_address=None, silence_logs=40
+    )
+    c = Client(cluster)
+    yield c
+    c.close()
+    cluster.close()
