@@ -12,8 +12,9 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from gcc_dask import errors
+from gcc_dask import errors, stragglers
 from gcc_dask._version import __version__
+from gcc_dask.coding import CodingScheme, list_codes, make_code, register_code
 
 __all__ = [
     "__version__",

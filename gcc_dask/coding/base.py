@@ -1,0 +1,531 @@
+"""The :class:`CodingScheme` interface, the scheme registry, input validation and the apply path.
+
+Every scheme is linear once its points and smoothing parameters are fixed (METHODS.md §1): encoding is
+``X̃ = E X`` with ``E`` of shape (N, K) and decoding is ``Ŷ = D_F Ỹ_F`` with ``D_F`` of shape (K, |F|).
+Both matrices are built once on the host in float64 with NumPy/SciPy; ``D_F`` is kept in a bounded LRU
+cache keyed by the bytes of the received index array. Applying a matrix is one matmul in the namespace,
+dtype and device of the data (NumPy, CuPy, or any Array API library via ``array_api_compat``), over the
+data reshaped to (rows, d).
+
+NaN/Inf checks cost no extra pass over the data: with ``nan_policy="raise"`` the applied matrix carries
+one extra row of ones, so the same matmul also yields the column sums of the input; a non-finite value
+anywhere in the input makes one of those sums non-finite. Only then (or on float overflow of a sum) is
+the input scanned to confirm.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+import numbers
+import warnings
+from typing import Any, ClassVar
+
+import numpy as np
+import array_api_compat.numpy as _NP
+from array_api_compat import array_namespace, device
+
+from gcc_dask.errors import ConfigError, InvalidInputError, NotEnoughResultsError
+
+from . import points as _points
+
+__all__ = [
+    "CodingScheme",
+    "CoincidenceWarning",
+    "list_codes",
+    "make_code",
+    "register_code",
+]
+
+NAN_POLICIES = ("raise", "propagate")
+ON_COINCIDENCE = ("warn", "nudge", "ignore")
+DECODER_CACHE_SIZE = 256
+
+_CODES: dict[str, type[CodingScheme]] = {}
+
+
+class CoincidenceWarning(UserWarning):
+    """A worker point equals a data point, so the scheme is partly systematic (METHODS.md §2)."""
+
+
+# --------------------------------------------------------------------------------------------------
+# registry
+
+
+def register_code(name: str):
+    """Class decorator: register a :class:`CodingScheme` subclass under `name` for :func:`make_code`."""
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"register_code: name must be a non-empty string; got {name!r}")
+
+    def deco(cls: type[CodingScheme]) -> type[CodingScheme]:
+        old = _CODES.get(name)
+        if old is not None and old.__qualname__ != cls.__qualname__:
+            raise ConfigError(f"code name {name!r} is already registered to {old.__qualname__}")
+        cls.name = name
+        _CODES[name] = cls
+        return cls
+
+    return deco
+
+
+def list_codes() -> list[str]:
+    """Names accepted by :func:`make_code`, sorted."""
+    return sorted(_CODES)
+
+
+def make_code(name: str, **params: Any) -> CodingScheme:
+    """Build the coding scheme registered as `name`.
+
+    Parameters
+    ----------
+    name : str
+        One of :func:`list_codes`: ``"gcc"``, ``"letcc"``, ``"bacc"``, ``"bspline"``, ``"lcc"``,
+        ``"replication"``, ``"uncoded"``.
+    **params
+        ``num_inputs`` (K) and ``num_workers`` (N), the common ``points``, ``nan_policy`` and
+        ``on_coincidence``, and the scheme's own parameters (see each scheme's class).
+
+    Raises
+    ------
+    ConfigError
+        Unknown name, unknown or missing parameter, or an invalid value.
+    """
+    try:
+        cls = _CODES[name]
+    except (KeyError, TypeError):
+        raise ConfigError(f"unknown code {name!r}; choose one of {list_codes()}") from None
+    sig = inspect.signature(cls.__init__)
+    accepted = [p for p in sig.parameters if p != "self"]
+    unknown = sorted(set(params) - set(accepted))
+    if unknown:
+        raise ConfigError(
+            f"unknown parameter(s) {unknown} for code {name!r}; valid parameters are {accepted}"
+        )
+    missing = [
+        p.name
+        for p in sig.parameters.values()
+        if p.name != "self" and p.default is inspect.Parameter.empty and p.name not in params
+    ]
+    if missing:
+        raise ConfigError(f"code {name!r} needs parameter(s) {missing}; valid parameters are {accepted}")
+    return cls(**params)
+
+
+def _rebuild(cls: type[CodingScheme], params: dict) -> CodingScheme:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CoincidenceWarning)
+        return cls(**params)
+
+
+# --------------------------------------------------------------------------------------------------
+# validation helpers (shared by the schemes)
+
+
+def check_int(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ConfigError(f"{name} must be an integer >= {minimum}; got {name}={value!r}")
+    return int(value)
+
+
+def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise ConfigError(f"{name} must be one of {list(choices)}; got {name}={value!r}")
+    return value
+
+
+def check_nonneg(name: str, value: Any, *, extra: tuple[str, ...] = ()) -> float | str:
+    if isinstance(value, str) and value in extra:
+        return value
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or value < 0:
+        also = f" or one of {list(extra)}" if extra else ""
+        raise ConfigError(f"{name} must be a finite float >= 0{also}; got {name}={value!r}")
+    return float(value)
+
+
+def check_positive(name: str, value: Any) -> float:
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{name} must be a finite float > 0; got {name}={value!r}")
+    return float(value)
+
+
+def to_numpy(x: Any) -> np.ndarray:
+    """Host copy of an array from any namespace (NumPy, CuPy, Array API)."""
+    if isinstance(x, np.ndarray):
+        return x
+    if hasattr(x, "get") and type(x).__module__.startswith("cupy"):
+        return x.get()
+    try:
+        return np.asarray(x)
+    except Exception:  # pragma: no cover - libraries that refuse __array__
+        return np.from_dlpack(x)
+
+
+def _index_array(received: Any, num_workers: int) -> np.ndarray:
+    """`received` as a 1-D int64 host array (a boolean mask of length N is turned into indices)."""
+    r = received if isinstance(received, np.ndarray) else to_numpy(received)
+    if r.dtype != np.int64:
+        if r.dtype == np.bool_ and r.shape == (num_workers,):
+            r = np.flatnonzero(r)
+        elif r.size == 0:
+            r = r.astype(np.int64)
+        elif r.dtype.kind in "iu":
+            r = r.astype(np.int64)
+        else:
+            raise InvalidInputError(
+                f"received must be integer worker indices (or a boolean mask of shape ({num_workers},)); "
+                f"got dtype {r.dtype} with values {received!r}"
+            )
+    if r.ndim != 1:
+        raise InvalidInputError(f"received must be 1-D; got shape {r.shape} ({received!r})")
+    return np.ascontiguousarray(r)
+
+
+# --------------------------------------------------------------------------------------------------
+# the interface
+
+
+class _Entry:
+    """One cached decoder: host matrix (K, |F|) or None, decodable mask, device copies, extras."""
+
+    __slots__ = ("matrix", "mask", "received", "applied", "extra")
+
+    def __init__(self, matrix, mask, received, extra=None):
+        if matrix is not None:
+            matrix.setflags(write=False)
+        mask.setflags(write=False)
+        self.matrix, self.mask, self.received = matrix, mask, received
+        self.applied: dict = {}
+        self.extra = extra
+
+
+class CodingScheme:
+    """A linear coded-computing scheme: K inputs → N coded inputs → decode from any received set F.
+
+    Attributes
+    ----------
+    name : str
+        Registry name.
+    num_inputs, num_workers : int
+        K and N.
+    data_points : ndarray of shape (K,), float64
+        α, ascending (read-only).
+    worker_points : ndarray of shape (N,), float64
+        β, ascending for point-based schemes (read-only); worker n evaluates f at u_enc(β_n).
+    encoder_matrix : ndarray of shape (N, K), float64
+        ``E`` with ``X̃ = E X`` (read-only).
+    recovery_threshold : int or None
+        Results that guarantee exact recovery (exact schemes), None for approximate schemes.
+    min_received : int
+        Fewer results raise :class:`NotEnoughResultsError` in :meth:`decode`.
+    coincident_points : ndarray of shape (m, 2), int64
+        Pairs (k, n) with β_n = α_k after any nudge (see ``on_coincidence``).
+    params : dict
+        The constructor parameters, JSON-able; ``make_code(name, **params)`` rebuilds the scheme.
+    """
+
+    name: ClassVar[str] = ""
+    #: Check α/β coincidences (only meaningful for approximate, point-based schemes).
+    check_coincidence: ClassVar[bool] = True
+    recovery_threshold: int | None = None
+    min_received: int = 1
+
+    def __init__(
+        self,
+        *,
+        num_inputs: int,
+        num_workers: int,
+        points: str = "chebyshev",
+        nan_policy: str = "raise",
+        on_coincidence: str = "warn",
+    ) -> None:
+        self.num_inputs = check_int("num_inputs", num_inputs, 1)
+        self.num_workers = check_int("num_workers", num_workers, 1)
+        self.points = check_choice("points", points, _points.POINTS)
+        self.nan_policy = check_choice("nan_policy", nan_policy, NAN_POLICIES)
+        self.on_coincidence = check_choice("on_coincidence", on_coincidence, ON_COINCIDENCE)
+
+    # -- construction (called by subclasses once their own parameters are set) ---------------------
+
+    def _scheme_params(self) -> dict:
+        return {}
+
+    def _make_points(self) -> tuple[np.ndarray, np.ndarray]:
+        return (
+            _points.data_points(self.points, self.num_inputs),
+            _points.worker_points(self.points, self.num_workers),
+        )
+
+    def _finish(self) -> None:
+        if self.min_received > self.num_workers:
+            raise ConfigError(
+                f"num_workers={self.num_workers!r} is below what code {self.name!r} needs to decode "
+                f"(min_received={self.min_received}); use num_workers >= {self.min_received}"
+            )
+        alpha, beta = self._make_points()
+        self.nudged_workers = np.zeros(0, dtype=np.int64)
+        pairs = np.zeros((0, 2), dtype=np.int64)
+        if self.check_coincidence:
+            pairs = _points.coincidences(alpha, beta)
+            if pairs.size and self.on_coincidence == "nudge":
+                beta, self.nudged_workers = _points.nudge(alpha, beta)
+                pairs = _points.coincidences(alpha, beta)
+            elif pairs.size and self.on_coincidence == "warn":
+                warnings.warn(
+                    f"code {self.name!r} with num_inputs={self.num_inputs}, num_workers={self.num_workers}"
+                    f", points={self.points!r}: {len(pairs)} worker point(s) equal a data point "
+                    f"(workers {pairs[:, 1].tolist()}), so those outputs are exact while those workers "
+                    "survive; convergence rates measured with this N are optimistic. Pass "
+                    "on_coincidence='nudge' to move them or 'ignore' to silence this.",
+                    CoincidenceWarning,
+                    stacklevel=4,
+                )
+        self.coincident_points = pairs
+        alpha.setflags(write=False)
+        beta.setflags(write=False)
+        self.data_points, self.worker_points = alpha, beta
+        E = np.ascontiguousarray(self._build_encoder(), dtype=np.float64)
+        E.setflags(write=False)
+        self._encoder = E
+        self._encoder_applied: dict = {}
+        self._lookup = functools.lru_cache(maxsize=DECODER_CACHE_SIZE)(self._entry_from_key)
+        self.params = {
+            "num_inputs": self.num_inputs,
+            "num_workers": self.num_workers,
+            "points": self.points,
+            "nan_policy": self.nan_policy,
+            "on_coincidence": self.on_coincidence,
+            **self._scheme_params(),
+        }
+
+    def __reduce__(self):
+        return (_rebuild, (type(self), dict(self.params)))
+
+    def __repr__(self) -> str:
+        extra = ", ".join(f"{k}={v!r}" for k, v in self._scheme_params().items())
+        extra = f", {extra}" if extra else ""
+        return f"{type(self).__name__}(K={self.num_inputs}, N={self.num_workers}{extra})"
+
+    # -- subclass hooks -----------------------------------------------------------------------------
+
+    def encoder_at(self, z: Any) -> np.ndarray:
+        """The encoder curve u_enc as weights on the K inputs at points `z`, shape (len(z), K), float64.
+
+        ``encoder_at(worker_points)`` is `encoder_matrix`.
+        """
+        raise ConfigError(f"code {self.name!r} has no encoder curve (it is not point-based)")
+
+    def decoder_at(self, received: Any, z: Any) -> np.ndarray:
+        """The decoder curve u_dec as weights on the results of `received` at `z`, shape (len(z), |F|).
+
+        ``decoder_at(received, data_points)`` is ``decoder_matrix(received)`` (fixed smoothing).
+        """
+        r = self._validated(self._key(received))
+        rs, order = self._sorted(r)
+        return self._unsort_columns(self._decoder_map(rs, np.asarray(z, dtype=np.float64)), order)
+
+    def _build_encoder(self) -> np.ndarray:
+        return self.encoder_at(self.worker_points)
+
+    def _decoder_map(self, rs: np.ndarray, z: np.ndarray) -> np.ndarray:  # pragma: no cover
+        """Decoder weights at `z` for survivors `rs` sorted by worker point, shape (len(z), len(rs))."""
+        raise ConfigError(f"code {self.name!r} has no decoder curve (it is not point-based)")
+
+    def _build_entry(self, received: np.ndarray) -> _Entry:
+        """Decoder for validated indices `received` (columns in the given order)."""
+        rs, order = self._sorted(received)
+        D = self._unsort_columns(self._decoder_map(rs, self.data_points), order)
+        return _Entry(D, np.ones(self.num_inputs, dtype=bool), received)
+
+    # -- matrices -----------------------------------------------------------------------------------
+
+    @property
+    def encoder_matrix(self) -> np.ndarray:
+        """``E`` of shape (N, K), float64, read-only: ``X̃ = E X``."""
+        return self._encoder
+
+    def _key(self, received: Any) -> bytes:
+        return _index_array(received, self.num_workers).tobytes()
+
+    def _validated(self, key: bytes) -> np.ndarray:
+        """Indices from a cache key, checked: in range, no repeats, at least `min_received`."""
+        r = np.frombuffer(key, dtype=np.int64)
+        N = self.num_workers
+        if r.size and (r.min() < 0 or r.max() >= N):
+            bad = r[(r < 0) | (r >= N)]
+            raise InvalidInputError(
+                f"received holds worker indices {bad.tolist()} outside [0, {N}) (num_workers={N})"
+            )
+        if np.unique(r).size != r.size:
+            vals, counts = np.unique(r, return_counts=True)
+            raise InvalidInputError(
+                f"received must not repeat a worker; got repeated indices {vals[counts > 1].tolist()}"
+            )
+        if r.size < self.min_received:
+            raise NotEnoughResultsError(
+                f"received has {r.size} result(s); code {self.name!r} needs at least "
+                f"{self.min_received} (min_received) with num_inputs={self.num_inputs}, "
+                f"num_workers={N}"
+            )
+        return r.copy()
+
+    def _entry_from_key(self, key: bytes) -> _Entry:
+        return self._build_entry(self._validated(key))
+
+    def _entry(self, received: Any) -> _Entry:
+        return self._lookup(self._key(received))
+
+    def decoder_matrix(self, received: Any) -> np.ndarray:
+        """``D_F`` of shape (K, |F|), float64, read-only, cached per received set (LRU, 256 sets).
+
+        Column j belongs to worker ``received[j]``. Rows of outputs that cannot be estimated from `F`
+        (replication, uncoded) are NaN, so they come out NaN from the matmul.
+
+        Raises
+        ------
+        InvalidInputError
+            Indices not 1-D integers, out of [0, N), or repeated.
+        NotEnoughResultsError
+            Fewer than `min_received` indices.
+        """
+        return self._entry(received).matrix
+
+    def decodable(self, received: Any) -> np.ndarray:
+        """Mask of shape (K,), bool: which outputs :meth:`decode` can estimate from `received`.
+
+        All False when fewer than `min_received` results arrived (no error is raised here).
+        """
+        try:
+            return self._entry(received).mask
+        except NotEnoughResultsError:
+            return np.zeros(self.num_inputs, dtype=bool)
+
+    # -- apply --------------------------------------------------------------------------------------
+
+    def _as_array(self, name: str, A: Any, rows: int):
+        if type(A) is np.ndarray:  # fast path: skip namespace detection
+            xp = _NP
+            floating = A.dtype.kind == "f"
+        else:
+            try:
+                xp = array_namespace(A)
+            except TypeError:
+                A = np.asarray(A, dtype=np.float64)
+                xp = _NP
+            floating = xp.isdtype(A.dtype, "real floating")
+        if A.ndim < 1 or A.shape[0] != rows:
+            raise InvalidInputError(
+                f"{name} must have shape ({rows}, ...) for code {self.name!r}; got shape {tuple(A.shape)}"
+            )
+        if not floating:
+            raise InvalidInputError(
+                f"{name} must be a real floating array (float32 or float64); got dtype {A.dtype}. "
+                f"Cast it first, e.g. {name}.astype('float32')"
+            )
+        return xp, A
+
+    def _apply(self, xp, M: np.ndarray, A, cache: dict, name: str):
+        """``M @ A`` with `A` of shape (q, *shape) in its own namespace/dtype; returns (p, *shape).
+
+        `cache` keeps `M` converted per (namespace, dtype, device), so a repeated call converts
+        nothing and moves nothing to the device.
+        """
+        p = M.shape[0]
+        shape = tuple(A.shape[1:])
+        A2 = xp.reshape(A, (A.shape[0], math.prod(shape)))
+        check = self.nan_policy == "raise"
+        dev = device(A)
+        ckey = (xp.__name__, A.dtype, dev)
+        Mx = cache.get(ckey)
+        if Mx is None:
+            host = np.vstack([M, np.ones((1, M.shape[1]))]) if check else M
+            Mx = xp.asarray(np.ascontiguousarray(host), dtype=A.dtype, device=dev)
+            cache[ckey] = Mx
+        if not check:
+            return xp.reshape(Mx @ A2, (p, *shape))
+        # the extra row of ones yields the column sums of A in the same matmul: a NaN/Inf anywhere in A
+        # makes one non-finite. A sum may also overflow where the data do not: that is re-checked.
+        if xp is _NP:
+            with np.errstate(over="ignore", invalid="ignore"):
+                out = Mx @ A2
+            bad = not np.isfinite(out[p]).all() and not np.isfinite(A2).all()
+        else:
+            out = Mx @ A2
+            bad = not bool(xp.all(xp.isfinite(out[p, :]))) and not bool(xp.all(xp.isfinite(A2)))
+        if bad:
+            raise InvalidInputError(
+                f"{name} holds NaN or Inf (nan_policy='raise'); clean the input or pass "
+                "nan_policy='propagate' to let non-finite values flow through"
+            )
+        return xp.reshape(out[:p, ...], (p, *shape))
+
+    def encode(self, X: Any):
+        """Coded inputs X̃ = E X for the N workers.
+
+        Parameters
+        ----------
+        X : array of shape (K, *shape), real floating (float32 or float64)
+            The batch of K inputs; numpy, cupy or any Array API array.
+
+        Returns
+        -------
+        X_coded : array of shape (N, *shape)
+            Same namespace, dtype and device as `X`; row n is worker n's input u_enc(β_n).
+
+        Raises
+        ------
+        InvalidInputError
+            Wrong leading size or dtype, or NaN/Inf in `X` with ``nan_policy="raise"``.
+        """
+        xp, X = self._as_array("X", X, self.num_inputs)
+        return self._apply(xp, self._encoder, X, self._encoder_applied, "X")
+
+    def decode(self, Y: Any, received: Any, *, return_error: bool = False):
+        """Estimates of f(x_k), k < K, from the results of the workers in `received`.
+
+        Parameters
+        ----------
+        Y : array of shape (|F|, *out), real floating
+            Worker outputs f(x̃_n) for n in `received`, in that order.
+        received : array-like of int, shape (|F|,)
+            Indices of the returning workers, each in [0, N), no repeats; any order. A boolean mask
+            of shape (N,) is accepted too.
+        return_error : bool
+            Also return a per-sample error estimate (``gcc``/``letcc`` only).
+
+        Returns
+        -------
+        estimates : array of shape (K, *out)
+            Same namespace, dtype and device as `Y`; NaN rows where :meth:`decodable` is False.
+
+        Raises
+        ------
+        NotEnoughResultsError
+            Fewer than `min_received` results.
+        InvalidInputError
+            Bad indices, shape mismatch, non-float dtype, or NaN/Inf with ``nan_policy="raise"``.
+        ConfigError
+            ``return_error=True`` for a scheme without an error estimate.
+        """
+        if return_error:
+            raise ConfigError(
+                f"return_error=True is only available for codes 'gcc' and 'letcc'; got code {self.name!r}"
+            )
+        entry = self._entry(received)
+        xp, Y = self._as_array("Y", Y, entry.received.size)
+        return self._apply(xp, entry.matrix, Y, entry.applied, "Y")
+
+    # -- helpers for point-based schemes --------------------------------------------------------------
+
+    def _sorted(self, received: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Received indices sorted by worker point, and the permutation used (``sorted = r[order]``)."""
+        order = np.argsort(self.worker_points[received], kind="stable")
+        return received[order], order
+
+    @staticmethod
+    def _unsort_columns(D_sorted: np.ndarray, order: np.ndarray) -> np.ndarray:
+        D = np.empty_like(D_sorted)
+        D[:, order] = D_sorted
+        return D

@@ -1,0 +1,65 @@
+"""BSCC: Berrut encoder with a cubic B-spline interpolation decoder (arXiv 2601.10616).
+
+The encoder is BACC's (METHODS.md §4). The decoder interpolates the survivors' results
+``{(β_n, ỹ_n) : n ∈ F}`` with a cubic B-spline (``scipy.interpolate.make_interp_spline``, k = 3,
+"not-a-knot" end conditions, knots at the sorted β_F) and evaluates it at α (METHODS.md §5). Outside
+``[min β_F, max β_F]`` the end polynomial pieces are continued. Local support: a block of stragglers
+degrades only nearby estimates. Needs |F| ≥ 4.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.interpolate import make_interp_spline
+
+from .base import CodingScheme, register_code
+from .berrut import berrut_matrix
+
+__all__ = ["BSplineCode"]
+
+
+@register_code("bspline")
+class BSplineCode(CodingScheme):
+    """Berrut encoder, cubic B-spline interpolation decoder (arXiv 2601.10616).
+
+    Parameters
+    ----------
+    num_inputs, num_workers : int
+        K ≥ 1 and N ≥ 4.
+    points : {"chebyshev", "equispaced"}
+    nan_policy : {"raise", "propagate"}
+    on_coincidence : {"warn", "nudge", "ignore"}
+
+    Notes
+    -----
+    ``recovery_threshold`` is None; ``min_received`` is 4 (a cubic B-spline needs 4 nodes).
+    References: "B-spline coded computing" decoder, arXiv:2601.10616; METHODS.md §5.
+    """
+
+    min_received = 4
+
+    def __init__(
+        self,
+        *,
+        num_inputs: int,
+        num_workers: int,
+        points: str = "chebyshev",
+        nan_policy: str = "raise",
+        on_coincidence: str = "warn",
+    ) -> None:
+        super().__init__(
+            num_inputs=num_inputs,
+            num_workers=num_workers,
+            points=points,
+            nan_policy=nan_policy,
+            on_coincidence=on_coincidence,
+        )
+        self._finish()
+
+    def encoder_at(self, z) -> np.ndarray:
+        return berrut_matrix(self.data_points, np.asarray(z, dtype=np.float64))
+
+    def _decoder_map(self, rs: np.ndarray, z: np.ndarray) -> np.ndarray:
+        nodes = self.worker_points[rs]
+        spline = make_interp_spline(nodes, np.eye(nodes.size), k=3)
+        return spline(z, extrapolate=True)

@@ -1,0 +1,99 @@
+"""LCC: Lagrange coded computing over the reals (Yu et al., arXiv 1806.00939).
+
+Encoder: the Lagrange interpolant through the K inputs, ``u(z) = Σ_j x_j ℓ_j(z)`` over the data points α
+(METHODS.md §6; arXiv 1806.00939, eq. (3)), evaluated at the worker points β by the barycentric formula.
+For f a polynomial of degree D (applied elementwise or as any polynomial map), ``f(u(z))`` is a
+polynomial of degree ``(K − 1)·D``, so any ``R = (K − 1)·D + 1`` results determine it; the decoder fits
+that polynomial to the survivors (least squares in the Chebyshev basis, exact when |F| = R and exact
+for exact data when |F| > R, better conditioned than a monomial Vandermonde) and evaluates it at α.
+Below ``R`` results the code raises: it never guesses.
+
+Over the reals LCC is ill-conditioned as K·D grows even with Chebyshev points: see
+:meth:`LCC.condition_number`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.polynomial import chebyshev
+from scipy import linalg
+from scipy.interpolate import BarycentricInterpolator
+
+from .base import CodingScheme, check_int, register_code
+from gcc_dask.errors import ConfigError
+
+__all__ = ["LCC"]
+
+
+@register_code("lcc")
+class LCC(CodingScheme):
+    """Lagrange coded computing for polynomial f of a declared degree (arXiv 1806.00939).
+
+    Parameters
+    ----------
+    num_inputs, num_workers : int
+        K ≥ 1 and N ≥ (K − 1)·degree + 1.
+    degree : int
+        D ≥ 1, the total degree of the polynomial f the workers evaluate. Required: a wrong degree
+        silently gives wrong results, so there is no default.
+    points : {"chebyshev", "equispaced"}
+    nan_policy : {"raise", "propagate"}
+    on_coincidence : {"warn", "nudge", "ignore"}
+        Default ``"ignore"``: coincidences do not matter to an exact code; they are still recorded in
+        `coincident_points`.
+
+    Notes
+    -----
+    ``recovery_threshold = min_received = (K − 1)·D + 1``. References: Q. Yu, S. Li, N. Raviv,
+    S. M. M. Kalan, M. Soltanolkotabi, S. Avestimehr, "Lagrange Coded Computing: Optimal Design for
+    Resiliency, Security and Privacy", AISTATS 2019, arXiv:1806.00939, eq. (3) and Theorem 1.
+    """
+
+    def __init__(
+        self,
+        *,
+        num_inputs: int,
+        num_workers: int,
+        degree: int,
+        points: str = "chebyshev",
+        nan_policy: str = "raise",
+        on_coincidence: str = "ignore",
+    ) -> None:
+        super().__init__(
+            num_inputs=num_inputs,
+            num_workers=num_workers,
+            points=points,
+            nan_policy=nan_policy,
+            on_coincidence=on_coincidence,
+        )
+        self.degree = check_int("degree", degree, 1)
+        self.recovery_threshold = self.min_received = (self.num_inputs - 1) * self.degree + 1
+        if self.num_workers < self.recovery_threshold:
+            raise ConfigError(
+                f"num_workers must be at least (num_inputs - 1) * degree + 1 = {self.recovery_threshold} "
+                f"for code 'lcc'; got num_workers={self.num_workers!r} with num_inputs={self.num_inputs}, "
+                f"degree={self.degree}. Increase num_workers or lower num_inputs/degree."
+            )
+        self._finish()
+
+    def _scheme_params(self) -> dict:
+        return {"degree": self.degree}
+
+    def encoder_at(self, z) -> np.ndarray:
+        z = np.asarray(z, dtype=np.float64)
+        K = self.num_inputs
+        if K == 1:
+            return np.ones((z.size, 1))
+        return np.atleast_2d(BarycentricInterpolator(self.data_points, np.eye(K))(z))
+
+    def _decoder_map(self, rs: np.ndarray, z: np.ndarray) -> np.ndarray:
+        deg = self.recovery_threshold - 1
+        V = chebyshev.chebvander(self.worker_points[rs], deg)  # (|F|, deg + 1)
+        coef, *_ = linalg.lstsq(V, np.eye(rs.size))  # (deg + 1, |F|)
+        return chebyshev.chebvander(z, deg) @ coef
+
+    def condition_number(self, received) -> float:
+        """2-norm condition number of the Chebyshev–Vandermonde matrix the decoder solves for `received`."""
+        r = self._validated(self._key(received))
+        V = chebyshev.chebvander(self.worker_points[r], self.recovery_threshold - 1)
+        return float(np.linalg.cond(V))

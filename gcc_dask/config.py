@@ -1,0 +1,819 @@
+"""Validated pipeline configuration: YAML in, frozen pydantic models out, one clear line per error.
+
+The sections mirror DESIGN.md "Configuration"::
+
+    name, source, workload, code, schemes, gcc, lcc, replication, stragglers, cutoff, cluster, store, run
+
+:func:`load_config` reads a YAML file (or takes a mapping), applies ``--set key.sub=value`` overrides and
+validates. Every problem becomes one :class:`~gcc_dask.errors.ConfigError` line of the form
+``"<key.path>: got <value!r>; expected <what is valid>"``. Durations accept ``"50ms"``/``"2s"`` strings
+or numbers of seconds (:func:`dask.utils.parse_timedelta`) and are stored as float seconds.
+
+This module imports neither :mod:`gcc_dask.coding` nor anything heavy: the scheme names are a static
+tuple (a test keeps it equal to ``gcc_dask.coding.list_codes()``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import field_validator, model_validator
+
+from gcc_dask.errors import ConfigError
+
+__all__ = [
+    "SCHEMES",
+    "CODED_SCHEMES",
+    "PipelineConfig",
+    "load_config",
+    "parse_duration",
+]
+
+#: Every scheme name a config may list (kept equal to ``gcc_dask.coding.list_codes()`` by a test).
+SCHEMES: tuple[str, ...] = ("bacc", "bspline", "gcc", "lcc", "letcc", "replication", "uncoded")
+#: Schemes that run on ``code.num_workers`` workers and so need ``num_workers >= num_inputs``.
+CODED_SCHEMES: tuple[str, ...] = ("bacc", "bspline", "gcc", "lcc", "letcc")
+
+_FINGERPRINT_EXCLUDE = ("store", "cluster", ("run", "progress"), ("run", "max_batches_in_flight"),
+                        ("run", "limit_batches"))
+
+
+class _Invalid(ValueError):
+    """A validation failure that knows its key (relative to the model that raised it)."""
+
+    def __init__(self, key: str | None, value: Any, expected: str):
+        super().__init__(expected)
+        self.key, self.value, self.expected = key, value, expected
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_PLAIN_KEY = re.compile(r"^[\w\-\[\]]+$")
+
+
+def _key_path(parts: Sequence[Any]) -> str:
+    """Dotted key path; odd keys (spaces, newlines, dots) are shown with repr so the line stays one line."""
+    return ".".join(str(p) if _PLAIN_KEY.match(str(p)) else repr(p) for p in parts)
+
+
+def _fail(key: str, value: Any, expected: str) -> ConfigError:
+    return ConfigError(f"{key}: got {_short(value)}; expected {expected}")
+
+
+# --------------------------------------------------------------------------------------- value types
+def parse_duration(value: Any, *, allow_none: bool = False) -> float | None:
+    """Parse a duration (``"50ms"``, ``"2s"``, or a number of seconds) into float seconds.
+
+    Raises
+    ------
+    ValueError
+        If the value is not a finite, non-negative duration (a ``ValueError`` subclass that
+        :func:`load_config` reports as one ConfigError line).
+    """
+    from dask.utils import parse_timedelta
+
+    expected = "a duration such as '50ms' or '2s', or a number of seconds >= 0"
+    if value is None:
+        if allow_none:
+            return None
+        raise _Invalid(None, value, expected)
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise _Invalid(None, value, expected)
+    try:
+        seconds = float(parse_timedelta(value.strip() if isinstance(value, str) else value))
+    except Exception:
+        raise _Invalid(None, value, expected) from None
+    if not math.isfinite(seconds) or seconds < 0:
+        raise _Invalid(None, value, expected)
+    return seconds
+
+
+def _duration(value: Any) -> float:
+    return parse_duration(value)
+
+
+def _optional_duration(value: Any) -> float | None:
+    return parse_duration(value, allow_none=True)
+
+
+def _as_list(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _as_path_str(value: Any) -> Any:
+    return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+
+Duration = Annotated[float, BeforeValidator(_duration)]
+OptionalDuration = Annotated[float | None, BeforeValidator(_optional_duration)]
+PathStr = Annotated[str, BeforeValidator(_as_path_str)]
+PosInt = Annotated[int, Field(ge=1)]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
+
+
+# ------------------------------------------------------------------------------------------ sections
+_SOURCE_KEYS: dict[str, tuple[str, ...]] = {
+    "mnist": ("split", "limit"),
+    "fashion_mnist": ("split", "limit"),
+    "zarr": ("path", "array", "labels", "limit"),
+    "npy": ("path", "labels", "limit"),
+    "synthetic": ("num_samples", "shape", "seed", "limit"),
+    "array": ("array", "labels", "limit"),
+}
+_SOURCE_REQUIRED = {"zarr": ("path",), "npy": ("path",), "synthetic": ("num_samples", "shape"),
+                    "array": ("array",)}
+
+
+class SourceConfig(_Section):
+    """Where the inputs come from (see :func:`gcc_dask.sources.make_source`); keys depend on ``kind``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False,
+                              arbitrary_types_allowed=True)
+
+    kind: Literal["mnist", "fashion_mnist", "zarr", "npy", "synthetic", "array"]
+    split: Literal["all", "train", "test"] | None = None
+    limit: PosInt | None = None
+    path: PathStr | None = None
+    array: Any = None
+    labels: Any = None
+    num_samples: PosInt | None = None
+    shape: Annotated[list[PosInt], BeforeValidator(_as_list)] | None = None
+    seed: Annotated[int, Field(ge=0)] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kind_keys(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping) or not isinstance(data.get("kind"), str):
+            return data
+        kind = data["kind"]
+        if kind not in _SOURCE_KEYS:
+            return data  # the Literal check reports it
+        allowed = ("kind", *_SOURCE_KEYS[kind])
+        data = {k: v for k, v in data.items() if k in allowed or v is not None}  # null = unset
+        for key in data:
+            if key not in allowed:
+                raise _Invalid(str(key), data[key],
+                               f"no such key for source kind {kind!r} (valid keys: {', '.join(allowed)})")
+        for key in _SOURCE_REQUIRED.get(kind, ()):
+            if data.get(key) is None:
+                raise _Invalid(key, data.get(key), f"a value: source kind {kind!r} requires {key!r}")
+        data = dict(data)
+        if kind in ("mnist", "fashion_mnist") and data.get("split") is None:
+            data["split"] = "all"
+        if kind == "synthetic" and data.get("seed") is None:
+            data["seed"] = 0
+        if kind in ("zarr", "npy") and isinstance(data.get("labels"), os.PathLike):
+            data["labels"] = os.fspath(data["labels"])
+        return data
+
+    @model_validator(mode="after")
+    def _kind_types(self) -> SourceConfig:
+        if self.kind in ("zarr", "npy"):
+            for key in ("array", "labels"):
+                value = getattr(self, key)
+                if value is not None and not isinstance(value, str):
+                    what = "the name of an array in the Zarr store" if self.kind == "zarr" else "a path"
+                    raise _Invalid(key, value, f"{what} (a string) or null")
+        if self.kind == "array":
+            if not (hasattr(self.array, "shape") and hasattr(self.array, "dtype")):
+                raise _Invalid("array", self.array, "a numpy or dask array of shape (n, *sample_shape)")
+            try:
+                empty = len(self.array.shape) < 1 or int(self.array.shape[0]) < 1
+            except (TypeError, ValueError):
+                empty = True
+            if empty:
+                raise _Invalid("array", self.array, "an array with at least one sample")
+            if self.labels is not None and not hasattr(self.labels, "shape"):
+                raise _Invalid("labels", self.labels, "an integer array of shape (n,) or null")
+        return self
+
+
+_ANALYTIC = ("xsinx", "polynomial", "smooth")
+_WORKLOAD_KEYS = {"onnx": ("path",), "torch": ("path", "name"), "analytic": ("name",),
+                  "callable": ("name",)}
+_CALLABLE_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+
+
+class WorkloadConfig(_Section):
+    """The function f evaluated by the workers (see :func:`gcc_dask.workloads.make_workload`)."""
+
+    kind: Literal["onnx", "analytic", "callable", "torch"]
+    path: PathStr | None = None
+    name: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kind_keys(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping) or not isinstance(data.get("kind"), str) \
+                or data["kind"] not in _WORKLOAD_KEYS:
+            return data
+        allowed = ("kind", *_WORKLOAD_KEYS[data["kind"]], "params")
+        data = {k: v for k, v in data.items() if k in allowed or v is not None}  # null = unset
+        for key in data:
+            if key not in allowed:
+                raise _Invalid(str(key), data[key], f"no such key for workload kind {data['kind']!r} "
+                                                    f"(valid keys: {', '.join(allowed)})")
+        if data.get("params") is None and "params" in data:
+            data = {**data, "params": {}}
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> WorkloadConfig:
+        if self.kind == "onnx" and not self.path:
+            raise _Invalid("path", self.path, "the path of an .onnx model file")
+        if self.kind == "torch" and not (self.path or self.name):
+            raise _Invalid("path", self.path, "a TorchScript file path (or name: 'module:factory')")
+        if self.kind == "analytic" and self.name not in _ANALYTIC:
+            raise _Invalid("name", self.name, f"one of {', '.join(map(repr, _ANALYTIC))}")
+        if self.kind == "callable" and not (self.name and _CALLABLE_RE.match(self.name)):
+            raise _Invalid("name", self.name, "an importable 'module:function' such as 'numpy:tanh'")
+        if self.kind == "torch" and self.name and not _CALLABLE_RE.match(self.name):
+            raise _Invalid("name", self.name, "an importable 'module:factory'")
+        try:
+            json.dumps(self.params, allow_nan=False)
+        except (TypeError, ValueError):
+            raise _Invalid("params", self.params, "JSON-compatible values (strings, numbers, "
+                                                  "booleans, lists, mappings; no NaN)") from None
+        return self
+
+
+class CodeConfig(_Section):
+    """The batch geometry: K inputs per batch, N workers for the coded schemes."""
+
+    num_inputs: PosInt
+    num_workers: PosInt
+    points: Literal["chebyshev", "equispaced"] = "chebyshev"
+
+
+def _lambda_dec(value: Any) -> Any:
+    if isinstance(value, str) and value == "gcv":
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if math.isfinite(value) and value >= 0:
+            return float(value)
+    raise _Invalid(None, value, "a number >= 0 or 'gcv'")
+
+
+class GccConfig(_Section):
+    """Parameters of the GCC scheme (METHODS.md section 3); ``length_scale: null`` = the kernel's default."""
+
+    kernel: Literal["sobolev2", "matern32", "matern52", "gaussian"] = "sobolev2"
+    lambda_enc: Annotated[float, Field(ge=0)] = 0.0
+    lambda_dec: Annotated[float | str, BeforeValidator(_lambda_dec)] = 0.0
+    length_scale: Annotated[float, Field(gt=0)] | None = None
+
+
+class LccConfig(_Section):
+    """Lagrange coded computing: the polynomial degree of f it assumes."""
+
+    degree: PosInt = 1
+
+
+class ReplicationConfig(_Section):
+    """Replication: every input is evaluated by ``copies`` workers (N = copies * K)."""
+
+    copies: Annotated[int, Field(ge=2)] = 2
+
+
+class StragglersConfig(_Section):
+    """Injected worker latency (DESIGN.md "Straggler injection"); ``model: none`` uses the wall clock."""
+
+    model: Literal["none", "shifted_exponential", "pareto"] = "none"
+    shift: Duration = 0.0
+    scale: Duration = 0.01
+    alpha: Annotated[float, Field(gt=0)] = 2.0
+    hang_prob: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    hang_delay: Duration = 5.0
+    slow_workers: Annotated[int, Field(ge=0)] = 0
+    slow_factor: Annotated[float, Field(ge=1)] = 1.0
+    seed: Annotated[int, Field(ge=0)] = 0
+
+    @model_validator(mode="after")
+    def _check(self) -> StragglersConfig:
+        if self.model != "none" and self.scale <= 0:
+            raise _Invalid("scale", self.scale, f"a duration > 0 for model {self.model!r}")
+        return self
+
+
+def _wait_for(value: Any) -> Any:
+    if isinstance(value, str):
+        norm = value.replace(" ", "").upper()
+        if norm == "N-S":
+            return "N-S"
+        if norm == "ALL":
+            return "all"
+    elif isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    raise _Invalid(None, value, "'N-S', 'all' or an integer >= 1")
+
+
+class CutoffConfig(_Section):
+    """When a batch stops waiting for workers (DESIGN.md "The cutoff")."""
+
+    wait_for: Annotated[int | str, BeforeValidator(_wait_for)] = "N-S"
+    stragglers: Annotated[int, Field(ge=0)] = 0
+    deadline: OptionalDuration = None
+    quantile: Annotated[float, Field(gt=0, le=1)] | None = None
+    multiplier: Annotated[float, Field(ge=1)] = 1.5
+    min_runtime: Duration = 0.1
+    on_shortfall: Literal["wait", "decode", "fail"] = "wait"
+
+
+def _gpu(value: Any) -> Any:
+    if isinstance(value, bool) or (isinstance(value, str) and value == "auto"):
+        return value
+    raise _Invalid(None, value, "'auto', true or false")
+
+
+class ClusterConfig(_Section):
+    """Which Dask cluster to use; all null = an embedded LocalCluster (DESIGN.md "Cluster")."""
+
+    address: str | None = None
+    scheduler_file: PathStr | None = None
+    n_workers: PosInt | None = None
+    threads_per_worker: PosInt | None = None
+    gpu: Annotated[bool | str, BeforeValidator(_gpu)] = "auto"
+    processes: bool | None = None
+    connect_timeout: Duration = 10.0
+
+    @model_validator(mode="after")
+    def _check(self) -> ClusterConfig:
+        if self.address and self.scheduler_file:
+            raise _Invalid("scheduler_file", self.scheduler_file,
+                           "null when cluster.address is set (give one of address, scheduler_file)")
+        if self.connect_timeout <= 0:
+            raise _Invalid("connect_timeout", self.connect_timeout, "a duration > 0")
+        return self
+
+
+class StoreConfig(_Section):
+    """The Zarr results store; ``path: null`` becomes ``runs/<name>.zarr``. An existing run is resumed."""
+
+    path: PathStr | None = None
+    overwrite: bool = False
+
+
+class RunConfig(_Section):
+    """Execution knobs of the pipeline."""
+
+    max_batches_in_flight: PosInt = 4
+    limit_batches: PosInt | None = None
+    nan_policy: Literal["raise", "propagate"] = "raise"
+    reference: bool = True
+    progress: bool = True
+
+
+def _schemes(value: Any) -> Any:
+    value = _as_list(value)
+    if isinstance(value, str):
+        value = [value]
+    expected = f"a non-empty list of distinct scheme names from {', '.join(SCHEMES)}"
+    if not isinstance(value, list) or not value:
+        raise _Invalid(None, value, expected)
+    for item in value:
+        if item not in SCHEMES or not isinstance(item, str):
+            raise _Invalid(None, item, f"scheme names from {', '.join(SCHEMES)}")
+    if len(set(value)) != len(value):
+        raise _Invalid(None, value, expected)
+    return value
+
+
+_SECTIONS = ("gcc", "lcc", "replication", "stragglers", "cutoff", "cluster", "store", "run")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class PipelineConfig(_Section):
+    """A validated pipeline (DESIGN.md "Configuration"). Build with :func:`load_config`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False,
+                              arbitrary_types_allowed=True)
+
+    name: str = "gcc-dask-run"
+    source: SourceConfig
+    workload: WorkloadConfig
+    code: CodeConfig
+    schemes: Annotated[list[str], BeforeValidator(_schemes)]
+    gcc: GccConfig = Field(default_factory=GccConfig)
+    lcc: LccConfig = Field(default_factory=LccConfig)
+    replication: ReplicationConfig = Field(default_factory=ReplicationConfig)
+    stragglers: StragglersConfig = Field(default_factory=StragglersConfig)
+    cutoff: CutoffConfig = Field(default_factory=CutoffConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    run: RunConfig = Field(default_factory=RunConfig)
+
+    _config_path: str | None = PrivateAttr(default=None)
+    _base_dir: str | None = PrivateAttr(default=None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _defaults(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        return _default_store_path({k: v for k, v in data.items() if not (k in _SECTIONS and v is None)})
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _NAME_RE.match(value):
+            raise _Invalid(None, value, "a name of letters, digits, '.', '_' or '-' (used in file names)")
+        return value
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> PipelineConfig:
+        k, n = self.code.num_inputs, self.code.num_workers
+        coded = [s for s in self.schemes if s in CODED_SCHEMES]
+        if coded and n < k:
+            raise _Invalid("code.num_workers", n, f"an integer >= code.num_inputs = {k} "
+                                                  f"(schemes {', '.join(coded)} need N >= K)")
+        if "lcc" in self.schemes and n < (k - 1) * self.lcc.degree + 1:
+            need = (k - 1) * self.lcc.degree + 1
+            raise _Invalid("code.num_workers", n, f"an integer >= (K - 1) * lcc.degree + 1 = {need} "
+                                                  "(the recovery threshold of lcc)")
+        n_max = max(self.workers_for(s) for s in self.schemes)
+        if self.cutoff.stragglers >= n_max:
+            raise _Invalid("cutoff.stragglers", self.cutoff.stragglers,
+                           f"an integer S with 0 <= S < N = {n_max} workers")
+        if isinstance(self.cutoff.wait_for, int) and self.cutoff.wait_for > n_max:
+            raise _Invalid("cutoff.wait_for", self.cutoff.wait_for,
+                           f"'N-S', 'all' or an integer in [1, {n_max}] (N = {n_max} workers)")
+        if self.stragglers.slow_workers > n_max:
+            raise _Invalid("stragglers.slow_workers", self.stragglers.slow_workers,
+                           f"an integer in [0, {n_max}] (N = {n_max} workers)")
+        return self
+
+    # ----------------------------------------------------------------------------- derived values
+    @property
+    def config_path(self) -> str | None:
+        """Absolute path of the YAML file this config was read from (None for a mapping)."""
+        return self._config_path
+
+    @property
+    def base_dir(self) -> str:
+        """Directory relative paths were resolved against (the YAML file's directory, else the cwd)."""
+        return self._base_dir or os.getcwd()
+
+    @property
+    def seed(self) -> int:
+        """The run seed (``stragglers.seed``): latency draws are a function of (seed, batch, worker)."""
+        return self.stragglers.seed
+
+    def workers_for(self, scheme: str) -> int:
+        """Number of workers N that `scheme` runs on: ``code.num_workers`` for the coded schemes,
+        ``replication.copies * K`` for replication and K for uncoded."""
+        k = self.code.num_inputs
+        if scheme == "replication":
+            return self.replication.copies * k
+        if scheme == "uncoded":
+            return k
+        if scheme in SCHEMES:
+            return self.code.num_workers
+        raise ConfigError(f"scheme: got {scheme!r}; expected one of {', '.join(SCHEMES)}")
+
+    def wait_for_count(self, scheme: str) -> int:
+        """The cutoff's ``wait_for`` as a count of results for `scheme`, clamped to [1, N]."""
+        n = self.workers_for(scheme)
+        wait_for = self.cutoff.wait_for
+        if wait_for == "all":
+            return n
+        if wait_for == "N-S":
+            return max(1, n - self.cutoff.stragglers)
+        return max(1, min(int(wait_for), n))
+
+    def code_params(self, scheme: str) -> dict[str, Any]:
+        """Keyword arguments for ``make_code(scheme, num_inputs=K, num_workers=workers_for(scheme), **...)``."""
+        self.workers_for(scheme)  # validates the name
+        params: dict[str, Any] = {"nan_policy": self.run.nan_policy}
+        if scheme not in ("replication", "uncoded"):
+            params["points"] = self.code.points
+        if scheme == "gcc":
+            params.update(self.gcc.model_dump(exclude_none=True))
+        elif scheme == "lcc":
+            params["degree"] = self.lcc.degree
+        return params
+
+    def resolved(self) -> dict[str, Any]:
+        """The fully resolved config as a plain JSON-able dict (stored in the run's root attrs).
+
+        Only the keys valid for ``source.kind`` appear; an in-memory ``source.array`` is summarised by
+        its shape, dtype and a content token. ``load_config(cfg.resolved())`` rebuilds the same config
+        for every source kind except ``array``.
+        """
+        out = self.model_dump(mode="python", exclude={"source"})
+        out["workload"] = {k: v for k, v in out["workload"].items()
+                           if k in ("kind", *_WORKLOAD_KEYS[self.workload.kind], "params")}
+        src = {"kind": self.source.kind}
+        for key in _SOURCE_KEYS[self.source.kind]:
+            value = getattr(self.source, key)
+            if self.source.kind == "array" and key in ("array", "labels") and value is not None:
+                value = _array_summary(value)
+            src[key] = value
+        out["source"] = src
+        return json.loads(json.dumps(out))
+
+    def fingerprint(self) -> str:
+        """A stable SHA-256 hex digest of everything that determines the results.
+
+        Excludes ``store.*``, ``cluster.*``, ``run.progress``, ``run.max_batches_in_flight`` and
+        ``run.limit_batches`` (it picks which batches run, not their results), so the same job resumes
+        into its store from any cluster, or continues a limited run; any other change refuses the resume.
+        """
+        data = self.resolved()
+        for item in _FINGERPRINT_EXCLUDE:
+            if isinstance(item, tuple):
+                data[item[0]].pop(item[1], None)
+            else:
+                data.pop(item, None)
+        blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(("gcc-dask-config-v1\n" + blob).encode()).hexdigest()
+
+
+def _default_store_path(data: dict) -> dict:
+    """Fill ``store.path`` with ``runs/<name>.zarr`` when it is missing or null."""
+    store = data.get("store", {})
+    name = data.get("name", PipelineConfig.model_fields["name"].default)
+    if isinstance(store, Mapping) and store.get("path") is None and isinstance(name, str):
+        data["store"] = {**store, "path": f"runs/{name}.zarr"}
+    return data
+
+
+def _array_summary(arr: Any) -> dict[str, Any]:
+    from dask.base import tokenize
+
+    return {"shape": [int(s) for s in arr.shape], "dtype": str(arr.dtype), "token": tokenize(arr)}
+
+
+# ------------------------------------------------------------------------------------- load_config
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A safe loader that rejects duplicate keys instead of silently keeping the last one."""
+
+
+def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    loader.flatten_mapping(node)
+    out: dict = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            duplicate = key in out
+        except TypeError:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"unhashable key {key!r}", key_node.start_mark) from None
+        if duplicate:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark)
+        out[key] = loader.construct_object(value_node, deep=deep)
+    return out
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _read_yaml(path: Path) -> Any:
+    if not path.is_file():
+        raise _fail("config file", str(path), "an existing YAML file")
+    try:
+        text = path.read_text(encoding="utf-8")
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{path}: invalid YAML{where}: {problem}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the config file ({exc})") from None
+
+
+def _copy_tree(value: Any) -> Any:
+    """Copy nested mappings/lists (not leaves: an in-memory array is never copied)."""
+    if isinstance(value, Mapping):
+        return {k: _copy_tree(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy_tree(v) for v in value]
+    return value
+
+
+def _parse_value(raw: str) -> Any:
+    try:
+        return yaml.load(raw, Loader=_UniqueKeyLoader)  # noqa: S506
+    except yaml.YAMLError:
+        return raw
+
+
+def _section_model(model: type[BaseModel], key: str) -> type[BaseModel] | str | None:
+    """The model of field `key` of `model`, "dict" for free-form mappings, None for leaves."""
+    field = model.model_fields[key]
+    ann = field.annotation
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return ann
+    if key == "params":
+        return "dict"
+    return None
+
+
+def _apply_override(data: dict, item: Any) -> None:
+    if not isinstance(item, str) or "=" not in item or not item.partition("=")[0].strip():
+        raise _fail("--set", item, "KEY=VALUE, such as cutoff.stragglers=2 or schemes=[gcc,uncoded]")
+    key, _, raw = item.partition("=")
+    parts = key.strip().split(".")
+    model: type[BaseModel] | str | None = PipelineConfig
+    node = data
+    for i, part in enumerate(parts):
+        where = _key_path(parts[: i + 1])
+        if model is None:
+            raise _fail(f"--set {_key_path(parts)}", raw, f"a key path; {_key_path(parts[:i])} has no sub-keys")
+        if model != "dict":
+            valid = list(model.model_fields)  # type: ignore[union-attr]
+            if part not in valid:
+                parent = _key_path(parts[:i]) or "the top level"
+                raise ConfigError(f"{where}: got unknown key {part!r} (from --set {item!r}); expected one "
+                                  f"of the keys of {parent}: {', '.join(valid)}")
+            nxt = _section_model(model, part)  # type: ignore[arg-type]
+        else:
+            nxt = "dict"
+        if i == len(parts) - 1:
+            node[part] = _parse_value(raw)
+        else:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        model = nxt
+
+
+def _resolve_existing(path: str, roots: Sequence[Path]) -> Path | None:
+    p = Path(path).expanduser()
+    if p.is_absolute():
+        return p if p.exists() else None
+    for root in roots:
+        if (root / p).exists():
+            return (root / p).resolve()
+    return None
+
+
+def _resolve_paths(data: dict, base_dir: Path, check_paths: bool) -> None:
+    """Make file paths absolute in place: inputs are searched in the cwd, then in the config file's
+    directory and its parents; outputs (store.path) are relative to the cwd."""
+    roots = [Path.cwd(), base_dir, *base_dir.parents]
+    inputs = []
+    src, wl = data.get("source"), data.get("workload")
+    if isinstance(src, dict) and src.get("kind") in ("zarr", "npy"):
+        inputs.append(("source", "path"))
+        if src.get("kind") == "npy":
+            inputs.append(("source", "labels"))
+    if isinstance(wl, dict) and wl.get("kind") in ("onnx", "torch"):
+        inputs.append(("workload", "path"))
+    cluster = data.get("cluster")
+    if isinstance(cluster, dict):
+        inputs.append(("cluster", "scheduler_file"))
+    for section, key in inputs:
+        value = _as_path_str(data[section].get(key))
+        if not isinstance(value, str) or not value:
+            continue
+        found = _resolve_existing(value, roots)
+        if found is not None:
+            data[section][key] = str(found)
+        elif check_paths:
+            searched = ", ".join(dict.fromkeys(str(r) for r in roots[:2]))
+            raise _fail(f"{section}.{key}", value, f"an existing file (searched {searched} and parents)")
+    store = data.get("store")
+    if isinstance(store, dict):
+        value = _as_path_str(store.get("path"))
+        if isinstance(value, str) and value and "://" not in value:
+            store["path"] = str(Path(value).expanduser().absolute())
+
+
+def _error_line(exc: ValidationError) -> str:
+    err = exc.errors(include_url=False)[0]
+    loc = list(err.get("loc", ()))
+    kind = err.get("type", "")
+    ctx = err.get("ctx") or {}
+    cause = ctx.get("error")
+    if isinstance(cause, _Invalid):
+        if cause.key:
+            loc.extend(cause.key.split("."))
+        return f"{_key_path(loc) or 'config'}: got {_short(cause.value)}; expected {cause.expected}"
+    path = _key_path(loc) or "config"
+    if kind == "missing":
+        return f"{path}: got nothing; expected a value (this key is required)"
+    if kind == "extra_forbidden":
+        valid = _valid_keys(loc[:-1])
+        return f"{path}: got unknown key {_short(loc[-1])}; expected one of: {', '.join(valid)}"
+    if kind in ("model_type", "dict_type", "model_attributes_type"):
+        valid = _valid_keys(loc)
+        keys = f" with keys {', '.join(valid)}" if valid else ""
+        return f"{path}: got {_short(err.get('input'))}; expected a mapping{keys}"
+    if kind == "invalid_key":
+        return f"{path}: got {_short(err.get('input'))}; expected string keys"
+    msg = str(err.get("msg", "valid input"))
+    for prefix in ("Input should be ", "Value error, "):
+        if msg.startswith(prefix):
+            msg = msg[len(prefix):]
+    if msg.startswith(("greater than", "less than")):
+        msg = "a number " + msg
+    return f"{path}: got {_short(err.get('input'))}; expected {msg}"
+
+
+def _valid_keys(loc: Sequence[str]) -> list[str]:
+    model: Any = PipelineConfig
+    for part in loc:
+        is_model = isinstance(model, type) and issubclass(model, BaseModel)
+        if not isinstance(part, str) or not is_model or part not in model.model_fields:
+            return []
+        model = _section_model(model, part)
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        return list(model.model_fields)
+    return []
+
+
+def load_config(path_or_mapping: Any, overrides: Sequence[str] = (), *,
+                check_paths: bool = True) -> PipelineConfig:
+    """Read, override and validate a pipeline configuration.
+
+    Parameters
+    ----------
+    path_or_mapping : str, os.PathLike, Mapping or PipelineConfig
+        A YAML file (read with a safe loader that also rejects duplicate keys), a mapping with the
+        same structure, or an already validated config (then only `overrides` are applied).
+    overrides : sequence of str
+        ``"key.sub=value"`` items (the CLI's ``--set``); values are parsed as YAML
+        (``cutoff.stragglers=2``, ``schemes=[gcc,uncoded]``, ``cutoff.deadline=null``).
+    check_paths : bool
+        Require input files (``source.path``, npy ``source.labels``, ``workload.path``,
+        ``cluster.scheduler_file``) to exist. Relative input paths are searched in the cwd, then in
+        the config file's directory and its parents, and stored absolute; ``store.path`` is made
+        absolute against the cwd.
+
+    Returns
+    -------
+    PipelineConfig
+        Frozen; ``config_path`` and ``base_dir`` record where it came from.
+
+    Raises
+    ------
+    ConfigError
+        One line ``"<key.path>: got <value>; expected <what is valid>"`` for the first problem:
+        a missing or unreadable file, invalid YAML, an unknown key (the valid keys are listed), a
+        wrong type, or an impossible combination (K > N, S >= N, wait_for > N, lambda < 0).
+    """
+    try:
+        return _load(path_or_mapping, overrides, check_paths)
+    except ConfigError as exc:
+        text = str(exc)
+        if "\n" in text or "\r" in text:  # one line, always
+            raise ConfigError(text.replace("\r", "\\r").replace("\n", "\\n")) from None
+        raise
+
+
+def _load(path_or_mapping: Any, overrides: Sequence[str], check_paths: bool) -> PipelineConfig:
+    config_path: str | None = None
+    if isinstance(path_or_mapping, PipelineConfig):
+        if not overrides:
+            return path_or_mapping
+        base_dir = Path(path_or_mapping.base_dir)
+        config_path = path_or_mapping.config_path
+        data = _copy_tree(path_or_mapping.resolved())
+        if path_or_mapping.source.kind == "array":
+            data["source"] = {k: getattr(path_or_mapping.source, k)
+                              for k in ("kind", *_SOURCE_KEYS["array"])}
+    elif isinstance(path_or_mapping, Mapping):
+        data = _copy_tree(path_or_mapping)
+        base_dir = Path.cwd()
+    elif isinstance(path_or_mapping, (str, os.PathLike)):
+        path = Path(path_or_mapping).expanduser().absolute()
+        raw = _read_yaml(path)
+        data = {} if raw is None else raw
+        if not isinstance(data, Mapping):
+            raise _fail(str(path), data, "a YAML mapping of sections (name, source, workload, code, ...)")
+        data = _copy_tree(data)
+        data.setdefault("name", path.stem if _NAME_RE.match(path.stem) else "gcc-dask-run")
+        config_path, base_dir = str(path), path.parent
+    else:
+        raise _fail("config", path_or_mapping, "a YAML file path or a mapping of sections")
+    if isinstance(overrides, str):
+        overrides = [overrides]
+    for item in overrides:
+        _apply_override(data, item)
+    data = _default_store_path({k: v for k, v in data.items() if not (k in _SECTIONS and v is None)})
+    _resolve_paths(data, base_dir, check_paths)
+    try:
+        cfg = PipelineConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_error_line(exc)) from None
+    cfg._config_path = config_path
+    cfg._base_dir = str(base_dir)
+    return cfg

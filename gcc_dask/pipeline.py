@@ -1,0 +1,273 @@
+"""Wire a pipeline: config -> source -> encode -> evaluate/cutoff -> decode -> store (DESIGN.md).
+
+:func:`run_pipeline` is what ``gcc-dask run`` calls. It validates everything it can before touching the
+cluster (config, source, model against the data's shape, the store), resumes an existing store made by
+the same config (batches whose ``status`` is written are never recomputed), runs the batches on Dask and
+returns a :class:`RunResult` with the per-scheme summary read back from the store.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from gcc_dask import store as store_mod
+from gcc_dask.analysis.summary import summarize_run
+from gcc_dask.coding import make_code
+from gcc_dask.config import PipelineConfig, load_config
+from gcc_dask.errors import InvalidInputError, StoreError, WorkloadError
+from gcc_dask.runtime.cluster import ClusterSpec, cluster_has_gpu, connect
+from gcc_dask.runtime.cutoff import CutoffPolicy
+from gcc_dask.runtime.executor import BatchRunner, SchemePlan
+from gcc_dask.runtime.tasks import RunPlugin
+from gcc_dask.sources import make_source
+from gcc_dask.stragglers import latency_model_from_config
+from gcc_dask.workloads import make_workload
+
+__all__ = ["RunResult", "run_pipeline", "build_codes", "build_plans", "StoreSink"]
+
+#: exact baselines wait for their recovery condition; the deadline and adaptive rules do not apply
+EXACT_SCHEMES = ("uncoded", "replication", "lcc")
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What :func:`run_pipeline` returns.
+
+    Attributes
+    ----------
+    path : str
+        The Zarr store of the run.
+    summary : pandas.DataFrame
+        One row per scheme (see :func:`gcc_dask.analysis.summary.summarize_run`).
+    status : str
+        "complete", or "incomplete" if some batches are still pending.
+    config : PipelineConfig
+    wall_s : float
+        Seconds the batches took on the cluster (0 when everything was already done).
+    """
+
+    path: str
+    summary: pd.DataFrame
+    status: str
+    config: PipelineConfig
+    wall_s: float
+
+
+class StoreSink:
+    """Picklable writer the worker tasks call: ``sink(kind, batch, **arrays)`` with kind "inputs" or a scheme."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __call__(self, kind: str, batch: int, **arrays: Any) -> None:
+        if kind == "inputs":
+            store_mod.write_inputs(self.path, batch, labels=arrays.get("labels"), reference=arrays.get("reference"))
+        else:
+            arrays["received_mask"] = arrays.pop("received")
+            store_mod.write_batch(self.path, kind, batch, **arrays)
+
+
+def build_codes(cfg: PipelineConfig) -> dict:
+    """One coding scheme per configured scheme name (``make_code`` with the config's parameters)."""
+    k = cfg.code.num_inputs
+    return {
+        s: make_code(s, num_inputs=k, num_workers=cfg.workers_for(s), **cfg.code_params(s)) for s in cfg.schemes
+    }
+
+
+def build_plans(cfg: PipelineConfig, codes: Mapping[str, Any]) -> list[SchemePlan]:
+    """The cutoff policy of each scheme.
+
+    Approximate schemes (gcc, letcc, bacc, bspline) use the configured cutoff (``wait_for`` N-S by default,
+    the deadline, the adaptive rule). Exact baselines wait for their recovery condition, as users run them
+    today: ``uncoded`` for all K results, ``replication`` for one copy of every input, ``lcc`` for its
+    recovery threshold; a failed shard still ends the wait (its output is then missing).
+    """
+    c = cfg.cutoff
+    plans = []
+    for name, code in codes.items():
+        n = code.num_workers
+        if name in EXACT_SCHEMES:
+            groups = None
+            if name in ("uncoded", "replication"):
+                groups = tuple(int(g) for g in np.arange(n) % cfg.code.num_inputs)
+            wait_for = code.recovery_threshold if name == "lcc" else n
+            policy = CutoffPolicy(num_workers=n, wait_for=wait_for, min_results=code.min_received,
+                                  on_shortfall="wait", groups=groups)
+        else:
+            policy = CutoffPolicy(
+                num_workers=n, wait_for=cfg.wait_for_count(name), min_results=code.min_received,
+                deadline=c.deadline, quantile=c.quantile, multiplier=c.multiplier, min_runtime=c.min_runtime,
+                on_shortfall=c.on_shortfall,
+            )
+        plans.append(SchemePlan(name=name, num_workers=n, policy=policy))
+    return plans
+
+
+def _resolve_path(path: str, base_dir: str) -> str:
+    """A relative data path: as given if it exists from the cwd, else relative to the YAML's folder."""
+    if os.path.isabs(path) or os.path.exists(path):
+        return path
+    candidate = os.path.join(base_dir, path)
+    return candidate if os.path.exists(candidate) else path
+
+
+def _check_model_fits(workload, source) -> tuple[int, ...]:
+    """Run f on one real sample on the driver: the data must fit the model. Returns f's output shape."""
+    x, _ = source.read(0, 1)
+    try:
+        y = np.asarray(workload.load()(x))
+    except WorkloadError:
+        raise
+    except Exception as e:
+        raise WorkloadError(
+            f"workload: f fails on a sample of the source (shape {tuple(x.shape[1:])}, dtype {x.dtype}): "
+            f"{type(e).__name__}: {e}"
+        ) from None
+    if y.ndim < 1 or y.shape[0] != 1:
+        raise WorkloadError(f"workload: f must map (n, ...) to (n, ...); got output shape {y.shape} for n = 1")
+    if not np.isfinite(y).all():
+        raise InvalidInputError("workload: f returns NaN/Inf on the first sample of the source")
+    return tuple(int(s) for s in y.shape[1:])
+
+
+def _check_reachable(client, path: str) -> None:
+    """Every worker must be able to write the store (it writes its batches itself)."""
+    probe = os.path.join(path, f".probe-{uuid.uuid4().hex[:8]}")
+
+    def _touch(p=probe):
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        with open(p + f"-{os.getpid()}", "w") as fh:
+            fh.write("ok")
+        os.remove(p + f"-{os.getpid()}")
+        return True
+
+    try:
+        client.run(_touch)
+    except Exception as e:
+        raise StoreError(
+            f"store.path: the workers cannot write {path!r} ({type(e).__name__}: {e}); use a path on a "
+            f"file system every worker mounts"
+        ) from None
+
+
+def run_pipeline(
+    config: str | os.PathLike | Mapping[str, Any] | PipelineConfig,
+    client=None,
+    out: str | os.PathLike | None = None,
+    *,
+    overrides: Sequence[str] = (),
+    echo: Callable[[str], None] | None = None,
+) -> RunResult:
+    """Run a coded pipeline end to end and return its summary.
+
+    Parameters
+    ----------
+    config : path, mapping or PipelineConfig
+        The pipeline (YAML file path or an equivalent mapping; see DESIGN.md "Configuration").
+    client : distributed.Client, optional
+        Use this client (never closed here). Otherwise ``cluster.address``/``DASK_SCHEDULER_ADDRESS`` or
+        an embedded LocalCluster.
+    out : path, optional
+        Store path; overrides ``store.path``.
+    overrides : sequence of "key=value"
+        As ``--set`` on the command line.
+    echo : callable, optional
+        Where to print progress lines (the dashboard link); None prints nothing.
+
+    Returns
+    -------
+    RunResult
+
+    Raises
+    ------
+    gcc_dask.errors.GccDaskError
+        ConfigError, SourceError, WorkloadError, StoreError, ClusterError: before any batch runs.
+    """
+    say = echo or (lambda _msg: None)
+    cfg = config if isinstance(config, PipelineConfig) else load_config(config, overrides=overrides)
+    path = os.fspath(out) if out is not None else cfg.store.path
+    src = cfg.source.model_dump(exclude_none=True)
+    for key in ("path", "labels"):
+        if isinstance(src.get(key), str):
+            src[key] = _resolve_path(src[key], cfg.base_dir)
+    source = make_source(src.pop("kind"), **src)
+    wl = cfg.workload.model_dump(exclude_none=True)
+    wl.update(wl.pop("params", None) or {})
+    workload = make_workload(wl.pop("kind"), base_dir=cfg.base_dir, **wl)
+    output_shape = _check_model_fits(workload, source)
+    codes = build_codes(cfg)
+    plans = build_plans(cfg, codes)
+    k = cfg.code.num_inputs
+    latency_model = latency_model_from_config(cfg.stragglers.model_dump(), strict=False)
+
+    store = store_mod.RunStore.open_or_create(
+        path,
+        fingerprint=cfg.fingerprint(),
+        overwrite=cfg.store.overwrite,
+        config_resolved=cfg.resolved(),
+        schemes={s: codes[s].num_workers for s in cfg.schemes},
+        num_samples=source.num_samples,
+        batch_size=k,
+        output_shape=output_shape,
+        has_labels=source.has_labels,
+        has_reference=cfg.run.reference,
+        seed=cfg.seed,
+        scheme_attrs={s: {"code": codes[s].params, "num_workers": codes[s].num_workers} for s in cfg.schemes},
+    )
+    num_batches = store.num_batches
+    if cfg.run.limit_batches is not None:
+        num_batches = min(num_batches, cfg.run.limit_batches)
+    status = {s: store.batch_status(s)[:num_batches] for s in cfg.schemes}
+    work = [(b, [s for s in cfg.schemes if status[s][b] == 0]) for b in range(num_batches)]
+    work = [(b, ss) for b, ss in work if ss]
+    if store.resumed:
+        say(f"resuming {path}: {num_batches - len(work)} of {num_batches} batches already done")
+
+    wall = 0.0
+    if work:
+        spec = ClusterSpec(
+            address=cfg.cluster.address, scheduler_file=cfg.cluster.scheduler_file, n_workers=cfg.cluster.n_workers,
+            threads_per_worker=cfg.cluster.threads_per_worker,
+            processes=True if cfg.cluster.processes is None else cfg.cluster.processes,
+            connect_timeout=cfg.cluster.connect_timeout,
+        )
+        with connect(spec, client) as c:
+            say(f"dask dashboard: {c.dashboard_link}")
+            _check_reachable(c, os.path.abspath(path))
+            use_gpu = cfg.cluster.gpu is True or (cfg.cluster.gpu == "auto" and cluster_has_gpu(c))
+            plugin = RunPlugin(
+                name=f"gcc-dask-{uuid.uuid4().hex[:8]}", workload=workload, codes=codes, source=source,
+                sink=StoreSink(os.path.abspath(path)), batch_size=k, use_gpu=use_gpu,
+            )
+            runner = BatchRunner(
+                c, plugin, plans, latency_model=latency_model, seed=cfg.seed, num_samples=source.num_samples,
+                output_size=int(np.prod(output_shape)), max_in_flight=cfg.run.max_batches_in_flight,
+                reference=cfg.run.reference, use_gpu=use_gpu,
+            )
+            bar = _progress(len(work), cfg.run.progress and echo is not None, cfg.name)
+            t0 = time.perf_counter()
+            try:
+                runner.run(work, on_batch_done=lambda b, res: bar.update(1))
+            finally:
+                bar.close()
+            wall = time.perf_counter() - t0
+
+    final = {s: store.batch_status(s)[:num_batches] for s in cfg.schemes}
+    complete = all((v > 0).all() for v in final.values()) and num_batches == store.num_batches
+    run_status = "complete" if complete else "incomplete"
+    store.finish(status="complete" if complete else "interrupted")
+    return RunResult(path=path, summary=summarize_run(path), status=run_status, config=cfg, wall_s=wall)
+
+
+def _progress(total: int, enabled: bool, name: str):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=name, unit="batch", disable=not enabled, dynamic_ncols=True)

@@ -1,0 +1,267 @@
+"""Code that runs on the Dask workers: the run plugin, and the load/encode/shard/decode tasks.
+
+Task functions live in the package (never in ``__main__``) so that workers import them instead of
+receiving pickled closures. Every task takes the plugin's name and looks up the heavy state (the loaded
+workload, the coding schemes, the source, the store sink) on its worker: it is shipped once per worker
+by :class:`RunPlugin`, never once per task.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+from distributed import WorkerPlugin, get_worker
+from distributed.worker import thread_state
+
+from gcc_dask import metrics
+
+logger = logging.getLogger(__name__)
+
+#: how often a sleeping (injected) straggler checks whether it has been cancelled, in seconds
+POLL_INTERVAL_S = 0.01
+
+
+class RunPlugin(WorkerPlugin):
+    """Per-run worker state: the workload (loaded once per worker), the codes, the source, the sink.
+
+    Parameters
+    ----------
+    name : str
+        Unique per run; tasks find the plugin as ``get_worker().plugins[name]``.
+    workload : gcc_dask.workloads.Workload
+        Picklable description of f; ``workload.load()`` is called once, in :meth:`setup`.
+    codes : dict of str to CodingScheme
+    source : gcc_dask.sources.Source
+    sink : callable
+        ``sink(kind, batch, **arrays)`` writes a batch's results (``kind`` a scheme name or "inputs").
+    batch_size : int
+        K, the samples per batch.
+    use_gpu : bool
+        Move inputs to CuPy before encoding.
+    """
+
+    def __init__(self, name, workload, codes, source, sink, batch_size, use_gpu=False):
+        self.name = name
+        self.workload = workload
+        self.codes = codes
+        self.source = source
+        self.sink = sink
+        self.batch_size = batch_size
+        self.use_gpu = use_gpu
+        self.fn: Callable | None = None
+
+    def setup(self, worker) -> None:
+        self.fn = self.workload.load()
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["fn"] = None  # never ship a loaded model
+        return state
+
+
+def _plugin(name: str) -> RunPlugin:
+    plugin = get_worker().plugins[name]
+    if plugin.fn is None:  # setup() not run on this worker yet (it joined mid-run)
+        plugin.setup(get_worker())
+    return plugin
+
+
+def to_host(a: Any) -> np.ndarray:
+    """A NumPy copy of a NumPy or CuPy array (``cupy.ndarray.get``)."""
+    return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)
+
+
+def is_cancelled() -> bool:
+    """True when the running task has been cancelled (released) by the client.
+
+    ``client.cancel`` does not interrupt a running task; the worker only marks it ``cancelled`` and waits
+    for it to return. This reads the task's own state on its worker (free, but an internal API of
+    distributed: ``tests/runtime/test_cancel.py`` pins it). If the internal API moves, it returns False:
+    the straggler then runs to the end of its injected delay instead of stopping early.
+    """
+    try:
+        ts = get_worker().state.tasks.get(thread_state.key)
+    except Exception:  # pragma: no cover - internal API moved
+        return False
+    return ts is None or ts.state in ("cancelled", "released", "forgotten")
+
+
+def cooperative_sleep(seconds: float) -> bool:
+    """Sleep ``seconds``, checking for cancellation every ``POLL_INTERVAL_S``. False if cancelled."""
+    end = time.monotonic() + seconds
+    while True:
+        left = end - time.monotonic()
+        if left <= 0:
+            return True
+        if is_cancelled():
+            return False
+        time.sleep(min(POLL_INTERVAL_S, left))
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A batch read from the source, padded to K rows by repeating its last sample."""
+
+    x: np.ndarray  # (K, *sample_shape)
+    labels: np.ndarray | None  # (n_real,)
+    n_real: int
+
+
+def load_task(name: str, batch: int) -> Loaded:
+    """Read batch ``batch`` (samples ``batch*K`` to ``(batch+1)*K``) from the run's source."""
+    p = _plugin(name)
+    k = p.batch_size
+    start = batch * k
+    stop = min(start + k, p.source.num_samples)
+    x, labels = p.source.read(start, stop)
+    n_real = x.shape[0]
+    if n_real < k:
+        x = np.concatenate([x, np.repeat(x[-1:], k - n_real, axis=0)])
+    return Loaded(x=x, labels=None if labels is None else np.asarray(labels), n_real=n_real)
+
+
+def reference_task(name: str, batch: int, loaded: Loaded, write: bool = True) -> np.ndarray:
+    """Compute f(x_k) uncoded for the batch's real samples; write labels and reference; return it."""
+    p = _plugin(name)
+    x = loaded.x[: loaded.n_real]
+    ref = to_host(p.fn(x)).reshape(loaded.n_real, -1)
+    if write:
+        p.sink("inputs", batch, reference=ref, labels=loaded.labels)
+    return ref
+
+
+def encode_task(name: str, scheme: str, loaded: Loaded):
+    """Encode the batch for ``scheme``: (K, *shape) -> (N, *shape), on CuPy when the run uses a GPU."""
+    p = _plugin(name)
+    x = loaded.x
+    if p.use_gpu:
+        import cupy
+
+        x = cupy.asarray(x)
+    return p.codes[scheme].encode(x)
+
+
+@dataclass(frozen=True)
+class ShardResult:
+    """What a shard sends back: its output, and when it started and finished (``time.time()``)."""
+
+    worker: int
+    output: Any  # (*out,) numpy or cupy
+    started: float
+    finished: float
+
+
+def evaluate_shard(name: str, coded, worker: int, delay_s: float = 0.0) -> ShardResult | None:
+    """Evaluate f on coded input ``worker`` after an injected (cooperative) delay.
+
+    Returns None when the shard was cancelled during its delay: it frees its thread at once. An exception
+    raised by f propagates: the driver records the shard as an erasure, never retries it.
+    """
+    started = time.time()
+    p = _plugin(name)
+    if delay_s > 0 and not cooperative_sleep(delay_s):
+        return None
+    y = p.fn(coded[worker : worker + 1])
+    return ShardResult(worker=worker, output=y[0], started=started, finished=time.time())
+
+
+def decode_task(
+    name: str,
+    scheme: str,
+    batch: int,
+    loaded: Loaded,
+    received: list[int],
+    results: list[ShardResult],
+    reference: np.ndarray | None,
+    meta: dict,
+) -> dict:
+    """Decode the kept shard results, score them against the reference, write the batch, return metrics.
+
+    ``meta`` carries what the driver decided: ``status`` (int), ``cutoff_s``, ``latency_s`` (N,),
+    ``failed`` (N,) bool, ``batch_start`` (``time.time()`` at submission). The store's ``status`` is
+    written last by the sink.
+    """
+    from gcc_dask.errors import NotEnoughResultsError
+
+    p = _plugin(name)
+    code = p.codes[scheme]
+    n_real = loaded.n_real
+    status = meta["status"]
+    decoded = None
+    error_estimate = float("nan")
+    if results and status != 4:
+        ys = [r.output for r in results]
+        if p.use_gpu and any(not isinstance(y, np.ndarray) for y in ys):
+            import cupy
+
+            Y = cupy.stack([cupy.asarray(y) for y in ys])
+        else:
+            Y = np.stack([to_host(y) for y in ys])
+        idx = np.asarray(received, dtype=np.int64)
+        try:
+            if code.name in ("gcc", "letcc"):
+                decoded, err = code.decode(Y, idx, return_error=True)
+                error_estimate = float(np.mean(to_host(err)))
+            else:
+                decoded = code.decode(Y, idx)
+            decoded = to_host(decoded)
+        except NotEnoughResultsError:
+            decoded = None
+    if decoded is None:
+        if status != 4:
+            status = 3
+        out_dim = reference.shape[1] if reference is not None else meta["output_size"]
+        decoded = np.full((n_real, out_dim), np.nan, dtype=np.float32)
+    else:
+        decoded = decoded.reshape(decoded.shape[0], -1)[:n_real]
+        if status in (1, 2) and not metrics.decodable_rows(decoded).any():
+            status = 3
+    mse = rel = float("nan")
+    if reference is not None and status in (1, 2):
+        mse = metrics.mse(decoded, reference)
+        rel = metrics.rel_acc(decoded, reference)
+    num_workers = code.num_workers
+    received_mask = np.zeros(num_workers, dtype=bool)
+    received_mask[np.asarray(received, dtype=np.int64)] = True
+    batch_latency = time.time() - meta["batch_start"]
+    p.sink(
+        scheme,
+        batch,
+        decoded=decoded.astype(np.float32),
+        received=received_mask,
+        latency_s=np.asarray(meta["latency_s"], dtype=np.float64),
+        cutoff_s=float(meta["cutoff_s"]),
+        mse=mse,
+        rel_acc=rel,
+        failed_mask=np.asarray(meta["failed"], dtype=bool),
+        batch_latency_s=batch_latency,
+        error_estimate=error_estimate,
+        status=status,
+    )
+    return {"scheme": scheme, "batch": batch, "status": status, "mse": mse, "rel_acc": rel,
+            "n_received": len(received), "batch_latency_s": batch_latency, "cutoff_s": meta["cutoff_s"]}
+
+
+def failed_task(name: str, scheme: str, batch: int, num_workers: int, n_real: int, output_size: int,
+                batch_start: float, reason: str) -> dict:
+    """Record a batch that could not run at all (its load or encode failed) as status 4 (failed)."""
+    p = _plugin(name)
+    logger.warning("batch %d of %s failed: %s", batch, scheme, reason)
+    p.sink(
+        scheme,
+        batch,
+        decoded=np.full((n_real, output_size), np.nan, dtype=np.float32),
+        received=np.zeros(num_workers, dtype=bool),
+        latency_s=np.full(num_workers, np.nan),
+        cutoff_s=float("nan"),
+        mse=float("nan"),
+        rel_acc=float("nan"),
+        failed_mask=np.ones(num_workers, dtype=bool),
+        batch_latency_s=time.time() - batch_start,
+        status=4,
+    )
+    return {"scheme": scheme, "batch": batch, "status": 4}

@@ -1,0 +1,460 @@
+"""The function f that each worker evaluates: ONNX models, analytic maps, Python callables, TorchScript.
+
+A :class:`Workload` is a light, picklable *description* of f. ``Workload.load()`` builds the real callable
+(an ONNX Runtime session, a TorchScript module, an imported function) in the process that calls it, so
+the runtime ships the description once per Dask worker (a ``WorkerPlugin``) and loads it there; the
+loaded object is never pickled. The callable maps a batch ``X`` of shape ``(n, *input_shape)`` (NumPy or
+CuPy) to ``(n, *output_shape)`` float32/float64 in the same array namespace.
+
+    wl = make_workload("onnx", path="pipelines/models/lenet5_mnist.onnx")
+    f = wl.load()
+    logits = f(X)                       # (n, 1, 28, 28) float32 -> (n, 10) float32
+    wl.output_shape((1, 28, 28))        # (10,)
+
+Kinds: ``onnx``, ``analytic`` (``xsinx``, ``polynomial``, ``smooth``), ``callable``, ``torch``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from gcc_dask.errors import ConfigError, WorkloadError
+
+__all__ = ["Workload", "list_workloads", "make_workload", "register_workload", "resolve_model_path"]
+
+_WORKLOADS: dict[str, type["Workload"]] = {}
+
+
+def register_workload(kind: str) -> Callable[[type["Workload"]], type["Workload"]]:
+    """Class decorator: make ``make_workload(kind, ...)`` build this :class:`Workload` subclass."""
+
+    def deco(cls: type[Workload]) -> type[Workload]:
+        cls.kind = kind
+        _WORKLOADS[kind] = cls
+        return cls
+
+    return deco
+
+
+def list_workloads() -> list[str]:
+    """Sorted names of the registered workload kinds."""
+    return sorted(_WORKLOADS)
+
+
+def make_workload(kind: str, **params: Any) -> "Workload":
+    """Build a workload description (nothing heavy is loaded until :meth:`Workload.load`).
+
+    Parameters
+    ----------
+    kind : str
+        One of :func:`list_workloads`: ``onnx``, ``analytic``, ``callable``, ``torch``.
+    **params
+        The kind's parameters (see its class); a None value means the default. ``base_dir`` resolves a
+        relative ``path`` (see :func:`resolve_model_path`) and is ignored by kinds without files.
+
+    Returns
+    -------
+    Workload
+
+    Raises
+    ------
+    ConfigError
+        Unknown kind or an invalid parameter value.
+    WorkloadError
+        A model file that cannot be found, or a function that cannot be imported.
+    """
+    try:
+        cls = _WORKLOADS[kind]
+    except (KeyError, TypeError):
+        raise ConfigError(f"workload.kind: got {kind!r}; expected one of {list_workloads()}") from None
+    params = {k: v for k, v in params.items() if v is not None}  # None means "the default"
+    if not cls.uses_files:
+        params.pop("base_dir", None)
+    return cls(**params)
+
+
+def resolve_model_path(path: str | os.PathLike, base_dir: str | os.PathLike | None = None) -> Path:
+    """Find a model file: as given (absolute, or relative to the cwd), then under ``base_dir`` and its parent.
+
+    Parameters
+    ----------
+    path : str or PathLike
+        The path from the configuration, e.g. ``pipelines/models/lenet5_mnist.onnx``.
+    base_dir : str or PathLike, optional
+        The folder of the YAML file that named ``path``.
+
+    Returns
+    -------
+    pathlib.Path
+        The absolute path of the first candidate that exists.
+
+    Raises
+    ------
+    WorkloadError
+        If no candidate exists; the message lists every path tried.
+    """
+    p = Path(os.fspath(path)).expanduser()
+    tried = [p if p.is_absolute() else Path.cwd() / p]
+    if not p.is_absolute() and base_dir is not None:
+        base = Path(os.fspath(base_dir)).expanduser().resolve()
+        tried += [base / p, base.parent / p]
+    for cand in tried:
+        if cand.is_file():
+            return cand.resolve()
+    raise WorkloadError(f"model file not found: {os.fspath(path)!r}; tried "
+                        f"{[str(c) for c in dict.fromkeys(tried)]}")
+
+
+def _is_cupy(x: Any) -> bool:
+    return type(x).__module__.split(".")[0] == "cupy"
+
+
+def _to_numpy(x: Any) -> np.ndarray:
+    if _is_cupy(x):
+        import cupy
+
+        return cupy.asnumpy(x)
+    return np.asarray(x)
+
+
+class Workload:
+    """A picklable description of f; :meth:`load` returns the callable.
+
+    Attributes
+    ----------
+    kind : str
+        The registry name.
+    params : dict
+        The constructor parameters, JSON-able where the kind allows (for the run's attrs).
+    """
+
+    kind = "?"
+    uses_files = False  # whether the constructor takes ``base_dir``
+    params: dict[str, Any]
+
+    def load(self) -> Callable[[Any], Any]:
+        """Build f in this process.
+
+        Returns
+        -------
+        callable
+            ``f(X)``: X of shape (n, *input_shape), numpy or cupy -> (n, *output_shape) float32 or
+            float64, in the namespace of X. A fresh object on every call.
+        """
+        raise NotImplementedError  # pragma: no cover
+
+    def __call__(self, X: Any) -> Any:
+        """Evaluate f on X, loading it on first use in this process (the loaded f is not pickled)."""
+        fn = self.__dict__.get("_loaded")
+        if fn is None:
+            fn = self._loaded = self.load()
+        return fn(X)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_loaded"}
+
+    def output_shape(self, input_shape: Sequence[int]) -> tuple[int, ...]:
+        """Shape of f(x) for one sample x of shape ``input_shape`` (found by evaluating f on zeros).
+
+        Raises
+        ------
+        WorkloadError
+            If f does not accept samples of this shape.
+        """
+        shape = tuple(int(s) for s in input_shape)
+        return tuple(int(s) for s in np.shape(self(np.zeros((1, *shape), np.float32))))[1:]
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.params!r}>"
+
+
+# ------------------------------------------------------------------------------------------------ ONNX
+@register_workload("onnx")
+class OnnxWorkload(Workload):
+    """An ONNX model evaluated with ONNX Runtime.
+
+    Parameters: ``path`` (resolved by :func:`resolve_model_path` with ``base_dir``), ``providers``
+    (default: CUDA then CPU when ONNX Runtime has the CUDA provider, else CPU),
+    ``intra_op_num_threads`` (default 1, as Dask already runs several shards at once per worker; 0:
+    ONNX Runtime's default). The input is reshaped to the model's declared per-sample shape (e.g.
+    (784,) -> (1, 28, 28)) and cast to its dtype; f returns the first output. CuPy input is copied to
+    the host and the result copied back.
+    """
+
+    uses_files = True
+
+    def __init__(self, path: str | os.PathLike, base_dir: str | os.PathLike | None = None,
+                 providers: Sequence[str] | None = None, intra_op_num_threads: int = 1) -> None:
+        self.path = str(resolve_model_path(path, base_dir))
+        self.providers = None if providers is None else list(providers)
+        self.intra_op_num_threads = intra_op_num_threads
+        self.params = {"kind": "onnx", "path": self.path, "providers": self.providers,
+                       "intra_op_num_threads": intra_op_num_threads}
+
+    def load(self) -> Callable[[Any], Any]:
+        try:
+            import onnxruntime as ort
+        except ImportError as exc:  # pragma: no cover - core dependency
+            raise WorkloadError("the onnx workload needs onnxruntime: pip install onnxruntime") from exc
+        if not os.path.isfile(self.path):
+            raise WorkloadError(f"model file not found: {self.path!r} (the path must be reachable "
+                                f"from every Dask worker)")
+        providers = self.providers
+        if providers is None:
+            providers = ["CPUExecutionProvider"]
+            if "CUDAExecutionProvider" in ort.get_available_providers():
+                providers.insert(0, "CUDAExecutionProvider")
+        opts = ort.SessionOptions()
+        if self.intra_op_num_threads:
+            opts.intra_op_num_threads = int(self.intra_op_num_threads)
+        try:
+            sess = ort.InferenceSession(self.path, sess_options=opts, providers=providers)
+        except Exception as exc:
+            raise WorkloadError(f"cannot load ONNX model {self.path!r}: {exc}") from exc
+        inp = sess.get_inputs()[0]
+        dims = tuple(d if isinstance(d, int) else None for d in inp.shape)
+        per_sample, name = dims[1:], inp.name
+        dtype = {"tensor(float)": np.float32, "tensor(double)": np.float64}.get(inp.type, np.float32)
+        path = self.path
+
+        def f(X: Any) -> Any:
+            on_gpu = _is_cupy(X)
+            x = _to_numpy(X)
+            n = x.shape[0] if x.ndim else 0
+            if None not in per_sample:
+                size = int(np.prod(per_sample, dtype=np.int64))
+                if int(np.prod(x.shape[1:], dtype=np.int64)) != size or x.ndim < 1:
+                    want = ", ".join(map(str, per_sample))
+                    raise WorkloadError(
+                        f"input of shape {tuple(x.shape)} does not fit ONNX model {path!r}: expected "
+                        f"(n, {want}) or any (n, ...) with {size} values per sample")
+                x = x.reshape((n, *per_sample))
+            try:
+                y = sess.run(None, {name: np.ascontiguousarray(x, dtype=dtype)})[0]
+            except Exception as exc:
+                raise WorkloadError(f"ONNX model {path!r} rejected input of shape {tuple(x.shape)} "
+                                    f"(declared input {inp.shape}): {exc}") from exc
+            y = np.asarray(y, dtype=np.float32 if y.dtype != np.float64 else np.float64)
+            if on_gpu:
+                import cupy
+
+                return cupy.asarray(y)
+            return y
+
+        return f
+
+
+# -------------------------------------------------------------------------------------------- analytic
+_ANALYTIC = ("xsinx", "polynomial", "smooth")
+
+
+@register_workload("analytic")
+class AnalyticWorkload(Workload):
+    """Closed-form test functions, written against the array API (run on NumPy, CuPy, array-api-strict).
+
+    ``name="xsinx"``: f(x) = x sin x elementwise (the GCC paper's running example; output shape = input
+    shape). ``name="polynomial"``: f(x) = sum_i coeffs[i] x**i elementwise (Horner; ``coeffs`` lowest
+    order first, default [0, 0, 1]). ``name="smooth"``: a fixed random-feature network R^d -> R^m,
+    f(x) = V tanh(W x + b) / sqrt(hidden) with W ~ N(0, 1/d), b ~ N(0, 1), V ~ N(0, 1) drawn from
+    ``numpy.random.default_rng(seed)`` once d is known (params ``out_dim`` m = 10, ``hidden`` = 64,
+    ``seed`` = 0); x is the flattened sample. Integer input is promoted to float64.
+    """
+
+    def __init__(self, name: str = "xsinx", coeffs: Sequence[float] | None = None, out_dim: int = 10,
+                 hidden: int = 64, seed: int = 0) -> None:
+        if name not in _ANALYTIC:
+            raise ConfigError(f"workload.name: got {name!r}; expected one of {list(_ANALYTIC)}")
+        if coeffs is not None and name != "polynomial":
+            raise ConfigError(f"workload.coeffs: got {coeffs!r}; only valid with name='polynomial'")
+        self.name = name
+        self.coeffs = [0.0, 0.0, 1.0] if coeffs is None else [float(c) for c in coeffs]
+        if not self.coeffs:
+            raise ConfigError("workload.coeffs: got []; expected at least one coefficient")
+        for key, val in (("out_dim", out_dim), ("hidden", hidden)):
+            if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:
+                raise ConfigError(f"workload.{key}: got {val!r}; expected a positive integer")
+        self.out_dim, self.hidden, self.seed = int(out_dim), int(hidden), int(seed)
+        self.params = {"kind": "analytic", "name": name}
+        if name == "polynomial":
+            self.params["coeffs"] = self.coeffs
+        if name == "smooth":
+            self.params.update(out_dim=self.out_dim, hidden=self.hidden, seed=self.seed)
+
+    def _weights(self, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        rng = np.random.default_rng([self.seed, d])
+        W = rng.standard_normal((d, self.hidden)) / np.sqrt(d)
+        b = rng.standard_normal(self.hidden)
+        V = rng.standard_normal((self.hidden, self.out_dim)) / np.sqrt(self.hidden)
+        return W, b, V
+
+    def load(self) -> Callable[[Any], Any]:
+        from array_api_compat import array_namespace
+
+        name, coeffs, cache = self.name, self.coeffs, {}
+
+        def f(X: Any) -> Any:
+            xp = array_namespace(X)
+            if not xp.isdtype(X.dtype, "real floating"):
+                X = xp.astype(X, xp.float64)
+            if name == "xsinx":
+                return X * xp.sin(X)
+            if name == "polynomial":
+                out = xp.full_like(X, coeffs[-1])
+                for c in coeffs[-2::-1]:
+                    out = out * X + c
+                return out
+            n, d = X.shape[0], int(np.prod(X.shape[1:], dtype=np.int64))
+            if d not in cache:
+                cache[d] = self._weights(d)
+            W, b, V = (xp.asarray(a, dtype=X.dtype) for a in cache[d])
+            return xp.tanh(xp.reshape(X, (n, d)) @ W + b) @ V
+
+        return f
+
+    def output_shape(self, input_shape: Sequence[int]) -> tuple[int, ...]:
+        return (self.out_dim,) if self.name == "smooth" else tuple(int(s) for s in input_shape)
+
+
+# -------------------------------------------------------------------------------------------- callable
+def _import_object(spec: str) -> Any:
+    module, sep, attr = spec.partition(":")
+    if not sep or not module or not attr:
+        raise ConfigError(f"workload.function: got {spec!r}; expected 'package.module:function'")
+    try:
+        obj: Any = importlib.import_module(module)
+    except ImportError as exc:
+        raise WorkloadError(f"cannot import module {module!r} for workload.function={spec!r}: "
+                            f"{exc}") from exc
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise WorkloadError(f"module {module!r} has no attribute {attr!r} "
+                                f"(workload.function={spec!r})") from None
+    return obj
+
+
+@register_workload("callable")
+class CallableWorkload(Workload):
+    """Any Python function ``f(X) -> Y`` on batches: an import path ``"package.module:function"``
+    (checked at construction, re-imported by each worker) or, programmatically, a picklable callable.
+
+    ``name`` is an alias of ``function`` (the YAML key). ``kwargs`` (dict) are passed to f on every
+    call. With ``factory=True`` the imported object is called
+    once in :meth:`load` (with ``kwargs``) and must return f, e.g. to load a model per worker.
+    """
+
+    def __init__(self, function: str | Callable[..., Any] | None = None,
+                 kwargs: dict[str, Any] | None = None, factory: bool = False,
+                 name: str | None = None) -> None:
+        if (function is None) == (name is None):
+            raise ConfigError(f"workload.name: got name={name!r}, function={function!r}; expected "
+                              f"exactly one 'package.module:function'")
+        function = name if function is None else function
+        if isinstance(function, str):
+            target = _import_object(function)
+            label: Any = function
+        elif callable(function):
+            target, label = function, f"{getattr(function, '__module__', '?')}:" \
+                                      f"{getattr(function, '__qualname__', repr(function))}"
+        else:
+            raise ConfigError(f"workload.function: got {function!r}; expected 'package.module:function'"
+                              f" or a callable")
+        if not callable(target):
+            raise WorkloadError(f"workload.function={function!r} is not callable")
+        self.function, self.kwargs, self.factory = function, dict(kwargs or {}), bool(factory)
+        self.params = {"kind": "callable", "function": label, "kwargs": self.kwargs,
+                       "factory": self.factory}
+
+    def load(self) -> Callable[[Any], Any]:
+        fn = _import_object(self.function) if isinstance(self.function, str) else self.function
+        kwargs = self.kwargs
+        if self.factory:
+            return fn(**kwargs)
+        if not kwargs:
+            return fn
+        return lambda X: fn(X, **kwargs)
+
+
+# ----------------------------------------------------------------------------------------------- torch
+@register_workload("torch")
+class TorchWorkload(Workload):
+    """A torch module evaluated under ``torch.inference_mode`` (optional extra: ``torch``).
+
+    Either ``path``, a TorchScript file (``torch.jit.save``; resolved like :func:`resolve_model_path`
+    with ``base_dir``), or ``name``, a ``"module:factory"`` import path called with ``kwargs`` in
+    :meth:`load` that returns a ``torch.nn.Module``. Other parameters: ``device`` (``"auto"``:
+    CUDA when available, else CPU), ``input_shape`` (optional per-sample shape the input is reshaped
+    to), ``dtype`` (``"float32"``). CuPy input goes to the GPU through DLPack; the output comes back in
+    the input's namespace.
+    """
+
+    uses_files = True
+
+    def __init__(self, path: str | os.PathLike | None = None, base_dir: str | os.PathLike | None = None,
+                 device: str = "auto", input_shape: Sequence[int] | None = None,
+                 dtype: str = "float32", name: str | None = None,
+                 kwargs: dict[str, Any] | None = None) -> None:
+        if (path is None) == (name is None):
+            raise ConfigError(f"workload.path: got path={path!r}, name={name!r}; expected exactly one: "
+                              f"a TorchScript file or a 'module:factory' returning a torch module")
+        self.path = None if path is None else str(resolve_model_path(path, base_dir))
+        self.name, self.kwargs = name, dict(kwargs or {})
+        if name is not None:
+            _import_object(name)  # fail early when the factory cannot be imported
+        self.device, self.dtype = device, np.dtype(dtype).name
+        self.input_shape = None if input_shape is None else tuple(int(s) for s in input_shape)
+        self.params = {"kind": "torch", "path": self.path, "name": name, "kwargs": self.kwargs,
+                       "device": device, "dtype": self.dtype,
+                       "input_shape": None if input_shape is None else list(self.input_shape)}
+
+    def load(self) -> Callable[[Any], Any]:
+        try:
+            import torch
+        except ImportError as exc:
+            raise WorkloadError("the torch workload needs PyTorch: pip install 'gcc-dask[torch]'") from exc
+        device = self.device
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        if self.name is not None:
+            module = _import_object(self.name)(**self.kwargs)
+            if not isinstance(module, torch.nn.Module):
+                raise WorkloadError(f"workload.name={self.name!r} returned {type(module).__name__}; "
+                                    f"expected a torch.nn.Module")
+            module = module.to(device).eval()
+        elif not os.path.isfile(self.path):
+            raise WorkloadError(f"model file not found: {self.path!r} (the path must be reachable "
+                                f"from every Dask worker)")
+        else:
+            try:
+                with warnings.catch_warnings():  # torch >= 2.10 deprecates TorchScript; it loads
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    module = torch.jit.load(self.path, map_location=device).eval()
+            except Exception as exc:
+                raise WorkloadError(f"cannot load TorchScript model {self.path!r}: {exc}") from exc
+        tdtype, per_sample = getattr(torch, self.dtype), self.input_shape
+        path = self.path or self.name
+
+        def f(X: Any) -> Any:
+            on_gpu = _is_cupy(X)
+            t = torch.from_dlpack(X) if on_gpu else torch.from_numpy(np.ascontiguousarray(X))
+            if per_sample is not None:
+                if int(np.prod(t.shape[1:])) != int(np.prod(per_sample)):
+                    raise WorkloadError(f"input of shape {tuple(t.shape)} does not fit torch "
+                                        f"model {path!r}: expected (n, {', '.join(map(str, per_sample))})")
+                t = t.reshape((t.shape[0], *per_sample))
+            with torch.inference_mode():
+                out = module(t.to(device=device, dtype=tdtype))
+            if on_gpu:
+                import cupy
+
+                return cupy.from_dlpack(out.contiguous())
+            return out.cpu().numpy()
+
+        return f

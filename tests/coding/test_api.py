@@ -1,0 +1,256 @@
+"""The CodingScheme interface: registry, validation messages, caching, pickling, NaN policy, coincidences."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+from coding_helpers import EXTRA
+
+from gcc_dask.coding import CodingScheme, CoincidenceWarning, list_codes, make_code, register_code
+from gcc_dask.errors import ConfigError, GccDaskError, InvalidInputError, NotEnoughResultsError
+
+ALL = ["bacc", "bspline", "gcc", "lcc", "letcc", "replication", "uncoded"]
+
+
+def build(name: str, K: int = 4, N: int = 12, **kw) -> CodingScheme:
+    N = K if name == "uncoded" else N
+    return make_code(name, num_inputs=K, num_workers=N, **{**EXTRA.get(name, {}), **kw})
+
+
+def test_list_codes_is_sorted_and_complete():
+    assert list_codes() == ALL
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_interface_attributes(name):
+    code = build(name)
+    K, N = code.num_inputs, code.num_workers
+    assert code.name == name
+    assert code.data_points.shape == (K,) and code.data_points.dtype == np.float64
+    assert code.worker_points.shape == (N,) and code.worker_points.dtype == np.float64
+    assert code.encoder_matrix.shape == (N, K) and code.encoder_matrix.dtype == np.float64
+    assert code.recovery_threshold is None or isinstance(code.recovery_threshold, int)
+    assert isinstance(code.min_received, int) and 1 <= code.min_received <= N
+    with pytest.raises(ValueError, match="read-only"):
+        code.encoder_matrix[0, 0] = 1.0
+    D = code.decoder_matrix(np.arange(N))
+    assert D.shape == (K, N) and D.dtype == np.float64
+    with pytest.raises(ValueError, match="read-only"):
+        D[0, 0] = 1.0
+    # params are JSON-able and rebuild the same scheme
+    again = make_code(name, **json.loads(json.dumps(code.params)))
+    np.testing.assert_array_equal(again.encoder_matrix, code.encoder_matrix)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_pickle_round_trip(name):
+    code = build(name)
+    code.decoder_matrix(np.arange(code.num_workers))  # warm the cache: it must not break pickling
+    clone = pickle.loads(pickle.dumps(code))
+    assert type(clone) is type(code) and clone.params == code.params
+    np.testing.assert_array_equal(clone.encoder_matrix, code.encoder_matrix)
+    F = np.arange(code.num_workers)
+    np.testing.assert_array_equal(clone.decoder_matrix(F), code.decoder_matrix(F))
+
+
+def test_decoder_cache_hits_and_is_bounded():
+    code = make_code("gcc", num_inputs=4, num_workers=12)
+    F = np.array([0, 2, 3, 5, 7, 11])
+    assert code.decoder_matrix(F) is code.decoder_matrix(F.copy())
+    assert code.decoder_matrix(F) is code.decoder_matrix(F.tolist())  # same indices, other container
+    assert code.decoder_matrix(F) is code.decoder_matrix(F.astype(np.int32))
+    for i in range(300):
+        code.decoder_matrix(np.random.default_rng(i).permutation(12)[:8])
+    assert code._lookup.cache_info().currsize <= 256
+
+
+def test_boolean_mask_is_accepted_as_received():
+    code = make_code("bacc", num_inputs=4, num_workers=12)
+    mask = np.zeros(12, dtype=bool)
+    mask[[1, 4, 5, 9]] = True
+    np.testing.assert_array_equal(code.decoder_matrix(mask), code.decoder_matrix([1, 4, 5, 9]))
+
+
+def test_register_code_adds_a_scheme():
+    @register_code("test-identity")
+    class Identity(CodingScheme):
+        check_coincidence = False
+
+        def __init__(self, *, num_inputs, num_workers, points="chebyshev", nan_policy="raise"):
+            super().__init__(num_inputs=num_inputs, num_workers=num_workers, points=points, nan_policy=nan_policy)
+            self._finish()
+
+        def _build_encoder(self):
+            return np.eye(self.num_workers, self.num_inputs)
+
+        def _decoder_map(self, rs, z):
+            return np.eye(z.size, rs.size)
+
+    try:
+        code = make_code("test-identity", num_inputs=3, num_workers=3)
+        np.testing.assert_array_equal(code.encode(np.arange(3.0)), np.arange(3.0))
+        assert "test-identity" in list_codes()
+    finally:
+        from gcc_dask.coding import base
+
+        base._CODES.pop("test-identity")
+
+
+# -- bad configuration ---------------------------------------------------------------------------------
+
+BAD_PARAMS = [
+    ("nope", {"num_inputs": 4, "num_workers": 8}, "unknown code 'nope'"),
+    ("gcc", {"num_inputs": 0, "num_workers": 8}, "num_inputs must be an integer >= 1; got num_inputs=0"),
+    ("gcc", {"num_inputs": 2.5, "num_workers": 8}, "num_inputs=2.5"),
+    ("gcc", {"num_inputs": 4, "num_workers": True}, "num_workers=True"),
+    ("gcc", {"num_inputs": 4, "num_workers": 1}, "min_received=2"),
+    ("gcc", {"num_inputs": 4, "num_workers": 8, "lambda_dec": -1.0}, "lambda_dec must be a finite float >= 0"),
+    ("gcc", {"num_inputs": 4, "num_workers": 8, "lambda_dec": float("nan")}, "lambda_dec=nan"),
+    ("gcc", {"num_inputs": 4, "num_workers": 8, "lambda_dec": "auto"}, "'gcv'"),
+    ("gcc", {"num_inputs": 4, "num_workers": 8, "lambda_enc": "gcv"}, "lambda_enc="),
+    ("gcc", {"num_inputs": 4, "num_workers": 8, "kernel": "rbf"}, "kernel must be one of"),
+    ("gcc", {"num_inputs": 4, "num_workers": 8, "length_scale": 0.0}, "length_scale must be a finite float > 0"),
+    ("gcc", {"num_inputs": 4, "num_workers": 8, "points": "random"}, "points must be one of"),
+    ("gcc", {"num_inputs": 4, "num_workers": 8, "nan_policy": "omit"}, "nan_policy must be one of"),
+    ("gcc", {"num_inputs": 4, "num_workers": 8, "on_coincidence": "fix"}, "on_coincidence must be one of"),
+    ("gcc", {"num_inputs": 4, "num_workers": 8, "lambda": 0.1}, r"unknown parameter\(s\) \['lambda'\]"),
+    ("letcc", {"num_inputs": 4, "num_workers": 8, "kernel": "matern32"}, "unknown parameter"),
+    ("lcc", {"num_inputs": 4, "num_workers": 8}, r"needs parameter\(s\) \['degree'\]"),
+    ("lcc", {"num_inputs": 4, "num_workers": 8, "degree": 0}, "degree must be an integer >= 1"),
+    ("lcc", {"num_inputs": 4, "num_workers": 6, "degree": 2}, "at least .* = 7"),
+    ("bspline", {"num_inputs": 4, "num_workers": 3}, "min_received=4"),
+    ("replication", {"num_inputs": 4, "num_workers": 10}, "multiple"),
+    ("replication", {"num_inputs": 4, "num_workers": 2}, "multiple"),
+    ("replication", {"num_inputs": 4, "num_workers": 8, "on_coincidence": "warn"}, "unknown parameter"),
+    ("uncoded", {"num_inputs": 4, "num_workers": 8}, "num_workers must equal num_inputs"),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "match"),
+    BAD_PARAMS,
+    ids=[
+        "unknown-code", "zero-inputs", "float-inputs", "bool-workers", "gcc-one-worker", "negative-lambda",
+        "nan-lambda", "unknown-lambda-string", "gcv-encoder", "unknown-kernel", "zero-length-scale",
+        "unknown-points", "unknown-nan-policy", "unknown-coincidence", "unknown-param", "letcc-kernel",
+        "lcc-no-degree", "lcc-zero-degree", "lcc-too-few-workers", "bspline-three-workers",
+        "replication-not-multiple", "replication-fewer-workers", "replication-coincidence", "uncoded-n-ne-k",
+    ],
+)
+def test_make_code_rejects(name, params, match):
+    with pytest.raises(ConfigError, match=match) as info:
+        make_code(name, **params)
+    assert isinstance(info.value, GccDaskError) and isinstance(info.value, ValueError)
+
+
+# -- bad data ------------------------------------------------------------------------------------------
+
+GCC = dict(num_inputs=4, num_workers=10)
+Y_OK = np.ones((6, 3))
+F_OK = np.array([0, 1, 3, 5, 8, 9])
+
+BAD_CALLS = [
+    ("decode", (Y_OK, [0, 1, 3, 5, 8, 10]), InvalidInputError, r"outside \[0, 10\)"),
+    ("decode", (Y_OK, [0, 1, 3, 5, -1, 9]), InvalidInputError, r"\[-1\] outside"),
+    ("decode", (Y_OK, [0, 1, 3, 3, 8, 9]), InvalidInputError, r"repeated indices \[3\]"),
+    ("decode", (Y_OK, [0.0, 1.0, 3.0, 5.0, 8.0, 9.0]), InvalidInputError, "integer worker indices"),
+    ("decode", (Y_OK, [[0, 1, 3], [5, 8, 9]]), InvalidInputError, "must be 1-D"),
+    ("decode", (np.ones((1, 3)), [4]), NotEnoughResultsError, "needs at least 2"),
+    ("decode", (np.ones((0, 3)), []), NotEnoughResultsError, "received has 0 result"),
+    ("decode", (np.ones((5, 3)), F_OK), InvalidInputError, r"Y must have shape \(6, ...\)"),
+    ("decode", (np.ones((6, 3), dtype=np.int64), F_OK), InvalidInputError, "real floating"),
+    ("decode", (np.full((6, 3), np.inf), F_OK), InvalidInputError, "Y holds NaN or Inf"),
+    ("encode", (np.ones((3, 2)),), InvalidInputError, r"X must have shape \(4, ...\)"),
+    ("encode", (np.ones((4, 2), dtype=np.int32),), InvalidInputError, "got dtype int32"),
+    ("encode", (np.array([[1.0, np.nan]] * 4),), InvalidInputError, "X holds NaN or Inf"),
+    ("encode", (np.float64(3.0),), InvalidInputError, "X must have shape"),
+]
+
+
+@pytest.mark.parametrize(
+    ("method", "args", "exc", "match"),
+    BAD_CALLS,
+    ids=[
+        "index-too-large", "negative-index", "repeated-index", "float-indices", "2d-received",
+        "below-min-received", "empty-received", "rows-ne-received", "int-results", "inf-results",
+        "wrong-batch-size", "int-inputs", "nan-inputs", "scalar-input",
+    ],
+)
+def test_bad_data_is_rejected(method, args, exc, match):
+    code = make_code("gcc", **GCC)
+    with pytest.raises(exc, match=match):
+        getattr(code, method)(*args)
+
+
+def test_return_error_only_for_gcc():
+    code = make_code("bacc", **GCC)
+    with pytest.raises(ConfigError, match="return_error"):
+        code.decode(Y_OK, F_OK, return_error=True)
+
+
+def test_decodable_does_not_raise_below_min_received():
+    code = make_code("gcc", **GCC)
+    assert not code.decodable([3]).any()
+    assert code.decodable(F_OK).all()
+    with pytest.raises(InvalidInputError):
+        code.decodable([3, 3])
+
+
+def test_nan_policy_propagate_lets_nan_through():
+    code = make_code("bacc", **GCC, nan_policy="propagate")
+    X = np.ones((4, 2))
+    X[1, 0] = np.nan
+    out = code.encode(X)
+    assert np.isnan(out[:, 0]).all() and np.isfinite(out[:, 1]).all()
+    Y = np.ones((6, 2))
+    Y[2, 1] = np.inf
+    assert not np.isfinite(code.decode(Y, F_OK)[:, 1]).all()
+
+
+def test_huge_finite_values_are_not_mistaken_for_nan():
+    """The NaN check uses column sums; a float32 sum that overflows is re-checked, not rejected."""
+    code = make_code("replication", num_inputs=4, num_workers=8)
+    X = np.full((4, 3), 3e38, dtype=np.float32)
+    out = code.encode(X)
+    np.testing.assert_array_equal(out, np.vstack([X, X]))
+
+
+# -- coincidences ----------------------------------------------------------------------------------------
+
+
+def test_coincident_points_warn_by_default():
+    with pytest.warns(CoincidenceWarning, match="worker point"):
+        code = make_code("gcc", num_inputs=10, num_workers=41)
+    assert code.coincident_points.shape == (10, 2)
+    k, n = code.coincident_points.T
+    np.testing.assert_allclose(code.data_points[k], code.worker_points[n], atol=1e-12)
+
+
+def test_even_worker_counts_never_coincide():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CoincidenceWarning)
+        for N in (16, 40, 80, 640):
+            assert make_code("gcc", num_inputs=10, num_workers=N).coincident_points.size == 0
+
+
+@pytest.mark.parametrize("points", ["chebyshev", "equispaced"])
+def test_nudge_removes_coincidences(points):
+    code = make_code("bacc", num_inputs=10, num_workers=41, points=points, on_coincidence="nudge")
+    assert code.coincident_points.size == 0
+    assert code.nudged_workers.size == 10
+    beta = code.worker_points
+    assert np.all(np.diff(beta) > 0) and beta[0] == -1.0 and beta[-1] == 1.0
+    ref = make_code("bacc", num_inputs=10, num_workers=41, points=points, on_coincidence="ignore")
+    untouched = np.setdiff1d(np.arange(41), code.nudged_workers)
+    np.testing.assert_array_equal(beta[untouched], ref.worker_points[untouched])
+
+
+def test_ignore_keeps_coincidences_silently():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CoincidenceWarning)
+        code = make_code("gcc", num_inputs=10, num_workers=41, on_coincidence="ignore")
+    assert code.coincident_points.shape == (10, 2)

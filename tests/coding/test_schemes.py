@@ -1,0 +1,227 @@
+"""Scheme-specific guarantees: interpolation, Berrut weights, LCC exactness, replication and uncoded."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.interpolate import make_smoothing_spline
+
+from gcc_dask.coding import berrut_matrix, make_code
+from gcc_dask.errors import ConfigError, NotEnoughResultsError
+
+RNG = np.random.default_rng(1234)
+
+
+def random_received(N: int, size: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).permutation(N)[:size]
+
+
+# -- gcc / letcc -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [
+        ("letcc", {}),
+        ("gcc", {"kernel": "sobolev2"}),
+        ("gcc", {"kernel": "matern32"}),
+        ("gcc", {"kernel": "matern52"}),
+        ("gcc", {"kernel": "gaussian", "length_scale": 0.1}),
+    ],
+    ids=["letcc", "sobolev2", "matern32", "matern52", "gaussian"],
+)
+@pytest.mark.parametrize("points", ["chebyshev", "equispaced"])
+def test_gcc_interpolates_at_lambda_zero(name, params, points):
+    """u_enc(α_k) = x_k and u_dec(β_n) = ỹ_n when λ_enc = λ_dec = 0."""
+    code = make_code(name, num_inputs=7, num_workers=30, points=points, on_coincidence="ignore", **params)
+    tol = 1e-12 if params.get("kernel", "sobolev2") == "sobolev2" else 1e-6  # PD Gram matrices: cond ~1e12
+    np.testing.assert_allclose(code.encoder_at(code.data_points), np.eye(7), atol=tol)
+    F = random_received(30, 22, 0)
+    np.testing.assert_allclose(code.decoder_at(F, code.worker_points[F]), np.eye(22), atol=tol)
+
+
+@pytest.mark.parametrize("lam", [1e-9, 1e-6, 1e-3])
+def test_gcc_sobolev2_is_make_smoothing_spline_in_mean_form(lam):
+    """Decoder = make_smoothing_spline(β_F, ỹ_F, lam=|F|·λ_dec); encoder likewise with K·λ_enc."""
+    K, N = 8, 40
+    code = make_code("gcc", num_inputs=K, num_workers=N, lambda_enc=lam, lambda_dec=lam)
+    F = np.sort(random_received(N, 33, 1))
+    beta = code.worker_points[F]
+    inside = (code.data_points >= beta[0]) & (code.data_points <= beta[-1])
+    ref = make_smoothing_spline(beta, np.eye(F.size), lam=F.size * lam)(code.data_points)
+    np.testing.assert_allclose(code.decoder_matrix(F)[inside], ref[inside], atol=1e-8)
+    ref_e = make_smoothing_spline(code.data_points, np.eye(K), lam=K * lam)(code.worker_points)
+    inside_e = (code.worker_points >= code.data_points[0]) & (code.worker_points <= code.data_points[-1])
+    np.testing.assert_allclose(code.encoder_matrix[inside_e], ref_e[inside_e], atol=1e-8)
+
+
+def test_letcc_is_gcc_sobolev2():
+    a = make_code("letcc", num_inputs=6, num_workers=20, lambda_dec=1e-5)
+    b = make_code("gcc", num_inputs=6, num_workers=20, kernel="sobolev2", lambda_dec=1e-5)
+    F = random_received(20, 15, 2)
+    np.testing.assert_array_equal(a.encoder_matrix, b.encoder_matrix)
+    np.testing.assert_array_equal(a.decoder_matrix(F), b.decoder_matrix(F))
+
+
+def test_sobolev2_reproduces_lines_including_extrapolation():
+    """Natural splines reproduce affine data exactly, also at α outside the survivors' hull."""
+    code = make_code("gcc", num_inputs=10, num_workers=20)
+    F = np.arange(6, 20)  # the left end straggles: α_0.. lie left of every survivor
+    assert code.data_points[0] < code.worker_points[F].min()
+    y = 2.0 - 3.0 * code.worker_points[F]
+    np.testing.assert_allclose(code.decode(y, F), 2.0 - 3.0 * code.data_points, atol=1e-12)
+
+
+@pytest.mark.parametrize("kernel", ["sobolev2", "matern52"])
+@pytest.mark.parametrize("lam", [0.0, 1e-4])
+def test_loo_residuals_equal_refits(kernel, lam):
+    """loo_residuals(Y, F)[j] = ỹ_j − u_dec fitted without worker F[j] (same sum-form λ), at β_{F[j]}."""
+    code = make_code("gcc", num_inputs=5, num_workers=16, kernel=kernel, lambda_dec=lam)
+    F = random_received(16, 12, 3)
+    Y = RNG.standard_normal((12, 2))
+    loo = code.loo_residuals(Y, F)
+    n = F.size
+    for j in range(n):
+        rest = np.delete(F, j)
+        fit = code.decoder_at(rest, code.worker_points[F[j : j + 1]], lambda_dec=lam * n / (n - 1))
+        np.testing.assert_allclose(loo[j], Y[j] - (fit @ np.delete(Y, j, axis=0))[0], atol=1e-9)
+
+
+@pytest.mark.parametrize("lambda_dec", [0.0, 1e-6, "gcv"])
+def test_return_error_gives_estimates_and_a_per_sample_error(lambda_dec):
+    code = make_code("gcc", num_inputs=6, num_workers=24, lambda_dec=lambda_dec)
+    F = np.sort(random_received(24, 20, 4))
+    X = RNG.uniform(-3, 3, (6, 3)).astype(np.float32)
+    Y = np.sin(code.encode(X))[F]
+    est, err = code.decode(Y, F, return_error=True)
+    np.testing.assert_array_equal(est, code.decode(Y, F))
+    assert err.shape == (6,) and err.dtype == np.float32
+    assert np.all(np.isfinite(err)) and np.all(err >= 0)
+
+
+def test_gcv_matrix_is_data_dependent():
+    code = make_code("gcc", num_inputs=6, num_workers=24, lambda_dec="gcv")
+    F = np.arange(24)
+    with pytest.raises(ConfigError, match="gcv"):
+        code.decoder_matrix(F)
+    y = np.sin(2 * code.worker_points)[:, None] + 0.1 * RNG.standard_normal((24, 4))
+    lam = code.select_lambda(y, F)
+    assert lam > 0
+    np.testing.assert_allclose(code.decode(y, F), code.decoder_at(F, code.data_points, lambda_dec=lam) @ y)
+
+
+# -- bacc / bspline ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("N", [1, 2, 9, 40])
+def test_bacc_weights_sum_to_one(N):
+    code = make_code("bacc", num_inputs=6, num_workers=N, on_coincidence="ignore")
+    np.testing.assert_allclose(code.encoder_matrix.sum(axis=1), 1.0, atol=1e-12)
+    for seed in range(5):
+        F = random_received(N, max(1, N - 3), seed)
+        D = code.decoder_matrix(F)
+        np.testing.assert_allclose(D.sum(axis=1), 1.0, atol=1e-12)
+        np.testing.assert_allclose(code.decode(np.full((F.size, 2), 4.5), F), 4.5, atol=1e-12)
+
+
+def test_bacc_signs_alternate_over_sorted_survivors():
+    """Signs run over the sorted survivor list, not the worker index (METHODS.md §4)."""
+    code = make_code("bacc", num_inputs=5, num_workers=20)
+    F = np.array([17, 2, 3, 9, 11, 12, 19, 5])  # unsorted, with gaps
+    order = np.argsort(code.worker_points[F])
+    z = code.data_points
+    nodes = code.worker_points[F][order]
+    signs = (-1.0) ** np.arange(F.size)
+    C = signs / (z[:, None] - nodes[None, :])
+    expected = np.empty((5, F.size))
+    expected[:, order] = C / C.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(code.decoder_matrix(F), expected, atol=1e-13)
+    # the original-index signs differ once survivors have gaps (they put poles inside Ω)
+    bad = (-1.0) ** F[order]
+    assert not np.allclose(bad, signs)
+
+
+def test_berrut_exact_node_hits():
+    nodes = np.array([-1.0, -0.2, 0.3, 1.0])
+    W = berrut_matrix(nodes, np.array([-0.2, 1.0, 0.0]))
+    np.testing.assert_array_equal(W[0], [0, 1, 0, 0])
+    np.testing.assert_array_equal(W[1], [0, 0, 0, 1])
+    assert np.all(np.isfinite(W))
+    code = make_code("bacc", num_inputs=4, num_workers=9, on_coincidence="ignore")
+    np.testing.assert_array_equal(code.decoder_at([0, 3, 4, 8], code.worker_points[[0, 3, 4, 8]]), np.eye(4))
+
+
+def test_bspline_reproduces_cubics_and_needs_four():
+    code = make_code("bspline", num_inputs=6, num_workers=20)
+    F = random_received(20, 14, 5)
+    b = code.worker_points[F]
+    y = 1 - b + 0.5 * b**2 - 2 * b**3
+    a = code.data_points
+    np.testing.assert_allclose(code.decode(y, F), 1 - a + 0.5 * a**2 - 2 * a**3, atol=1e-11)
+    with pytest.raises(NotEnoughResultsError, match="at least 4"):
+        code.decode(y[:3], F[:3])
+    assert not code.decodable(F[:3]).any()
+
+
+# -- lcc -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("K", "D"), [(1, 2), (3, 1), (4, 2), (5, 3), (8, 2)])
+def test_lcc_exact_at_threshold_and_raises_below(K, D):
+    R = (K - 1) * D + 1
+    code = make_code("lcc", num_inputs=K, num_workers=R + 5, degree=D)
+    assert code.recovery_threshold == code.min_received == R
+    rng = np.random.default_rng(K * 10 + D)
+    coef = rng.standard_normal(D + 1)
+
+    def f(x):
+        return sum(c * x**i for i, c in enumerate(coef))
+
+    X = rng.uniform(-1, 1, (K, 4))
+    Yall = f(code.encode(X))
+    for size in (R, R + 3):
+        F = random_received(R + 5, size, size)
+        np.testing.assert_allclose(code.decode(Yall[F], F), f(X), atol=1e-8, rtol=1e-8)
+    assert np.isfinite(code.condition_number(np.arange(R)))
+    if R > 1:
+        F = random_received(R + 5, R - 1, 0)
+        with pytest.raises(NotEnoughResultsError, match=f"at least {R}"):
+            code.decode(Yall[F], F)
+        assert not code.decodable(F).any()
+
+
+# -- replication / uncoded ------------------------------------------------------------------------------
+
+
+def test_replication_exact_when_a_copy_survives_else_nan():
+    K, r = 4, 3
+    code = make_code("replication", num_inputs=K, num_workers=K * r)
+    assert code.recovery_threshold == K * r - r + 1
+    X = RNG.standard_normal((K, 2, 2))
+    Y = np.tanh(code.encode(X))
+    F = np.array([5, 1, 9, 2, 6])  # holds inputs 1, 1, 1, 2, 2 -> inputs 0 and 3 missing
+    mask = code.decodable(F)
+    np.testing.assert_array_equal(mask, [False, True, True, False])
+    out = code.decode(Y[F], F)
+    np.testing.assert_array_equal(out[mask], np.tanh(X)[mask])
+    assert np.isnan(out[~mask]).all()
+    assert np.isnan(code.decoder_matrix(F)[~mask]).all()
+
+
+def test_replication_uses_first_listed_copy():
+    code = make_code("replication", num_inputs=2, num_workers=4)
+    F = np.array([2, 0, 3])  # workers 2 and 0 both hold input 0
+    out = code.decode(np.array([10.0, 20.0, 30.0]), F)
+    np.testing.assert_array_equal(out, [10.0, 30.0])
+
+
+def test_uncoded_missing_outputs_are_nan():
+    code = make_code("uncoded", num_inputs=5, num_workers=5)
+    assert code.recovery_threshold == 5
+    np.testing.assert_array_equal(code.encoder_matrix, np.eye(5))
+    F = np.array([4, 0, 2])
+    out = code.decode(np.array([[4.0], [0.0], [2.0]]), F)
+    np.testing.assert_array_equal(out[[0, 2, 4], 0], [0.0, 2.0, 4.0])
+    assert np.isnan(out[[1, 3]]).all()
+    with pytest.raises(ConfigError, match="num_workers must equal num_inputs"):
+        make_code("uncoded", num_inputs=5, num_workers=6)

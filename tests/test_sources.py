@@ -1,0 +1,255 @@
+"""Dataset sources: real MNIST splits, Fashion-MNIST IDX files, sliced Zarr/npy reads, synthetic data."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import pickle
+
+import numpy as np
+import pytest
+
+from gcc_dask import sources
+from gcc_dask.errors import ConfigError, InvalidInputError, SourceError
+from gcc_dask.sources import list_sources, make_source
+
+DEBIAN_FASHION = "/usr/share/datasets/fashion-mnist"
+
+
+# ------------------------------------------------------------------------------------------- MNIST
+@pytest.mark.parametrize("split, n", [("all", 5000), ("train", 4000), ("test", 1000)])
+def test_mnist_split_sizes_and_stratification(split, n):
+    src = make_source("mnist", split=split)
+    assert (src.num_samples, src.sample_shape, src.dtype, src.has_labels) == (n, (1, 28, 28),
+                                                                              np.float32, True)
+    X, y = src.read(0, n)
+    assert X.shape == (n, 1, 28, 28) and X.dtype == np.float32
+    assert y.shape == (n,) and y.dtype == np.int64
+    assert X.min() == 0.0 and X.max() == 1.0
+    assert np.array_equal(np.bincount(y), np.full(10, n // 10))  # 10 balanced classes
+    assert np.array_equal(y[:10], np.arange(10))  # interleaved: every run of 10 holds each digit
+
+
+def test_mnist_train_and_test_partition_all():
+    Xa, ya = make_source("mnist").read(0, 5000)
+    Xtr, ytr = make_source("mnist", split="train").read(0, 4000)
+    Xte, yte = make_source("mnist", split="test").read(0, 1000)
+    assert np.array_equal(np.concatenate([Xtr, Xte]), Xa)
+    assert np.array_equal(np.concatenate([ytr, yte]), ya)
+    # the images are distinct digits, not the same few repeated
+    assert len(np.unique(Xa.reshape(5000, -1), axis=0)) == 5000
+
+
+def test_mnist_limit_slices_and_copies():
+    src = make_source("mnist", split="test", limit=10)
+    assert len(src) == 10
+    X, y = src.read(3, 7)
+    assert X.shape == (4, 1, 28, 28) and np.array_equal(y, [3, 4, 5, 6])
+    X[:] = -1  # a fresh array: mutating it must not touch the cache
+    assert src.read(3, 7)[0].min() == 0.0
+    assert list(src.batches(4)) == [(0, 4), (4, 8), (8, 10)]
+
+
+@pytest.mark.parametrize("kwargs, err", [
+    ({"split": "validation"}, "source.split"),
+    ({"limit": 0}, "source.limit"),
+    ({"limit": True}, "source.limit"),
+    ({"bogus": 1}, None),
+])
+def test_mnist_bad_params(kwargs, err):
+    with pytest.raises((ConfigError, TypeError)) as info:
+        make_source("mnist", **kwargs)
+    if err:
+        assert err in str(info.value) and repr(next(iter(kwargs.values()))) in str(info.value)
+
+
+def test_unknown_kind_and_bad_slice():
+    assert {"mnist", "fashion_mnist", "zarr", "npy", "synthetic", "array"} <= set(list_sources())
+    with pytest.raises(ConfigError, match="source.kind: got 'cifar'"):
+        make_source("cifar")
+    src = make_source("mnist", split="test")
+    for start, stop in [(-1, 2), (5, 3), (0, 1001), (0.0, 2)]:
+        with pytest.raises(InvalidInputError, match="num_samples=1000"):
+            src.read(start, stop)
+
+
+# ----------------------------------------------------------------------------------- Fashion-MNIST
+def _write_idx(path, arr, gz):
+    codes = {np.dtype(np.uint8): 0x08}
+    header = bytes([0, 0, codes[arr.dtype], arr.ndim]) + np.asarray(arr.shape, ">i4").tobytes()
+    data = header + arr.tobytes()
+    with (gzip.open(path, "wb") if gz else open(path, "wb")) as fh:
+        fh.write(data)
+
+
+@pytest.fixture(params=[True, False], ids=["gz", "plain"])
+def fake_fashion(tmp_path, request):
+    rng = np.random.default_rng(0)
+    parts = {"train": 12, "t10k": 5}
+    arrays = {}
+    for stem, n in parts.items():
+        images = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
+        labels = rng.integers(0, 10, n, dtype=np.uint8)
+        ext = ".gz" if request.param else ""
+        _write_idx(tmp_path / f"{stem}-images-idx3-ubyte{ext}", images, request.param)
+        _write_idx(tmp_path / f"{stem}-labels-idx1-ubyte{ext}", labels, request.param)
+        arrays[stem] = (images, labels)
+    sources._idx_load.cache_clear()
+    return tmp_path, arrays
+
+
+def test_fashion_mnist_reads_idx_files(fake_fashion):
+    folder, arrays = fake_fashion
+    src = make_source("fashion_mnist", path=folder, split="all")
+    assert (src.num_samples, src.sample_shape, src.dtype) == (17, (1, 28, 28), np.float32)
+    X, y = src.read(10, 14)  # straddles train (12) and test
+    want = np.concatenate([arrays["train"][0][10:], arrays["t10k"][0][:2]]) / 255.0
+    assert np.allclose(X[:, 0], want) and X.dtype == np.float32
+    assert np.array_equal(y, np.concatenate([arrays["train"][1][10:], arrays["t10k"][1][:2]]))
+    test = make_source("fashion_mnist", path=folder, split="test")
+    assert test.num_samples == 5 and np.array_equal(test.read(0, 5)[1], arrays["t10k"][1])
+    assert len(pickle.dumps(src)) < 2000
+
+
+def test_fashion_mnist_missing_names_debian_package(tmp_path, monkeypatch):
+    monkeypatch.setattr(sources, "FASHION_MNIST_SEARCH_PATHS", [str(tmp_path / "nowhere")])
+    with pytest.raises(SourceError, match="apt-get install dataset-fashion-mnist"):
+        make_source("fashion_mnist")
+    with pytest.raises(SourceError, match="t10k-images-idx3-ubyte"):
+        make_source("fashion_mnist", path=tmp_path)
+
+
+@pytest.mark.skipif(not os.path.isdir(DEBIAN_FASHION), reason="Debian's dataset-fashion-mnist not installed")
+def test_fashion_mnist_debian_package():
+    for split, n in [("train", 60000), ("test", 10000), ("all", 70000)]:
+        assert make_source("fashion_mnist", split=split).num_samples == n
+    X, y = make_source("fashion_mnist", split="test").read(0, 1000)
+    assert X.shape == (1000, 1, 28, 28) and 0.0 <= X.min() and X.max() <= 1.0
+    assert set(np.unique(y)) == set(range(10))
+
+
+# ------------------------------------------------------------------------------------- Zarr / npy
+class _Recorder:
+    """Wraps an array handle and records every index it is asked for."""
+
+    def __init__(self, arr):
+        self.arr, self.keys = arr, []
+        self.shape, self.dtype, self.ndim = arr.shape, arr.dtype, arr.ndim
+
+    def __getitem__(self, key):
+        self.keys.append(key)
+        return self.arr[key]
+
+
+def _assert_sliced(src, data, labels, batch=7):
+    handles = src._h if hasattr(src, "_h") else src._open()
+    rec = (_Recorder(handles[0]), None if handles[1] is None else _Recorder(handles[1]))
+    src._h = rec
+    for start, stop in src.batches(batch):
+        X, y = src.read(start, stop)
+        assert np.array_equal(X, data[start:stop])
+        if labels is not None:
+            assert np.array_equal(y, labels[start:stop]) and y.dtype == np.int64
+    sizes = [k.stop - k.start for k in rec[0].keys]
+    assert all(isinstance(k, slice) for k in rec[0].keys) and max(sizes) <= batch  # never whole
+    assert sum(sizes) == len(data)
+
+
+def test_zarr_source_reads_slices(tmp_path):
+    zarr = pytest.importorskip("zarr")
+    data = np.random.default_rng(1).random((50, 3, 4), dtype=np.float32)
+    labels = np.arange(50) % 10
+    root = zarr.open_group(tmp_path / "d.zarr", mode="w")
+    root.create_array("x", data=data, chunks=(7, 3, 4))
+    root.create_array("y", data=labels.astype(np.int32))
+    src = make_source("zarr", path=tmp_path / "d.zarr", array="x", labels="y")
+    assert (src.num_samples, src.sample_shape, src.dtype, src.has_labels) == (50, (3, 4), np.float32,
+                                                                              True)
+    assert len(pickle.dumps(src)) < 2000 < data.nbytes  # holds no data and no handle
+    _assert_sliced(src, data, labels)
+    clone = pickle.loads(pickle.dumps(src))
+    assert np.array_equal(clone.read(40, 50)[0], data[40:])
+    assert make_source("zarr", path=tmp_path / "d.zarr", array="x", limit=5).num_samples == 5
+
+
+def test_npy_source_memory_maps(tmp_path):
+    data = np.random.default_rng(2).random((400, 5))
+    np.save(tmp_path / "x.npy", data)
+    np.save(tmp_path / "y.npy", np.arange(400) % 3)
+    src = make_source("npy", path=tmp_path / "x.npy", labels=tmp_path / "y.npy", dtype="float32")
+    assert isinstance(src._h[0], np.memmap)
+    assert src.dtype == np.float32 and src.sample_shape == (5,)
+    assert len(pickle.dumps(src)) < 2000 < data.nbytes
+    _assert_sliced(src, data.astype(np.float32), np.arange(400) % 3, batch=32)
+
+
+def test_file_source_errors(tmp_path):
+    with pytest.raises(SourceError, match="missing.npy"):
+        make_source("npy", path=tmp_path / "missing.npy")
+    with pytest.raises(SourceError, match="missing.zarr"):
+        make_source("zarr", path=tmp_path / "missing.zarr")
+    np.save(tmp_path / "empty.npy", np.zeros((0, 3)))
+    with pytest.raises(SourceError, match="no samples"):
+        make_source("npy", path=tmp_path / "empty.npy")
+    np.save(tmp_path / "x.npy", np.zeros((4, 3)))
+    np.save(tmp_path / "y.npy", np.zeros(5))
+    with pytest.raises(SourceError, match=r"\(4,\), one per sample"):
+        make_source("npy", path=tmp_path / "x.npy", labels=tmp_path / "y.npy")
+    (tmp_path / "bad.npy").write_bytes(b"not numpy")
+    with pytest.raises(SourceError, match="bad.npy"):
+        make_source("npy", path=tmp_path / "bad.npy")
+
+
+# --------------------------------------------------------------------------------- synthetic/array
+def test_synthetic_reproducible_per_slice():
+    src = make_source("synthetic", num_samples=100, shape=(2, 3), seed=7, low=-1, high=3)
+    X, y = src.read(0, 100)
+    assert X.shape == (100, 2, 3) and X.dtype == np.float32 and y is None
+    assert -1 <= X.min() and X.max() < 3 and abs(X.mean() - 1.0) < 0.2
+    for start, stop in [(0, 1), (13, 14), (50, 77), (99, 100)]:
+        assert np.array_equal(src.read(start, stop)[0], X[start:stop])
+    # sample i depends only on (seed, i): a longer dataset and a pickled copy agree
+    longer = make_source("synthetic", num_samples=1000, shape=(2, 3), seed=7, low=-1, high=3)
+    assert np.array_equal(longer.read(0, 100)[0], X)
+    assert np.array_equal(pickle.loads(pickle.dumps(src)).read(20, 30)[0], X[20:30])
+    other = make_source("synthetic", num_samples=100, shape=(2, 3), seed=8, low=-1, high=3)
+    assert not np.allclose(other.read(0, 100)[0], X)
+
+
+@pytest.mark.parametrize("kwargs, msg", [
+    ({"num_samples": 0}, "no samples"),
+    ({"num_samples": -3}, "source.num_samples"),
+    ({"shape": (0, 2)}, "source.shape"),
+    ({"low": 2, "high": 1}, "low < high"),
+    ({"dtype": "int32"}, "floating"),
+])
+def test_synthetic_bad_params(kwargs, msg):
+    with pytest.raises((ConfigError, SourceError), match=msg):
+        make_source("synthetic", **kwargs)
+
+
+def test_array_source_numpy_and_dask():
+    da = pytest.importorskip("dask.array")
+    data = np.arange(60.0).reshape(20, 3)
+    labels = np.arange(20) % 4
+    for arr, lab in [(data, labels), (da.from_array(data, chunks=5), da.from_array(labels, chunks=5))]:
+        src = make_source("array", array=arr, labels=lab, limit=None)
+        assert (src.num_samples, src.sample_shape, src.has_labels) == (20, (3,), True)
+        X, y = src.read(4, 9)
+        assert isinstance(X, np.ndarray) and np.array_equal(X, data[4:9])
+        assert np.array_equal(y, labels[4:9])
+        assert np.array_equal(pickle.loads(pickle.dumps(src)).read(0, 3)[0], data[:3])
+    with pytest.raises(SourceError, match="one per sample"):
+        make_source("array", array=data, labels=labels[:5])
+    with pytest.raises(SourceError, match="no samples"):
+        make_source("array", data=np.zeros((0, 2)))  # `data` is an alias
+    with pytest.raises(ConfigError, match="source.array"):
+        make_source("array")
+
+
+def test_mnist_source_pickles_small():
+    src = make_source("mnist", split="train", limit=100)
+    clone = pickle.loads(pickle.dumps(src))
+    assert len(pickle.dumps(src)) < 1000
+    assert np.array_equal(clone.read(0, 10)[0], src.read(0, 10)[0])
+    assert clone.params == {"kind": "mnist", "split": "train", "limit": 100}

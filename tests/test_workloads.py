@@ -1,0 +1,202 @@
+"""Workloads: the bundled LeNet-5 ONNX model, analytic maps, callables, TorchScript; pickling and errors."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gcc_dask.errors import ConfigError, WorkloadError
+from gcc_dask.sources import make_source
+from gcc_dask.workloads import list_workloads, make_workload, resolve_model_path
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = ROOT / "pipelines" / "models" / "lenet5_mnist.onnx"
+
+
+@pytest.fixture(scope="module")
+def mnist32():
+    return make_source("mnist", split="test").read(0, 32)
+
+
+@pytest.fixture(scope="module")
+def lenet():
+    return make_workload("onnx", path=MODEL)
+
+
+# -------------------------------------------------------------------------------------------- ONNX
+def test_bundled_model_is_small_and_documented():
+    assert 200_000 < MODEL.stat().st_size < 300_000
+    meta = json.loads(MODEL.with_suffix(".json").read_text())
+    assert meta["heldout_accuracy"] >= 0.95 and meta["train_samples"] == 4000
+    assert {"seed", "onnx_opset"} <= set(meta)
+
+
+def test_onnx_lenet_classifies_mnist(lenet, mnist32):
+    X, y = mnist32
+    logits = lenet.load()(X)
+    assert logits.shape == (32, 10) and logits.dtype == np.float32
+    assert (logits.argmax(axis=1) == y).mean() > 0.9
+    # flattened samples are reshaped to the model's declared (1, 28, 28); float64 is cast
+    assert np.allclose(lenet(X.reshape(32, 784).astype(np.float64)), logits, atol=1e-5)
+    assert lenet.output_shape((1, 28, 28)) == (10,)
+
+
+def test_onnx_workload_pickles_without_session(lenet, mnist32):
+    lenet(mnist32[0][:2])  # loads and caches a session in this process
+    blob = pickle.dumps(lenet)
+    assert len(blob) < 1000 and b"InferenceSession" not in blob
+    clone = pickle.loads(blob)
+    assert np.allclose(clone(mnist32[0][:4]), lenet(mnist32[0][:4]))
+
+
+def test_onnx_bad_input_shape_names_shapes(lenet):
+    with pytest.raises(WorkloadError, match=r"\(2, 3, 28, 28\).*\(n, 1, 28, 28\)"):
+        lenet(np.zeros((2, 3, 28, 28), np.float32))
+    with pytest.raises(WorkloadError, match="784 values"):
+        lenet.output_shape((10,))
+
+
+def test_onnx_bad_path(tmp_path):
+    with pytest.raises(WorkloadError, match="no_such_model.onnx"):
+        make_workload("onnx", path="no_such_model.onnx", base_dir=tmp_path)
+    bad = tmp_path / "broken.onnx"
+    bad.write_bytes(b"not a model")
+    wl = make_workload("onnx", path=bad)
+    with pytest.raises(WorkloadError, match="broken.onnx"):
+        wl.load()
+    bad.unlink()  # gone by the time a worker loads it
+    with pytest.raises(WorkloadError, match="reachable from every Dask worker"):
+        wl.load()
+
+
+def test_resolve_model_path(tmp_path, monkeypatch):
+    (tmp_path / "pipelines").mkdir()
+    (tmp_path / "models").mkdir()
+    target = tmp_path / "models" / "m.onnx"
+    target.write_bytes(b"x")
+    monkeypatch.chdir(tmp_path / "pipelines")
+    # not under the cwd nor base_dir itself, but under base_dir's parent
+    assert resolve_model_path("models/m.onnx", base_dir=tmp_path / "pipelines") == target
+    assert resolve_model_path(target) == target
+    assert resolve_model_path("../models/m.onnx") == target
+    with pytest.raises(WorkloadError, match="tried"):
+        resolve_model_path("models/m.onnx")
+
+
+# ---------------------------------------------------------------------------------------- analytic
+def test_analytic_values():
+    x = np.linspace(-3, 3, 12).reshape(3, 4)
+    assert np.allclose(make_workload("analytic", name="xsinx")(x), x * np.sin(x))
+    coeffs = [1.0, -2.0, 0.5, 3.0]
+    poly = make_workload("analytic", name="polynomial", coeffs=coeffs)
+    assert np.allclose(poly(x), np.polynomial.polynomial.polyval(x, coeffs))
+    assert poly.output_shape((4,)) == (4,)
+    x32 = x.astype(np.float32)
+    assert make_workload("analytic", name="xsinx")(x32).dtype == np.float32
+    assert make_workload("analytic", name="xsinx")(np.arange(3)).dtype == np.float64
+
+
+def test_analytic_smooth_map():
+    wl = make_workload("analytic", name="smooth", out_dim=5, hidden=16, seed=3)
+    X = np.random.default_rng(0).random((6, 2, 4))
+    Y = wl(X)
+    assert Y.shape == (6, 5) and wl.output_shape((2, 4)) == (5,)
+    # a fixed, seeded map: reproducible, per-sample, and smooth (small input change, small output change)
+    again = pickle.loads(pickle.dumps(wl))
+    assert np.array_equal(again(X), Y) and np.allclose(wl(X[2:3]), Y[2:3])
+    assert np.abs(wl(X + 1e-6) - Y).max() < 1e-5
+    assert not np.allclose(make_workload("analytic", name="smooth", out_dim=5, hidden=16, seed=4)(X), Y)
+
+
+def test_analytic_runs_on_array_api_strict():
+    xps = pytest.importorskip("array_api_strict")
+    x = np.linspace(-1, 1, 8).reshape(2, 4)
+    for params in [{"name": "xsinx"}, {"name": "polynomial", "coeffs": [1, 2]}, {"name": "smooth"}]:
+        wl = make_workload("analytic", **params)
+        out = wl(xps.asarray(x))
+        assert type(out).__module__.startswith("array_api_strict")
+        assert np.allclose(np.asarray(out), wl(x))
+
+
+@pytest.mark.parametrize("params, msg", [
+    ({"name": "cosine"}, "workload.name"),
+    ({"name": "xsinx", "coeffs": [1]}, "only valid with name='polynomial'"),
+    ({"name": "polynomial", "coeffs": []}, "at least one"),
+    ({"name": "smooth", "out_dim": 0}, "workload.out_dim"),
+])
+def test_analytic_bad_params(params, msg):
+    with pytest.raises(ConfigError, match=msg):
+        make_workload("analytic", **params)
+
+
+# ---------------------------------------------------------------------------------------- callable
+def test_callable_import_path_and_kwargs():
+    wl = make_workload("callable", function="numpy:tanh")
+    x = np.linspace(-2, 2, 5)
+    assert np.allclose(wl(x), np.tanh(x)) and wl.output_shape((3,)) == (3,)
+    clip = make_workload("callable", function="numpy:clip", kwargs={"a_min": 0.0, "a_max": 1.0})
+    assert np.allclose(clip(x), np.clip(x, 0, 1))
+    fac = make_workload("callable", function="numpy:vectorize", kwargs={"pyfunc": abs}, factory=True)
+    assert np.allclose(fac(x), np.abs(x))
+    for w in (wl, clip, fac):
+        assert len(pickle.dumps(w)) < 500
+
+
+def test_make_workload_takes_pipeline_keys(tmp_path):
+    # the pipeline passes base_dir to every kind, the YAML's `name` for callables, and None for unset keys
+    wl = make_workload("callable", name="numpy:tanh", base_dir=tmp_path, path=None)
+    assert np.allclose(wl(np.ones(2)), np.tanh(1.0)) and wl.params["function"] == "numpy:tanh"
+    an = make_workload("analytic", name="xsinx", base_dir=tmp_path, coeffs=None)
+    assert an.output_shape((3,)) == (3,)
+    with pytest.raises(ConfigError, match="exactly one"):
+        make_workload("callable", name="numpy:tanh", function="numpy:sin")
+
+
+def test_callable_object_and_errors():
+    wl = make_workload("callable", function=np.sin)
+    assert np.allclose(pickle.loads(pickle.dumps(wl))(np.ones(2)), np.sin(1.0))
+    with pytest.raises(ConfigError, match="package.module:function"):
+        make_workload("callable", function="numpy.tanh")
+    with pytest.raises(WorkloadError, match="no_such_module_xyz"):
+        make_workload("callable", function="no_such_module_xyz:f")
+    with pytest.raises(WorkloadError, match="no attribute 'nope'"):
+        make_workload("callable", function="numpy:nope")
+    with pytest.raises(WorkloadError, match="not callable"):
+        make_workload("callable", function="numpy:pi")
+
+
+def test_unknown_kind():
+    assert {"onnx", "analytic", "callable", "torch"} <= set(list_workloads())
+    with pytest.raises(ConfigError, match="workload.kind: got 'tensorflow'"):
+        make_workload("tensorflow")
+
+
+# ------------------------------------------------------------------------------------------- torch
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
+def test_torchscript_workload(tmp_path, mnist32):
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10))
+    torch.jit.script(net).save(str(tmp_path / "net.pt"))
+    wl = make_workload("torch", path="net.pt", base_dir=tmp_path, input_shape=(1, 28, 28))
+    X = mnist32[0][:8]
+    out = wl(X.reshape(8, 784))
+    assert isinstance(out, np.ndarray) and out.shape == (8, 10) and out.dtype == np.float32
+    with torch.no_grad():
+        assert np.allclose(out, net(torch.from_numpy(X)).numpy(), atol=1e-6)
+    assert wl.output_shape((784,)) == (10,)
+    blob = pickle.dumps(wl)
+    assert len(blob) < 1000 and np.allclose(pickle.loads(blob)(X), out)
+    with pytest.raises(WorkloadError, match=r"\(8, 5\)"):
+        wl(np.zeros((8, 5), np.float32))
+    # a factory import path instead of a file: torch.nn.Identity(), built once per load()
+    ident = make_workload("torch", name="torch.nn:Identity", base_dir=tmp_path)
+    assert np.array_equal(ident(X), X) and len(pickle.dumps(ident)) < 1000
+    with pytest.raises(WorkloadError, match="expected a torch.nn.Module"):
+        make_workload("torch", name="numpy:zeros", kwargs={"shape": 2}).load()
+    with pytest.raises(ConfigError, match="exactly one"):
+        make_workload("torch")
