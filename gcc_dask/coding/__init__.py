@@ -13,11 +13,12 @@ matplotlib.
 
 from __future__ import annotations
 
-from .base import CodingScheme, CoincidenceWarning, list_codes, make_code, register_code
+from .base import CodingScheme, CoincidenceWarning
 from .berrut import BACC, berrut_matrix
 from .bspline import BSplineCode
 from .gcc import GCC, LeTCC
 from .lagrange import LCC
+from .registry import list_codes, make_code, register_code
 from .replication import Replication, Uncoded
 
 __all__ = [

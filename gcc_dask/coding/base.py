@@ -1,4 +1,4 @@
-"""The :class:`CodingScheme` interface, the scheme registry, input validation and the apply path.
+"""The :class:`CodingScheme` interface: validation of received sets, the decoder cache, the apply path.
 
 Every scheme is linear once its points and smoothing parameters are fixed (METHODS.md §1): encoding is
 ``X̃ = E X`` with ``E`` of shape (N, K) and decoding is ``Ŷ = D_F Ỹ_F`` with ``D_F`` of shape (K, |F|).
@@ -16,171 +16,35 @@ the input scanned to confirm.
 from __future__ import annotations
 
 import functools
-import inspect
 import math
-import numbers
 import warnings
 from typing import Any, ClassVar
 
-import numpy as np
 import array_api_compat.numpy as _NP
+import numpy as np
 from array_api_compat import array_namespace, device
 
 from gcc_dask.errors import ConfigError, InvalidInputError, NotEnoughResultsError
 
 from . import points as _points
+from .validation import check_choice, check_int, index_array
 
-__all__ = [
-    "CodingScheme",
-    "CoincidenceWarning",
-    "list_codes",
-    "make_code",
-    "register_code",
-]
+__all__ = ["CodingScheme", "CoincidenceWarning"]
 
 NAN_POLICIES = ("raise", "propagate")
 ON_COINCIDENCE = ("warn", "nudge", "ignore")
 DECODER_CACHE_SIZE = 256
-
-_CODES: dict[str, type[CodingScheme]] = {}
 
 
 class CoincidenceWarning(UserWarning):
     """A worker point equals a data point, so the scheme is partly systematic (METHODS.md §2)."""
 
 
-# --------------------------------------------------------------------------------------------------
-# registry
-
-
-def register_code(name: str):
-    """Class decorator: register a :class:`CodingScheme` subclass under `name` for :func:`make_code`."""
-    if not isinstance(name, str) or not name:
-        raise ConfigError(f"register_code: name must be a non-empty string; got {name!r}")
-
-    def deco(cls: type[CodingScheme]) -> type[CodingScheme]:
-        old = _CODES.get(name)
-        if old is not None and old.__qualname__ != cls.__qualname__:
-            raise ConfigError(f"code name {name!r} is already registered to {old.__qualname__}")
-        cls.name = name
-        _CODES[name] = cls
-        return cls
-
-    return deco
-
-
-def list_codes() -> list[str]:
-    """Names accepted by :func:`make_code`, sorted."""
-    return sorted(_CODES)
-
-
-def make_code(name: str, **params: Any) -> CodingScheme:
-    """Build the coding scheme registered as `name`.
-
-    Parameters
-    ----------
-    name : str
-        One of :func:`list_codes`: ``"gcc"``, ``"letcc"``, ``"bacc"``, ``"bspline"``, ``"lcc"``,
-        ``"replication"``, ``"uncoded"``.
-    **params
-        ``num_inputs`` (K) and ``num_workers`` (N), the common ``points``, ``nan_policy`` and
-        ``on_coincidence``, and the scheme's own parameters (see each scheme's class).
-
-    Raises
-    ------
-    ConfigError
-        Unknown name, unknown or missing parameter, or an invalid value.
-    """
-    try:
-        cls = _CODES[name]
-    except (KeyError, TypeError):
-        raise ConfigError(f"unknown code {name!r}; choose one of {list_codes()}") from None
-    sig = inspect.signature(cls.__init__)
-    accepted = [p for p in sig.parameters if p != "self"]
-    unknown = sorted(set(params) - set(accepted))
-    if unknown:
-        raise ConfigError(
-            f"unknown parameter(s) {unknown} for code {name!r}; valid parameters are {accepted}"
-        )
-    missing = [
-        p.name
-        for p in sig.parameters.values()
-        if p.name != "self" and p.default is inspect.Parameter.empty and p.name not in params
-    ]
-    if missing:
-        raise ConfigError(f"code {name!r} needs parameter(s) {missing}; valid parameters are {accepted}")
-    return cls(**params)
-
-
 def _rebuild(cls: type[CodingScheme], params: dict) -> CodingScheme:
+    """Unpickle: rebuild from the constructor parameters (matrices are cheap to rebuild)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CoincidenceWarning)
         return cls(**params)
-
-
-# --------------------------------------------------------------------------------------------------
-# validation helpers (shared by the schemes)
-
-
-def check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ConfigError(f"{name} must be an integer >= {minimum}; got {name}={value!r}")
-    return int(value)
-
-
-def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
-    if not isinstance(value, str) or value not in choices:
-        raise ConfigError(f"{name} must be one of {list(choices)}; got {name}={value!r}")
-    return value
-
-
-def check_nonneg(name: str, value: Any, *, extra: tuple[str, ...] = ()) -> float | str:
-    if isinstance(value, str) and value in extra:
-        return value
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    if not ok or not math.isfinite(value) or value < 0:
-        also = f" or one of {list(extra)}" if extra else ""
-        raise ConfigError(f"{name} must be a finite float >= 0{also}; got {name}={value!r}")
-    return float(value)
-
-
-def check_positive(name: str, value: Any) -> float:
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    if not ok or not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"{name} must be a finite float > 0; got {name}={value!r}")
-    return float(value)
-
-
-def to_numpy(x: Any) -> np.ndarray:
-    """Host copy of an array from any namespace (NumPy, CuPy, Array API)."""
-    if isinstance(x, np.ndarray):
-        return x
-    if hasattr(x, "get") and type(x).__module__.startswith("cupy"):
-        return x.get()
-    try:
-        return np.asarray(x)
-    except Exception:  # pragma: no cover - libraries that refuse __array__
-        return np.from_dlpack(x)
-
-
-def _index_array(received: Any, num_workers: int) -> np.ndarray:
-    """`received` as a 1-D int64 host array (a boolean mask of length N is turned into indices)."""
-    r = received if isinstance(received, np.ndarray) else to_numpy(received)
-    if r.dtype != np.int64:
-        if r.dtype == np.bool_ and r.shape == (num_workers,):
-            r = np.flatnonzero(r)
-        elif r.size == 0:
-            r = r.astype(np.int64)
-        elif r.dtype.kind in "iu":
-            r = r.astype(np.int64)
-        else:
-            raise InvalidInputError(
-                f"received must be integer worker indices (or a boolean mask of shape ({num_workers},)); "
-                f"got dtype {r.dtype} with values {received!r}"
-            )
-    if r.ndim != 1:
-        raise InvalidInputError(f"received must be 1-D; got shape {r.shape} ({received!r})")
-    return np.ascontiguousarray(r)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -188,21 +52,39 @@ def _index_array(received: Any, num_workers: int) -> np.ndarray:
 
 
 class _Entry:
-    """One cached decoder: host matrix (K, |F|) or None, decodable mask, device copies, extras."""
+    """One cached decoder: host matrix (K, |F|) or None, decodable mask, indices, device copies."""
 
-    __slots__ = ("matrix", "mask", "received", "applied", "extra")
+    __slots__ = ("matrix", "mask", "received", "applied")
 
-    def __init__(self, matrix, mask, received, extra=None):
+    def __init__(self, matrix, mask, received):
         if matrix is not None:
             matrix.setflags(write=False)
         mask.setflags(write=False)
         self.matrix, self.mask, self.received = matrix, mask, received
         self.applied: dict = {}
-        self.extra = extra
 
 
 class CodingScheme:
     """A linear coded-computing scheme: K inputs → N coded inputs → decode from any received set F.
+
+    Parameters (shared by every scheme; build schemes with :func:`make_code`)
+    ----------
+    num_inputs : int
+        K ≥ 1, inputs per batch.
+    num_workers : int
+        N ≥ 1, coded inputs (one per worker).
+    points : {"chebyshev", "equispaced"}
+        Placement of α and β on Ω = [-1, 1] (:mod:`gcc_dask.coding.points`, METHODS.md §2).
+    nan_policy : {"raise", "propagate"}
+        ``"raise"``: NaN/Inf in X or Y raise :class:`InvalidInputError` (found at no extra pass over
+        the data, see the module docs). ``"propagate"``: they flow through the matmul.
+    on_coincidence : {"warn", "nudge", "ignore"}
+        When some β_n equals some α_k the scheme is partly systematic (exact while worker n survives),
+        which is good for accuracy but makes measured convergence rates optimistic. ``"warn"`` (the
+        default for approximate schemes) keeps the points and emits :class:`CoincidenceWarning`;
+        ``"nudge"`` moves each such β_n a quarter of a gap towards the centre (``nudged_workers``
+        lists them); ``"ignore"`` keeps them silently. Either way `coincident_points` reports what
+        remains. We warn rather than nudge by default so that the documented point sets are what runs.
 
     Attributes
     ----------
@@ -222,6 +104,8 @@ class CodingScheme:
         Fewer results raise :class:`NotEnoughResultsError` in :meth:`decode`.
     coincident_points : ndarray of shape (m, 2), int64
         Pairs (k, n) with β_n = α_k after any nudge (see ``on_coincidence``).
+    nudged_workers : ndarray of int64
+        Workers whose point was moved by ``on_coincidence="nudge"``.
     params : dict
         The constructor parameters, JSON-able; ``make_code(name, **params)`` rebuilds the scheme.
     """
@@ -280,7 +164,7 @@ class CodingScheme:
                     "survive; convergence rates measured with this N are optimistic. Pass "
                     "on_coincidence='nudge' to move them or 'ignore' to silence this.",
                     CoincidenceWarning,
-                    stacklevel=4,
+                    stacklevel=3,
                 )
         self.coincident_points = pairs
         alpha.setflags(write=False)
@@ -347,7 +231,7 @@ class CodingScheme:
         return self._encoder
 
     def _key(self, received: Any) -> bytes:
-        return _index_array(received, self.num_workers).tobytes()
+        return index_array(received, self.num_workers).tobytes()
 
     def _validated(self, key: bytes) -> np.ndarray:
         """Indices from a cache key, checked: in range, no repeats, at least `min_received`."""

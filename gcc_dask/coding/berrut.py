@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import CodingScheme, register_code
+from .base import CodingScheme
+from .registry import register_code
 
 __all__ = ["BACC", "berrut_matrix"]
 

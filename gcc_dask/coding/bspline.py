@@ -12,8 +12,9 @@ from __future__ import annotations
 import numpy as np
 from scipy.interpolate import make_interp_spline
 
-from .base import CodingScheme, register_code
+from .base import CodingScheme
 from .berrut import berrut_matrix
+from .registry import register_code
 
 __all__ = ["BSplineCode"]
 

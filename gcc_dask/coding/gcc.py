@@ -33,17 +33,11 @@ from scipy import optimize
 
 from gcc_dask.errors import ConfigError
 
-from .base import (
-    CodingScheme,
-    _Entry,
-    check_choice,
-    check_nonneg,
-    check_positive,
-    register_code,
-    to_numpy,
-)
+from .base import CodingScheme, _Entry
 from .kernels import KERNELS, KernelSmoother
+from .registry import register_code
 from .splines import SplineSmoother
+from .validation import check_choice, check_nonneg, check_positive, to_numpy
 
 __all__ = ["GCC", "LeTCC", "gcv_select"]
 
@@ -273,8 +267,10 @@ class GCC(CodingScheme):
         namespace and dtype of `Y`: the squared leave-one-out residual norms ``||ỹ_n − u^{(−n)}(β_n)||²``
         interpolated linearly (over β) at each α_k. It needs no ground truth. It is an indicator, not
         a calibrated MSE: removing a point widens the local gap, so it overstates the error of the full
-        fit (by roughly 2⁸ for interpolating cubic splines on smooth f); compare it across batches and
-        schemes with the same N. Its mean over k is a per-batch estimate.
+        fit (error ∝ gap⁴ for cubic splines, so up to 2⁸ in squared error: on x·sin x, K = 10, S = 4,
+        the median ratio to the true MSE was 5 at N = 20, 28 at N = 40 and ~180 at N ≥ 80, with log-log
+        correlation 0.5–0.8 across batches). Use it to rank batches and flag bad ones, not as an MSE.
+        Its mean over k is a per-batch estimate.
         """
         if self.lambda_dec != "gcv" and not return_error:
             return super().decode(Y, received)

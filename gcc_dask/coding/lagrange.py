@@ -19,8 +19,11 @@ from numpy.polynomial import chebyshev
 from scipy import linalg
 from scipy.interpolate import BarycentricInterpolator
 
-from .base import CodingScheme, check_int, register_code
 from gcc_dask.errors import ConfigError
+
+from .base import CodingScheme
+from .registry import register_code
+from .validation import check_int
 
 __all__ = ["LCC"]
 

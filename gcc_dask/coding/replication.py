@@ -14,7 +14,8 @@ import numpy as np
 
 from gcc_dask.errors import ConfigError
 
-from .base import CodingScheme, _Entry, register_code
+from .base import CodingScheme, _Entry
+from .registry import register_code
 
 __all__ = ["Replication", "Uncoded"]
 

@@ -95,9 +95,9 @@ def test_register_code_adds_a_scheme():
         np.testing.assert_array_equal(code.encode(np.arange(3.0)), np.arange(3.0))
         assert "test-identity" in list_codes()
     finally:
-        from gcc_dask.coding import base
+        from gcc_dask.coding import registry
 
-        base._CODES.pop("test-identity")
+        registry._CODES.pop("test-identity")
 
 
 # -- bad configuration ---------------------------------------------------------------------------------

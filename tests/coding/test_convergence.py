@@ -65,7 +65,7 @@ def test_worst_case_gcc_converges_fast_and_beats_bacc(S):
         ]
         _row(f"S={S} worst", name, mse[name])
     assert slope(NS, mse["gcc"]) <= -5.0, mse["gcc"]
-    assert all(g <= b for g, b in zip(mse["gcc"], mse["bacc"])), mse
+    assert all(g <= b for g, b in zip(mse["gcc"], mse["bacc"], strict=True)), mse
 
 
 @pytest.mark.parametrize("p", [0.1, 0.3])
