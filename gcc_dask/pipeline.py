@@ -30,7 +30,7 @@ from gcc_dask.sources import make_source
 from gcc_dask.stragglers import latency_model_from_config
 from gcc_dask.workloads import make_workload
 
-__all__ = ["RunResult", "run_pipeline", "build_codes", "build_plans", "StoreSink"]
+__all__ = ["RunResult", "run_pipeline", "build_codes", "build_plans", "StoreSink", "RecordBuffer"]
 
 #: exact baselines wait for their recovery condition; the deadline and adaptive rules do not apply
 EXACT_SCHEMES = ("uncoded", "replication", "lcc")
@@ -70,8 +70,38 @@ class StoreSink:
         if kind == "inputs":
             store_mod.write_inputs(self.path, batch, labels=arrays.get("labels"), reference=arrays.get("reference"))
         else:
-            arrays["received_mask"] = arrays.pop("received")
-            store_mod.write_batch(self.path, kind, batch, **arrays)
+            store_mod.write_decoded(self.path, kind, batch, arrays["decoded"])
+
+
+class RecordBuffer:
+    """Collects finished batches' records on the driver and writes them in few, large flushes.
+
+    Flushes every ``max_batches`` batches or ``max_age_s`` seconds, and on :meth:`flush`. A batch whose
+    record is lost with the driver (SIGKILL between two flushes) is still pending in the store and is
+    recomputed on resume: its ``decoded`` rows are rewritten with the same values.
+    """
+
+    def __init__(self, store, max_batches: int = 64, max_age_s: float = 2.0) -> None:
+        self.store = store
+        self.max_batches = max_batches
+        self.max_age_s = max_age_s
+        self._records: dict[str, list[dict]] = {}
+        self._batches = 0
+        self._since = time.monotonic()
+
+    def add(self, records: list[dict]) -> None:
+        for r in records:
+            self._records.setdefault(r["scheme"], []).append(r)
+        self._batches += 1
+        if self._batches >= self.max_batches or time.monotonic() - self._since >= self.max_age_s:
+            self.flush()
+
+    def flush(self) -> None:
+        for scheme, records in self._records.items():
+            self.store.write_records(scheme, records)
+        self._records.clear()
+        self._batches = 0
+        self._since = time.monotonic()
 
 
 def build_codes(cfg: PipelineConfig) -> dict:
@@ -253,17 +283,24 @@ def run_pipeline(
                 reference=cfg.run.reference, use_gpu=use_gpu,
             )
             bar = _progress(len(work), cfg.run.progress and echo is not None, cfg.name)
+            records = RecordBuffer(store)
+
+            def done(batch: int, batch_records: list[dict]) -> None:
+                records.add(batch_records)
+                bar.update(1)
+
             t0 = time.perf_counter()
             try:
-                runner.run(work, on_batch_done=lambda b, res: bar.update(1))
+                runner.run(work, on_batch_done=done)
             finally:
+                records.flush()
                 bar.close()
             wall = time.perf_counter() - t0
 
     final = {s: store.batch_status(s)[:num_batches] for s in cfg.schemes}
     complete = all((v > 0).all() for v in final.values()) and num_batches == store.num_batches
     run_status = "complete" if complete else "incomplete"
-    store.finish(status="complete" if complete else "interrupted")
+    store.finish(status=run_status)
     return RunResult(path=path, summary=summarize_run(path), status=run_status, config=cfg, wall_s=wall)
 
 

@@ -53,20 +53,21 @@ def test_layout_matches_design(path):
         assert key in attrs
     assert attrs["status"] == "running" and attrs["finished"] is None and attrs["seed"] == 7
     assert attrs["config"] == {"name": "t", "code": {"num_inputs": K}}
+    # sample arrays: one chunk per batch (workers write them); per-batch records: driver-written, BATCH_CHUNK
     expected = {
         "inputs/labels": ((30,), (K,), "int64", ("sample",)),
         "inputs/reference": ((30, 10), (K, 10), "float32", ("sample", "output")),
         "inputs/status": ((4,), (1,), "int8", ("batch",)),
         "gcc/decoded": ((30, 10), (K, 10), "float32", ("sample", "output")),
-        "gcc/received": ((4, 16), (1, 16), "bool", ("batch", "worker")),
-        "gcc/failed": ((4, 16), (1, 16), "bool", ("batch", "worker")),
-        "gcc/latency_s": ((4, 16), (1, 16), "float64", ("batch", "worker")),
-        "uncoded/latency_s": ((4, 8), (1, 8), "float64", ("batch", "worker")),
-        "gcc/status": ((4,), (1,), "int8", ("batch",)),
-        "gcc/n_received": ((4,), (1,), "int32", ("batch",)),
+        "gcc/received": ((4, 16), (4, 16), "bool", ("batch", "worker")),
+        "gcc/failed": ((4, 16), (4, 16), "bool", ("batch", "worker")),
+        "gcc/latency_s": ((4, 16), (4, 16), "float64", ("batch", "worker")),
+        "uncoded/latency_s": ((4, 8), (4, 8), "float64", ("batch", "worker")),
+        "gcc/status": ((4,), (4,), "int8", ("batch",)),
+        "gcc/n_received": ((4,), (4,), "int32", ("batch",)),
     }
     for name in ("cutoff_s", "mse", "rel_acc", "batch_latency_s", "error_estimate"):
-        expected[f"gcc/{name}"] = ((4,), (1,), "float64", ("batch",))
+        expected[f"gcc/{name}"] = ((4,), (4,), "float64", ("batch",))
     for name, (shape, chunks, dtype, dims) in expected.items():
         arr = root[name]
         assert (arr.shape, arr.chunks, str(arr.dtype), tuple(arr.metadata.dimension_names)) == \
@@ -169,7 +170,7 @@ def test_write_inputs_checks_what_the_store_holds(path):
 
 def test_concurrent_writers_on_distinct_batches_lose_nothing(tmp_path):
     path = tmp_path / "many.zarr"
-    st = make(path, num_samples=24 * K, schemes={"gcc": 16})
+    st = make(path, num_samples=16 * K, schemes={"gcc": 16})
     errors = []
 
     def work(batches):
@@ -179,7 +180,7 @@ def test_concurrent_writers_on_distinct_batches_lose_nothing(tmp_path):
         except Exception as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=work, args=(range(i, 24, 4),)) for i in range(4)]
+    threads = [threading.Thread(target=work, args=(range(i, 16, 4),)) for i in range(4)]
     for t in threads:
         t.start()
     for t in threads:
@@ -187,8 +188,8 @@ def test_concurrent_writers_on_distinct_batches_lose_nothing(tmp_path):
     assert not errors
     assert (st.batch_status("gcc") == 1).all()
     decoded = zarr.open_group(str(path), mode="r")["gcc/decoded"][:]
-    np.testing.assert_array_equal(decoded[:, 0], np.repeat(np.arange(24.0), K))
-    np.testing.assert_array_equal(zarr.open_group(str(path), mode="r")["gcc/cutoff_s"][:], np.arange(24) + 0.25)
+    np.testing.assert_array_equal(decoded[:, 0], np.repeat(np.arange(16.0), K))
+    np.testing.assert_array_equal(zarr.open_group(str(path), mode="r")["gcc/cutoff_s"][:], np.arange(16) + 0.25)
 
 
 def test_status_is_written_last(path, monkeypatch):
@@ -237,6 +238,9 @@ def _create_args(path, **kw):
 def test_new_store_via_open_or_create(path):
     st = RunStore.open_or_create(path, **_create_args(path))
     assert not st.resumed and st.num_batches == 4
+    empty = path.parent / "empty.zarr"
+    empty.mkdir()
+    assert not RunStore.open_or_create(empty, **_create_args(empty)).resumed
 
 
 def test_resume_refuses_other_config(path):
@@ -245,6 +249,8 @@ def test_resume_refuses_other_config(path):
         RunStore.open_or_create(path, **_create_args(path, fingerprint="0" * 64))
     with pytest.raises(StoreError, match="num_samples=30; this run needs num_samples=31"):
         RunStore.open_or_create(path, **_create_args(path, num_samples=31))
+    with pytest.raises(StoreError, match="dtype='float32'; this run needs dtype='float64'"):
+        RunStore.open_or_create(path, **_create_args(path, dtype="float64"))
 
 
 def test_overwrite_starts_over(path):
@@ -348,3 +354,18 @@ def test_check_writable(tmp_path):
         check_writable(blocker / "run.zarr")
     with pytest.raises(StoreError, match="URLs are not supported"):
         check_writable("s3://bucket/run.zarr")
+
+
+def test_write_records_many_batches_at_once(path):
+    st = make(path)
+    for b in (2, 0):
+        store_mod.write_decoded(path, "gcc", b, np.full((K, 10), float(b)))
+    recs = [{"batch": b, "received_mask": np.arange(16) % 2 == 0, "latency_s": np.full(16, 0.1 * b),
+             "cutoff_s": 0.5, "status": 2, "mse": 0.25 * b, "rel_acc": 1.0} for b in (2, 0)]
+    st.write_records("gcc", recs)
+    np.testing.assert_array_equal(st.batch_status("gcc"), [1 * 2, 0, 2, 0])
+    root = zarr.open_group(str(path), mode="r")
+    np.testing.assert_array_equal(root["gcc/mse"][:][[0, 2]], [0.0, 0.5])
+    np.testing.assert_array_equal(root["gcc/n_received"][:], [8, -1, 8, -1])
+    with pytest.raises(InvalidInputError, match="at most once"):
+        st.write_records("gcc", recs + recs[:1])

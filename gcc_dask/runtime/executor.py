@@ -29,7 +29,7 @@ from gcc_dask.runtime.tasks import (
     decode_task,
     encode_task,
     evaluate_shard,
-    failed_task,
+    failed_record,
     load_task,
     reference_task,
 )
@@ -182,7 +182,7 @@ class BatchRunner:
         if state is None:
             return
         s = state.schemes[scheme]
-        if s.decode is not None or s.known[w]:
+        if s.decode is not None or s.done or s.known[w]:
             return
         s.known[w] = True
         if fut.status == "finished":
@@ -193,7 +193,7 @@ class BatchRunner:
 
     def _maybe_cut(self, state: _BatchState, s: _SchemeState) -> float:
         """Decode if the cutoff is final; else return the wall time (monotonic) to look again, or inf."""
-        if s.decode is not None:
+        if s.decode is not None or s.done:
             return INF
         outstanding = int((~s.known).sum())
         if s.delays is not None:
@@ -252,40 +252,41 @@ class BatchRunner:
         self._watch(s.decode, ("decode", state.batch, plan.name, -1))
 
     def _fail(self, state: _BatchState, s: _SchemeState, reason: str) -> None:
+        logger.warning("batch %d of %s failed: %s", state.batch, s.plan.name, reason)
         self.client.cancel(s.shards)
-        s.decode = self.client.submit(
-            failed_task, self.plugin.name, s.plan.name, state.batch, s.plan.num_workers, state.n_real,
-            self.output_size, s.start_wall, reason,
-            key=f"failed-b{state.batch}-{s.plan.name}-{self.token}", pure=False, retries=1,
-        )
-        self._watch(s.decode, ("failed", state.batch, s.plan.name, -1))
+        s.result = failed_record(s.plan.name, state.batch, s.plan.num_workers, s.start_wall)
+        s.result["error"] = reason
+        s.done = True
 
-    def _on_decode(self, kind: str, batch: int, scheme: str, fut) -> None:
+    def _on_decode(self, batch: int, scheme: str, fut) -> None:
         state = self._inflight[batch]
         s = state.schemes[scheme]
         if fut.status == "finished":
-            s.done = True  # its result is gathered with the batch's others, in one round trip
-        elif kind == "decode":
-            logger.warning("decode of batch %d (%s) failed: %s", batch, scheme, fut.exception())
+            s.done = True  # its record is gathered with the batch's others, in one round trip
+        else:
             self._fail(state, s, f"decode failed: {fut.exception()!r}")
-        else:  # even recording the failure failed (e.g. the store is gone): give up on this batch
-            s.result = {"scheme": scheme, "batch": batch, "status": 4, "error": repr(fut.exception())}
-            s.done = True
 
     def _gather(self, state: _BatchState) -> list[dict]:
+        """The batch's records (one per scheme), fetched in one round trip."""
         pending = [s for s in state.schemes.values() if s.result is None]
-        fetched = self.client.gather([s.decode for s in pending], errors="skip") if pending else []
-        if len(fetched) == len(pending):
+        if pending:
+            try:
+                fetched = self.client.gather([s.decode for s in pending])
+            except Exception as e:  # the worker holding a record died between finishing and the fetch
+                fetched = [None] * len(pending)
+                logger.warning("batch %d: lost decode results (%r)", state.batch, e)
             for s, r in zip(pending, fetched):
-                s.result = r
-        return [s.result or {"scheme": s.plan.name, "batch": state.batch, "status": 4} for s in state.schemes.values()]
+                s.result = r if r is not None else dict(
+                    failed_record(s.plan.name, state.batch, s.plan.num_workers, s.start_wall), error="lost")
+        return [s.result for s in state.schemes.values()]
 
     # -- the loop ---------------------------------------------------------------------------------
     def run(self, work: Iterable[tuple[int, list[str]]], on_batch_done: Callable[[int, list[dict]], None] | None = None) -> list[dict]:
         """Run every ``(batch, schemes)`` of ``work``; return one metrics dict per (scheme, batch).
 
-        ``on_batch_done(batch, results)`` is called on the driver as each batch completes (progress bars,
-        live summaries). Batches are submitted lazily, at most ``max_in_flight`` at once.
+        ``on_batch_done(batch, records)`` is called on the driver as each batch completes, with one record
+        per scheme (status, metrics, received/failed masks, latencies; see ``decode_task``): the caller
+        writes them to the store. Batches are submitted lazily, at most ``max_in_flight`` at once.
         """
         self.client.register_plugin(self.plugin, name=self.plugin.name)
         results: list[dict] = []
@@ -305,7 +306,7 @@ class BatchRunner:
                 wake = INF
                 for state in list(self._inflight.values()):
                     for s in state.schemes.values():
-                        if s.delays is None and s.decode is None:
+                        if s.delays is None and s.decode is None and not s.done:
                             wake = min(wake, self._maybe_cut(state, s))
                 timeout = None if not math.isfinite(wake) else max(0.0, wake - time.monotonic())
                 try:
@@ -316,7 +317,7 @@ class BatchRunner:
                 if kind == "shard":
                     self._on_shard(t, batch, scheme, w, fut)
                 else:
-                    self._on_decode(kind, batch, scheme, fut)
+                    self._on_decode(batch, scheme, fut)
                 state = self._inflight.get(batch)
                 if state is not None and state.done:
                     del self._inflight[batch]

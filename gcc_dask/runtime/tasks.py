@@ -37,7 +37,8 @@ class RunPlugin(WorkerPlugin):
     codes : dict of str to CodingScheme
     source : gcc_dask.sources.Source
     sink : callable
-        ``sink(kind, batch, **arrays)`` writes a batch's results (``kind`` a scheme name or "inputs").
+        ``sink(kind, batch, **arrays)`` writes a batch's arrays from a worker: ``kind="inputs"`` with
+        ``labels`` and ``reference``, or a scheme name with ``decoded``.
     batch_size : int
         K, the samples per batch.
     use_gpu : bool
@@ -179,11 +180,12 @@ def decode_task(
     reference: np.ndarray | None,
     meta: dict,
 ) -> dict:
-    """Decode the kept shard results, score them against the reference, write the batch, return metrics.
+    """Decode the kept shard results, score them, write ``decoded``, and return the batch's record.
 
     ``meta`` carries what the driver decided: ``status`` (int), ``cutoff_s``, ``latency_s`` (N,),
-    ``failed`` (N,) bool, ``batch_start`` (``time.time()`` at submission). The store's ``status`` is
-    written last by the sink.
+    ``failed`` (N,) bool, ``batch_start`` (``time.time()`` at submission). The record (status, metrics,
+    received/failed masks, latencies) goes back to the driver, which writes it to the store after this
+    task has written ``decoded``: the status is always written last.
     """
     from gcc_dask.errors import NotEnoughResultsError
 
@@ -224,44 +226,26 @@ def decode_task(
     if reference is not None and status in (1, 2):
         mse = metrics.mse(decoded, reference)
         rel = metrics.rel_acc(decoded, reference)
-    num_workers = code.num_workers
-    received_mask = np.zeros(num_workers, dtype=bool)
+    received_mask = np.zeros(code.num_workers, dtype=bool)
     received_mask[np.asarray(received, dtype=np.int64)] = True
-    batch_latency = time.time() - meta["batch_start"]
-    p.sink(
-        scheme,
-        batch,
-        decoded=decoded.astype(np.float32),
-        received=received_mask,
-        latency_s=np.asarray(meta["latency_s"], dtype=np.float64),
-        cutoff_s=float(meta["cutoff_s"]),
-        mse=mse,
-        rel_acc=rel,
-        failed_mask=np.asarray(meta["failed"], dtype=bool),
-        batch_latency_s=batch_latency,
-        error_estimate=error_estimate,
-        status=status,
-    )
-    return {"scheme": scheme, "batch": batch, "status": status, "mse": mse, "rel_acc": rel,
-            "n_received": len(received), "batch_latency_s": batch_latency, "cutoff_s": meta["cutoff_s"]}
+    p.sink(scheme, batch, decoded=decoded.astype(np.float32))
+    return {
+        "scheme": scheme, "batch": batch, "status": status, "mse": mse, "rel_acc": rel,
+        "cutoff_s": float(meta["cutoff_s"]), "batch_latency_s": time.time() - meta["batch_start"],
+        "error_estimate": error_estimate, "received_mask": received_mask,
+        "latency_s": np.asarray(meta["latency_s"], dtype=np.float64),
+        "failed_mask": np.asarray(meta["failed"], dtype=bool),
+    }
 
 
-def failed_task(name: str, scheme: str, batch: int, num_workers: int, n_real: int, output_size: int,
-                batch_start: float, reason: str) -> dict:
-    """Record a batch that could not run at all (its load or encode failed) as status 4 (failed)."""
-    p = _plugin(name)
-    logger.warning("batch %d of %s failed: %s", batch, scheme, reason)
-    p.sink(
-        scheme,
-        batch,
-        decoded=np.full((n_real, output_size), np.nan, dtype=np.float32),
-        received=np.zeros(num_workers, dtype=bool),
-        latency_s=np.full(num_workers, np.nan),
-        cutoff_s=float("nan"),
-        mse=float("nan"),
-        rel_acc=float("nan"),
-        failed_mask=np.ones(num_workers, dtype=bool),
-        batch_latency_s=time.time() - batch_start,
-        status=4,
-    )
-    return {"scheme": scheme, "batch": batch, "status": 4}
+def failed_record(scheme: str, batch: int, num_workers: int, batch_start: float) -> dict:
+    """The record of a batch that could not run at all (its load or encode failed): status 4, failed.
+
+    Built on the driver: its ``decoded`` rows keep the store's NaN fill.
+    """
+    return {
+        "scheme": scheme, "batch": batch, "status": 4, "mse": float("nan"), "rel_acc": float("nan"),
+        "cutoff_s": float("nan"), "batch_latency_s": time.time() - batch_start, "error_estimate": float("nan"),
+        "received_mask": np.zeros(num_workers, dtype=bool), "latency_s": np.full(num_workers, np.nan),
+        "failed_mask": np.ones(num_workers, dtype=bool),
+    }
