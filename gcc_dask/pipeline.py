@@ -21,7 +21,7 @@ from gcc_dask import store as store_mod
 from gcc_dask.analysis.summary import summarize_run
 from gcc_dask.coding import make_code
 from gcc_dask.config import PipelineConfig, load_config
-from gcc_dask.errors import InvalidInputError, StoreError, WorkloadError
+from gcc_dask.errors import ClusterError, InvalidInputError, StoreError, WorkloadError
 from gcc_dask.runtime.cluster import ClusterSpec, cluster_has_gpu, connect
 from gcc_dask.runtime.cutoff import CutoffPolicy
 from gcc_dask.runtime.executor import BatchRunner, SchemePlan
@@ -267,12 +267,16 @@ def run_pipeline(
             address=cfg.cluster.address, scheduler_file=cfg.cluster.scheduler_file, n_workers=cfg.cluster.n_workers,
             threads_per_worker=cfg.cluster.threads_per_worker,
             processes=True if cfg.cluster.processes is None else cfg.cluster.processes,
-            connect_timeout=cfg.cluster.connect_timeout,
+            connect_timeout=cfg.cluster.connect_timeout, gpu=cfg.cluster.gpu,
         )
         with connect(spec, client) as c:
             say(f"dask dashboard: {c.dashboard_link}")
             _check_reachable(c, os.path.abspath(path))
-            use_gpu = cfg.cluster.gpu is True or (cfg.cluster.gpu == "auto" and cluster_has_gpu(c))
+            has_gpu = cluster_has_gpu(c)
+            if cfg.cluster.gpu is True and not has_gpu:
+                raise ClusterError("cluster.gpu: got true, but no Dask worker advertises a GPU resource; start "
+                                   "workers with `--resources GPU=1` or set cluster.gpu: auto")
+            use_gpu = has_gpu and cfg.cluster.gpu is not False
             plugin = RunPlugin(
                 name=f"gcc-dask-{uuid.uuid4().hex[:8]}", workload=workload, codes=codes, source=source,
                 sink=StoreSink(os.path.abspath(path)), batch_size=k, use_gpu=use_gpu,

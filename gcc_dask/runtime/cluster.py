@@ -33,6 +33,7 @@ class ClusterSpec:
     processes: bool = True
     connect_timeout: float = 10.0
     memory_limit: str | None = "auto"
+    gpu: bool | str = "auto"
 
 
 def describe_target(spec: ClusterSpec) -> str:
@@ -94,6 +95,10 @@ def connect(spec: ClusterSpec, client=None) -> Iterator:
             c.close()
         return
     # Our own cluster: a shard lost with its worker is an erasure, so never re-run it elsewhere.
+    gpu = spec.gpu is True or (spec.gpu == "auto" and gpu_available()[0])
+    if spec.gpu is True and not gpu_available()[0]:
+        raise ClusterError(f"cluster.gpu: got true, but this machine has no usable GPU ({gpu_available()[1]}); "
+                           "use gpu: auto or false, or install the gpu extra on a machine with a CUDA GPU")
     with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
         try:
             cluster = LocalCluster(
@@ -103,6 +108,7 @@ def connect(spec: ClusterSpec, client=None) -> Iterator:
                 dashboard_address=":0",
                 memory_limit=spec.memory_limit,
                 silence_logs=logging.ERROR,
+                resources={"GPU": 1} if gpu else None,
             )
         except Exception as e:  # pragma: no cover - depends on the machine
             raise ClusterError(f"cannot start a LocalCluster: {type(e).__name__}: {e}") from e
