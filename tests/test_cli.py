@@ -1,0 +1,88 @@
+"""The command line: `run` against a separately started scheduler, `info`, and one-line user errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import zarr
+
+BIN = Path(sys.executable).parent
+GCC_DASK = [str(BIN / "gcc-dask")]
+DASK = str(BIN / "dask")
+
+
+@pytest.fixture
+def scheduler(tmp_path):
+    """A `dask scheduler` and one `dask worker`, started as a user would, on loopback."""
+    sched_file = tmp_path / "scheduler.json"
+    env = {**os.environ, "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0"}
+    procs = [subprocess.Popen([DASK, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+                               "--scheduler-file", str(sched_file)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        deadline = time.monotonic() + 60
+        while not sched_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        address = json.loads(sched_file.read_text())["address"]
+        procs.append(subprocess.Popen([DASK, "worker", address, "--nthreads", "8", "--no-dashboard",
+                                       "--nworkers", "1", "--memory-limit", "2GiB"], env=env,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        yield address
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_run_against_a_separately_started_scheduler(scheduler, tmp_path):
+    out = tmp_path / "remote.zarr"
+    res = subprocess.run(GCC_DASK + ["run", "pipelines/smoke.yaml", "--scheduler", scheduler, "--out", str(out),
+                                     "--set", "run.limit_batches=3", "--no-progress"],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "gcc" in res.stdout and "rel_acc" in res.stdout
+    root = zarr.open_group(str(out), mode="r")
+    assert (root["gcc/status"][:3] > 0).all()
+    assert root.attrs["status"] == "incomplete"  # limit_batches=3 of 8
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "pipelines/does-not-exist.yaml"], "does-not-exist.yaml"),
+        (["run", "pipelines/smoke.yaml", "--set", "code.num_inputs=0"], "code.num_inputs"),
+        (["run", "pipelines/smoke.yaml", "--set", "cutoff.stragglers=99"], "cutoff.stragglers"),
+        (["run", "pipelines/smoke.yaml", "--set", "gcc.lambda_dec=-1"], "gcc.lambda_dec"),
+        (["run", "pipelines/smoke.yaml", "--set", "nonsense.key=1"], "nonsense"),
+    ],
+    ids=["missing-file", "zero-inputs", "too-many-stragglers", "negative-lambda", "unknown-key"],
+)
+def test_user_errors_are_one_line_with_exit_status_2(args, message):
+    res = subprocess.run(GCC_DASK + args, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and "Traceback" not in res.stderr
+
+
+def test_unreachable_scheduler_fails_fast_with_one_line(tmp_path):
+    t0 = time.monotonic()
+    res = subprocess.run(GCC_DASK + ["run", "pipelines/smoke.yaml", "--scheduler", "tcp://127.0.0.1:9",
+                                     "--out", str(tmp_path / "x.zarr"), "--set", "cluster.connect_timeout=2s"],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2
+    assert "cannot reach the Dask scheduler" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert time.monotonic() - t0 < 60  # bounded: no hang
+
+
+def test_info_prints_versions_and_the_target_cluster():
+    res = subprocess.run(GCC_DASK + ["info"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0
+    assert "zarr" in res.stdout and "gpu" in res.stdout and "LocalCluster" in res.stdout
