@@ -22,9 +22,12 @@ __all__ = [
     "errors",
     "list_codes",
     "make_code",
+    "load_config",
     "open_run",
+    "open_sweep",
     "register_code",
     "run_pipeline",
+    "run_sweep",
     "stragglers",
 ]
 
@@ -32,11 +35,16 @@ _LAZY = {
     "run_pipeline": ("gcc_dask.pipeline", "run_pipeline"),
     "RunResult": ("gcc_dask.pipeline", "RunResult"),
     "open_run": ("gcc_dask.store", "open_run"),
+    "run_sweep": ("gcc_dask.sweep", "run_sweep"),
+    "open_sweep": ("gcc_dask.sweep", "open_sweep"),
+    "load_config": ("gcc_dask.config", "load_config"),
 }
 
 if TYPE_CHECKING:  # pragma: no cover
+    from gcc_dask.config import load_config
     from gcc_dask.pipeline import RunResult, run_pipeline
     from gcc_dask.store import open_run
+    from gcc_dask.sweep import open_sweep, run_sweep
 
 
 def __getattr__(name: str) -> Any:

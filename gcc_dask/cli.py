@@ -60,6 +60,55 @@ def run(pipeline, out, scheduler, overrides, overwrite, no_progress) -> None:
 
 
 @main.command()
+@click.argument("sweep_file", metavar="SWEEP.yaml", type=click.Path(dir_okay=False))
+@click.option("--out", type=click.Path(), default=None, help="Store path (overrides store.path).")
+@click.option("--scheduler", default=None, help="Dask scheduler address (overrides cluster.address).")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config key, e.g. trials=20.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing store instead of resuming it.")
+@click.option("--no-progress", is_flag=True, help="Do not show the progress bar.")
+@_user_errors
+def sweep(sweep_file, out, scheduler, overrides, overwrite, no_progress) -> None:
+    """Run an accuracy/rate sweep (schemes x N x S|p x trials) and print the fitted rates."""
+    from gcc_dask.sweep import run_sweep
+
+    overrides = list(overrides)
+    if scheduler:
+        overrides.append(f"cluster.address={scheduler}")
+    if overwrite:
+        overrides.append("store.overwrite=true")
+    if no_progress:
+        overrides.append("run.progress=false")
+    result = run_sweep(sweep_file, out=out, overrides=overrides, echo=click.echo)
+    click.echo(f"\nstore: {result.path}  ({result.status}, {result.wall_s:.1f} s)")
+    if not result.rates.empty:
+        cols = [c for c in ("scheme", "num_inputs", "S", "p", "slope", "ci_low", "ci_high", "mse_at_N_min",
+                            "mse_at_N_max") if c in result.rates]
+        click.echo(result.rates[cols].to_markdown(index=False, floatfmt=".3g"))
+    elif not result.summary.empty:
+        cols = [c for c in ("scheme", "num_inputs", "num_workers", "S", "p", "mse_mean", "rmse_mean",
+                            "rel_acc_mean", "accuracy_mean") if c in result.summary]
+        click.echo(result.summary[cols].to_markdown(index=False, floatfmt=".4g"))
+    click.echo(f"report: gcc-dask report {result.path}")
+
+
+@main.command()
+@click.argument("store", type=click.Path(exists=True, file_okay=False))
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="Output directory (default: <store>-report next to the store).")
+@click.option("--no-recompute", is_flag=True,
+              help="Run stores: do not re-evaluate f offline for the accuracy-deadline curve.")
+@_user_errors
+def report(store, out, no_recompute) -> None:
+    """Write Markdown/CSV tables and PNG figures for a run store or a sweep STORE."""
+    from gcc_dask.analysis.report import make_report
+
+    rep = make_report(store, out, recompute=False if no_recompute else "auto")
+    click.echo(f"report: {rep.out_dir / 'report.md'}")
+    for path in rep.files[1:]:
+        click.echo(f"  {path.relative_to(rep.out_dir)}")
+
+
+@main.command()
 @click.option("--scheduler", default=None, help="Check this scheduler address instead of the default target.")
 @_user_errors
 def info(scheduler) -> None:

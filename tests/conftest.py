@@ -44,7 +44,7 @@ def client():
     from distributed import Client, LocalCluster
 
     cluster = LocalCluster(
-        n_workers=2, threads_per_worker=8, processes=False, dashboard_address=None, silence_logs=40
+        n_workers=2, threads_per_worker=8, processes=False, dashboard_address=":0", silence_logs=40
     )
     c = Client(cluster)
     yield c

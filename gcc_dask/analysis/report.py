@@ -1,0 +1,206 @@
+"""``gcc-dask report STORE``: Markdown and CSV tables plus PNG figures for a run store or a sweep store.
+
+Files written under the output directory (default: ``<store without .zarr>-report/`` next to the store):
+
+* sweep store: ``report.md``, ``cells.csv`` (per cell: mean/std of the metrics over trials),
+  ``rates.csv`` (fitted slopes), ``figures/mse_vs_n_K{K}.png``, ``figures/mse_vs_{S|p}_K{K}.png``, and when
+  f has more than one output ``comparison.csv`` (RMSE/RelAcc mean ± std) and ``figures/rel_acc_vs_n_K{K}.png``;
+* run store: ``report.md``, ``summary.csv`` (per scheme), ``latency.csv`` (p50/p90/p99),
+  ``deadline.csv`` (accuracy against deadline), ``figures/latency_cdf.png``, ``figures/deadline.png``.
+
+:func:`make_report` returns the list of files it wrote (the report's promise, checked by the tests).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from gcc_dask.analysis import plots
+from gcc_dask.analysis.metrics import comparison_table, format_pm, run_table, straggler_dim, sweep_table
+from gcc_dask.analysis.rates import dominance, rate_table
+from gcc_dask.analysis.stores import open_sweep, root_attrs, store_kind
+
+__all__ = ["Report", "make_report", "mse_pivot"]
+
+
+@dataclass
+class Report:
+    """What :func:`make_report` wrote: the directory, every file (Markdown first), and the Markdown text."""
+
+    out_dir: Path
+    files: list[Path] = field(default_factory=list)
+    markdown: str = ""
+
+    def _repr_markdown_(self) -> str:  # Jupyter shows the report itself
+        return self.markdown
+
+
+def _default_out(store: Path) -> Path:
+    name = store.name[: -len(".zarr")] if store.name.endswith(".zarr") else store.name
+    return store.parent / f"{name}-report"
+
+
+def _md(df: pd.DataFrame, floatfmt: str = ".3g") -> str:
+    if df.empty:
+        return "_(no data)_"
+    return df.to_markdown(floatfmt=floatfmt)
+
+
+def mse_pivot(ds, *, num_inputs: int | None = None, sci: bool = True) -> pd.DataFrame:
+    """MSE ``"mean ± std"`` by (S|p, scheme) rows and N columns, as in METHODS.md §8's tables."""
+    table = sweep_table(ds)
+    if table.empty:
+        return table
+    sdim = straggler_dim(ds)
+    K = table["num_inputs"].iloc[0] if num_inputs is None else num_inputs
+    table = table[table["num_inputs"] == K].copy()
+    table["value"] = [f"{m:.2e}" if sci and pd.notna(m) else format_pm(m, s) for m, s in
+                      zip(table["mse_mean"], table["mse_std"])]
+    out = table.pivot_table(index=[sdim, "scheme"], columns="num_workers", values="value", aggfunc="first",
+                            sort=False)
+    out.columns = [f"N={c}" for c in out.columns]
+    return out.reset_index()
+
+
+def _header(attrs: dict, kind: str, path: Path) -> list[str]:
+    lines = [f"# gcc-dask {kind} report: {attrs.get('name') or attrs.get('config', {}).get('name', path.name)}", "",
+             f"- store: `{path}` (status {attrs.get('status')!r}, created {attrs.get('created')}, "
+             f"finished {attrs.get('finished')})",
+             f"- gcc-dask {attrs.get('gcc_dask_version')}, git {str(attrs.get('git_sha'))[:10]}, seed {attrs.get('seed')}"]
+    return lines
+
+
+def _sweep_report(path: Path, out: Path, n_boot: int) -> Report:
+    ds = open_sweep(path).load()
+    attrs, sdim = dict(ds.attrs), straggler_dim(ds)
+    rep = Report(out)
+    cells, rates = sweep_table(ds), rate_table(ds, n_boot=n_boot)
+    md = _header(attrs, "sweep", path)
+    cfg = attrs.get("config", {})
+    md += [f"- function: {attrs.get('function')}",
+           f"- stragglers: {attrs.get('straggler_model')} over {sdim} = {list(ds[sdim].values.tolist())}"
+           + (f", pattern {attrs.get('pattern')}" if sdim == "S" else ""),
+           f"- schemes: {', '.join(ds['scheme'].values.tolist())}; K = {ds['num_inputs'].values.tolist()}; "
+           f"N = {ds['num_workers'].values.tolist()}; {ds.sizes['trial']} trials; points "
+           f"{cfg.get('code', {}).get('points')}", ""]
+    for name, df in (("cells.csv", cells), ("rates.csv", rates)):
+        df.to_csv(out / name, index=False)
+        rep.files.append(out / name)
+    md += ["## Rates: slope of log MSE on log N (95% bootstrap interval)", "",
+           _md(rates[[c for c in ("scheme", "num_inputs", sdim, "slope", "ci_low", "ci_high", "n_points",
+                                  "mse_at_N_min", "mse_at_N_max") if c in rates]].set_index("scheme"), ".3g")
+           if not rates.empty else "_(fewer than two N values)_", ""]
+    schemes = list(ds["scheme"].values)
+    if "gcc" in schemes and "bacc" in schemes:
+        md += ["## gcc against bacc (mean MSE)", "", _md(dominance(ds, "gcc", "bacc"), ".3g"), ""]
+    for K in ds["num_inputs"].values.tolist():
+        pivot = mse_pivot(ds, num_inputs=K)
+        md += [f"## MSE (mean over trials), K = {K}", "", pivot.to_markdown(index=False) if len(pivot) else
+               "_(no data)_", ""]
+        for fname, fig in ((f"mse_vs_n_K{K}.png", plots.plot_mse_vs_n(ds, num_inputs=K, n_boot=min(n_boot, 1000))),
+                           (f"mse_vs_{sdim}_K{K}.png", plots.plot_mse_vs_s(ds, num_inputs=K))):
+            rep.files.append(plots.save(fig, out / "figures" / fname))
+            md += [f"![{fname}](figures/{fname})", ""]
+        if "rel_acc" in ds:
+            fname = f"rel_acc_vs_n_K{K}.png"
+            rep.files.append(plots.save(plots.plot_metric_vs_n(ds, "rel_acc", num_inputs=K), out / "figures" / fname))
+            md += [f"![{fname}](figures/{fname})", ""]
+    if "rel_acc" in ds:
+        comp = comparison_table(ds)
+        comp.to_csv(out / "comparison.csv")
+        rep.files.append(out / "comparison.csv")
+        md += ["## RMSE and RelAcc, mean ± std over trials", "", _md(comp), ""]
+    notes = []
+    if attrs.get("skipped"):
+        notes.append(f"skipped cells: {'; '.join(attrs['skipped'][:10])}" + (" ..." if len(attrs["skipped"]) > 10 else ""))
+    if "coincident_points" in ds and int(ds["coincident_points"].values.max(initial=0)) > 0:
+        notes.append("some (scheme, K, N) have worker points equal to data points (column coincident_points of "
+                     "cells.csv): those schemes are partly systematic there (METHODS.md §2)")
+    if "exhaustive_frac" in cells and (cells["exhaustive_frac"] < 1).any():
+        notes.append("adversarial cells with exhaustive_frac < 1 used the heuristic search: their MSE is a lower "
+                     "bound on the true worst case")
+    if notes:
+        md += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
+    return _finish(rep, md)
+
+
+def _run_report(path: Path, out: Path, recompute) -> Report:
+    from gcc_dask.analysis.deadline import deadline_curve, deadline_table, latency_table
+
+    attrs = root_attrs(path)
+    rep = Report(out)
+    summary, latency = run_table(path), latency_table(path)
+    curve = deadline_curve(path, recompute=recompute)
+    for name, df, index in (("summary.csv", summary, True), ("latency.csv", latency, True),
+                            ("deadline.csv", curve, False)):
+        df.to_csv(out / name, index=index)
+        rep.files.append(out / name)
+    cfg = attrs.get("config", {})
+    md = _header(attrs, "run", path)
+    md += [f"- {attrs.get('num_samples')} samples in {attrs.get('num_batches')} batches of K = "
+           f"{attrs.get('batch_size')}; workers per scheme {attrs.get('schemes')}",
+           f"- stragglers: {cfg.get('stragglers')}", f"- cutoff: {cfg.get('cutoff')}", "",
+           "## Per scheme", "",
+           _md(summary[[c for c in ("rel_acc", "accuracy", "accuracy_uncoded", "rmse", "rmse_mean", "rmse_std",
+                                    "rel_acc_std", "cutoff_p50_s", "cutoff_p99_s", "latency_p50_s",
+                                    "latency_p99_s", "decoded", "undecodable", "failed", "mean_received")
+                        if c in summary]], ".4g"), "",
+           "## Latency percentiles (s)", "", _md(latency, ".4g"), ""]
+    for fname, fig in (("latency_cdf.png", plots.plot_latency_cdf(path)), ("deadline.png", plots.plot_deadline(curve))):
+        rep.files.append(plots.save(fig, out / "figures" / fname))
+    md += ["![latency CDF](figures/latency_cdf.png)", "",
+           "## Accuracy against deadline", "",
+           f"Basis: {curve.attrs.get('mode')} ({curve['basis'].iloc[0] if len(curve) else ''}). A batch whose cutoff "
+           "fired before the deadline keeps its recorded result; a later one is decoded from the results that had "
+           "arrived by the deadline" + (" (f re-evaluated offline; largest difference from the stored estimates "
+                                        f"when re-decoding the recorded sets: {curve.attrs['recompute_max_abs_diff']:.2g})"
+                                        if curve.attrs.get("mode") == "recompute" else
+                                        "; without re-evaluating f only complete batches are scored") + ".", "",
+           _md(deadline_table(curve), ".4g"), "",
+           "![accuracy against deadline](figures/deadline.png)", ""]
+    return _finish(rep, md)
+
+
+def _finish(rep: Report, md: list[str]) -> Report:
+    rep.markdown = "\n".join(md).rstrip() + "\n"
+    (rep.out_dir / "report.md").write_text(rep.markdown, encoding="utf-8")
+    rep.files.insert(0, rep.out_dir / "report.md")
+    return rep
+
+
+def make_report(store: str | os.PathLike, out: str | os.PathLike | None = None, *,
+                recompute: bool | str = "auto", n_boot: int = 2000) -> Report:
+    """Write the tables and figures of a run or sweep store (see the module docstring for the files).
+
+    Parameters
+    ----------
+    store : str or os.PathLike
+        A run store (``gcc-dask run``) or a sweep store (``gcc-dask sweep``).
+    out : str or os.PathLike, optional
+        Output directory (created). Default ``<store without .zarr>-report`` next to the store.
+    recompute : bool or "auto"
+        Run stores: re-evaluate f offline for the accuracy–deadline curve
+        (:func:`gcc_dask.analysis.deadline.deadline_curve`).
+    n_boot : int
+        Bootstrap replicates for the slope intervals (sweep stores).
+
+    Returns
+    -------
+    Report
+
+    Raises
+    ------
+    StoreError
+        If `store` is neither kind of store.
+    """
+    path = Path(os.fspath(store)).expanduser().absolute()
+    kind = store_kind(path)
+    out_dir = Path(os.fspath(out)).expanduser().absolute() if out is not None else _default_out(path)
+    (out_dir / "figures").mkdir(parents=True, exist_ok=True)
+    if kind == "sweep":
+        return _sweep_report(path, out_dir, n_boot)
+    return _run_report(path, out_dir, recompute)

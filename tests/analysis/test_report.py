@@ -1,0 +1,165 @@
+"""Reports on sweep and run stores; the accuracy-against-deadline analysis; the CLI commands."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from analysis_helpers import synthetic_sweep
+from click.testing import CliRunner
+
+import gcc_dask as gd
+from gcc_dask.analysis.deadline import deadline_curve, latency_cdf, latency_table
+from gcc_dask.analysis.report import make_report
+from gcc_dask.cli import main
+from gcc_dask.store import RunStore
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _check_files(rep, expected):
+    names = {str(p.relative_to(rep.out_dir)) for p in rep.files}
+    assert names == expected
+    for p in rep.files:
+        assert p.is_file() and p.stat().st_size > 0
+        if p.suffix == ".png":
+            assert p.read_bytes()[:8] == PNG
+            assert f"]({p.relative_to(rep.out_dir)})" in rep.markdown  # every figure is in the report
+
+
+# ------------------------------------------------------------------------------------ sweep stores
+def test_sweep_report_writes_every_promised_file(tmp_path):
+    store = synthetic_sweep(tmp_path / "s.zarr", lambda sc, K, N, s, t: (t + 1) * s**3 * N**-3.0,
+                            rel_acc=lambda sc, K, N, s, t: 0.9)
+    rep = make_report(store, tmp_path / "out", n_boot=100)
+    _check_files(rep, {"report.md", "cells.csv", "rates.csv", "comparison.csv", "figures/mse_vs_n_K10.png",
+                       "figures/mse_vs_S_K10.png", "figures/rel_acc_vs_n_K10.png"})
+    assert "slope" in rep.markdown and "−3.0" not in rep.markdown  # tables use ASCII numbers
+    rates = (tmp_path / "out" / "rates.csv").read_text()
+    assert "-3.0" in rates
+
+
+def test_bernoulli_sweep_report_uses_p(tmp_path):
+    store = synthetic_sweep(tmp_path / "b.zarr", lambda sc, K, N, p, t: N**-3.0, S=(0.1, 0.3), sdim="p")
+    rep = make_report(store, n_boot=50)
+    assert rep.out_dir == tmp_path / "b-report"
+    _check_files(rep, {"report.md", "cells.csv", "rates.csv", "figures/mse_vs_n_K10.png",
+                       "figures/mse_vs_p_K10.png"})
+
+
+def test_report_of_a_real_small_sweep(client, tmp_path):
+    from gcc_dask.sweep import run_sweep
+
+    cfg = {"function": {"kind": "smooth", "dim": 2, "out_dim": 3}, "schemes": ["gcc", "bacc"],
+           "code": {"num_inputs": [4], "num_workers": [9, 17]},
+           "stragglers": {"model": "fixed_count", "S": [1], "pattern": "contiguous"}, "trials": 2,
+           "run": {"progress": False}}
+    res = run_sweep(cfg, client=client, out=tmp_path / "real.zarr")
+    rep = make_report(res.path, n_boot=50)
+    _check_files(rep, {"report.md", "cells.csv", "rates.csv", "comparison.csv", "figures/mse_vs_n_K4.png",
+                       "figures/mse_vs_S_K4.png", "figures/rel_acc_vs_n_K4.png"})
+
+
+# -------------------------------------------------------------------------------------- run stores
+@pytest.fixture(scope="module")
+def smoke_run(client, tmp_path_factory):
+    out = tmp_path_factory.mktemp("smoke") / "smoke.zarr"
+    return gd.run_pipeline("pipelines/smoke.yaml", client=client, out=out, overrides=["run.progress=false"])
+
+
+def test_run_report_writes_every_promised_file(smoke_run, tmp_path):
+    rep = make_report(smoke_run.path, tmp_path / "rep")
+    _check_files(rep, {"report.md", "summary.csv", "latency.csv", "deadline.csv", "figures/latency_cdf.png",
+                       "figures/deadline.png"})
+
+
+def test_deadline_curve_ends_at_the_recorded_results(smoke_run):
+    curve = deadline_curve(smoke_run.path)
+    assert curve.attrs["mode"] == "recompute"
+    assert curve.attrs["recompute_max_abs_diff"] < 1e-3  # offline f reproduces the stored estimates
+    summary = smoke_run.summary
+    for scheme, sub in curve.groupby("scheme"):
+        sub = sub.sort_values("deadline_s")
+        assert np.all(np.diff(sub["complete_frac"]) >= 0) and np.all(np.diff(sub["received_mean"]) >= 0)
+        last = sub.iloc[-1]
+        assert last["complete_frac"] == 1.0
+        assert last["rel_acc"] == pytest.approx(summary.loc[scheme, "rel_acc"])
+        assert last["received_mean"] == pytest.approx(summary.loc[scheme, "mean_received"])
+    assert set(latency_table(smoke_run.path).index) == set(summary.index)
+    cdf = latency_cdf(smoke_run.path)
+    assert cdf.groupby("scheme")["cdf"].max().eq(1.0).all()
+
+
+def _synthetic_run(path):
+    """One scheme, N = 4, K = 2, 3 batches; decoded = reference + (b + 1), so batch b has MSE (b + 1)²."""
+    store = RunStore.create(path, config_resolved={"name": "synthetic"}, fingerprint="x", schemes={"gcc": 4},
+                            num_samples=6, batch_size=2, output_shape=(1,), has_labels=False,
+                            has_reference=True, seed=0, dtype="float64")
+    nan = math.nan
+    table = [([0, 1, 2], [0.1, 0.2, 0.3, nan], 0.3, 1), ([0, 1, 2, 3], [0.05, 0.4, 0.5, 0.6], 0.6, 1),
+             ([1, 3], [nan, 0.2, nan, 0.9], 0.9, 2)]
+    for b, (recv, lat, cut, status) in enumerate(table):
+        ref = np.arange(2.0 * b, 2.0 * b + 2)[:, None]
+        store.write_inputs(b, reference=ref)
+        mask = np.isin(np.arange(4), recv)
+        store.write_batch("gcc", b, decoded=ref + (b + 1), received_mask=mask, latency_s=np.array(lat),
+                          cutoff_s=cut, status=status)
+    store.finish()
+    return path
+
+
+def test_deadline_curve_store_only_on_known_arrivals(tmp_path):
+    path = _synthetic_run(tmp_path / "run.zarr")
+    curve = deadline_curve(path, [0.25, 0.3, 0.6, 1.0], recompute=False).set_index("deadline_s")
+    assert curve.attrs["mode"] == "store-only" and curve["basis"].eq("complete batches only").all()
+    assert curve["complete_frac"].tolist() == pytest.approx([0, 1 / 3, 2 / 3, 1])
+    assert curve["received_mean"].tolist() == pytest.approx([4 / 3, 5 / 3, 8 / 3, 3])
+    assert math.isnan(curve.loc[0.25, "mse"])
+    assert curve.loc[0.3, "mse"] == pytest.approx(1.0)
+    assert curve.loc[0.6, "mse"] == pytest.approx(2.5)
+    assert curve.loc[1.0, "mse"] == pytest.approx(14 / 3)
+    rep = make_report(path, tmp_path / "rep", recompute=False)  # f cannot be rebuilt: store-only report
+    assert "store-only" in rep.markdown
+
+
+# --------------------------------------------------------------------------------------------- CLI
+def test_cli_report_and_user_errors(tmp_path):
+    store = synthetic_sweep(tmp_path / "s.zarr", lambda sc, K, N, s, t: N**-3.0)
+    runner = CliRunner()
+    res = runner.invoke(main, ["report", str(store), "--out", str(tmp_path / "r")])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "r" / "report.md").is_file() and "figures/mse_vs_n_K10.png" in res.output
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("function: {kind: xsinx}\nschemes: [gcc]\ncode: {num_inputs: [4], num_workers: [9]}\n"
+                   "stragglers: {model: fixed_count, S: [1]}\ntrials: -1\n")
+    res = runner.invoke(main, ["sweep", str(bad)])
+    assert res.exit_code == 2
+    assert res.output.strip().splitlines() == ["gcc-dask: error: trials: got -1; expected a number greater "
+                                               "than or equal to 1"]
+    (tmp_path / "plain").mkdir()
+    res = runner.invoke(main, ["report", str(tmp_path / "plain")])
+    assert res.exit_code == 2 and "expected a gcc-dask run or sweep store" in res.output
+
+
+# ------------------------------------------------------------------------------------- RESULTS.md
+def test_results_page_from_stores_and_missing_ones(tmp_path):
+    from gcc_dask.analysis.results import build_results
+
+    runs = tmp_path / "runs"
+    synthetic_sweep(runs / "rate_bernoulli.zarr", lambda sc, K, N, p, t: (1 + (sc == "bacc")) * N**-3.0,
+                    schemes=("gcc", "bacc", "bspline"), S=(0.1, 0.3), sdim="p")
+    page = build_results(runs, tmp_path / "RESULTS.md", tmp_path / "results" / "figures")
+    text = page.read_text()
+    assert "ends below bacc at the largest N: **yes**" in text
+    assert "](results/figures/rate_bernoulli_mse_vs_n.png)" in text
+    assert (tmp_path / "results" / "figures" / "rate_bernoulli_mse_vs_n.png").read_bytes()[:8] == PNG
+    assert "## Missing stores" in text and "rate_worst_case.zarr" in text
+
+
+def test_analysis_package_exports_lazily():
+    import gcc_dask.analysis as ga
+
+    assert callable(ga.make_report) and callable(ga.fit_rate)
+    with pytest.raises(AttributeError):
+        ga.nope  # noqa: B018

@@ -1,0 +1,107 @@
+"""The sweep runner: config validation, cell evaluation (paired draws, exactness), the store, resume."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from gcc_dask.errors import ConfigError, StoreError
+from gcc_dask.sweep import evaluate_cell, run_sweep
+from gcc_dask.sweep_config import load_sweep_config
+
+
+def _cfg(**over):
+    base = {"name": "t", "function": {"kind": "xsinx"}, "schemes": ["gcc", "bacc"],
+            "code": {"num_inputs": [6], "num_workers": [13, 25]},
+            "stragglers": {"model": "fixed_count", "S": [1, 2], "pattern": "random"}, "trials": 3,
+            "run": {"progress": False}}
+    base.update(over)
+    return base
+
+
+@pytest.mark.parametrize(("over", "match"), [
+    ({"function": {"kind": "sinc"}}, r"function\.kind: got 'sinc'"),
+    ({"function": {"kind": "xsinx", "source": {"kind": "mnist"}}}, "only 'dnn' has one"),
+    ({"schemes": ["gcc", "gcc"]}, "distinct scheme labels"),
+    ({"schemes": ["nope"]}, "a scheme name from"),
+    ({"stragglers": {"model": "fixed_count", "p": [0.1]}}, r"stragglers\.S: got None"),
+    ({"stragglers": {"model": "bernoulli", "p": [1.0]}}, r"stragglers\.p\.0: got 1\.0"),
+    ({"stragglers": {"model": "bernoulli", "p": [0.1], "pattern": "contiguous"}}, "pattern"),
+    ({"code": {"num_inputs": [6], "num_workers": [13, 13]}}, "distinct values"),
+    ({"trials": 0}, r"trials: got 0; expected a number greater than or equal to 1"),
+    ({"params": {"lcc": {"degree": 2}}}, r"params\.lcc"),
+    ({"bogus": 1}, "unknown key 'bogus'"),
+], ids=["kind", "source-on-analytic", "duplicate", "unknown-scheme", "S-missing", "p-range", "pattern",
+        "duplicate-N", "trials", "params-unlisted", "unknown-key"])
+def test_sweep_config_rejects(over, match):
+    with pytest.raises(ConfigError, match=match):
+        load_sweep_config(_cfg(**over))
+
+
+def test_overrides_and_fingerprint():
+    cfg = load_sweep_config(_cfg(), overrides=["trials=5", "stragglers.S=[1]"])
+    assert cfg.trials == 5 and cfg.stragglers.values == [1]
+    assert cfg.fingerprint() != load_sweep_config(_cfg()).fingerprint()
+    moved = load_sweep_config(_cfg(store={"path": "elsewhere.zarr"}, run={"trials_per_task": 1}))
+    assert moved.fingerprint() == load_sweep_config(_cfg()).fingerprint()  # not part of the results
+
+
+def test_cells_share_data_and_received_sets_across_schemes():
+    cfg = load_sweep_config(_cfg(schemes=["gcc", "letcc", "bacc"],
+                                 stragglers={"model": "bernoulli", "p": [0.3]}))
+    out = evaluate_cell(cfg, 6, 25, 0.3, range(4))
+    assert (out["n_received"] == out["n_received"][0]).all()  # the same draw for every scheme
+    np.testing.assert_allclose(out["mse"][0], out["mse"][1], rtol=1e-10)  # gcc default = LeTCC
+    again = evaluate_cell(cfg, 6, 25, 0.3, [2, 3])
+    np.testing.assert_array_equal(again["mse"], out["mse"][:, 2:])  # a function of the trial, not the block
+
+
+def test_lcc_is_exact_at_its_threshold_and_refuses_below():
+    cfg = load_sweep_config(_cfg(function={"kind": "polynomial", "coeffs": [0.0, 1.0, 1.0]},
+                                 schemes=["lcc", "bacc"], code={"num_inputs": [4], "num_workers": [9]}))
+    ok = evaluate_cell(cfg, 4, 9, 2, range(3))  # threshold (K - 1)·2 + 1 = 7 = N - S
+    assert (ok["mse"][0] < 1e-20).all() and (ok["decodable_frac"][0] == 1).all()
+    assert (ok["mse"][1] > 1e-8).all()  # bacc is approximate
+    short = evaluate_cell(cfg, 4, 9, 3, range(3))
+    assert np.isnan(short["mse"][0]).all() and (short["decodable_frac"][0] == 0).all()
+
+
+def test_adversary_is_per_scheme_and_never_beaten_by_random_sets():
+    adv = load_sweep_config(_cfg(stragglers={"model": "fixed_count", "S": [2], "pattern": "adversarial"}))
+    rnd = load_sweep_config(_cfg(stragglers={"model": "fixed_count", "S": [2], "pattern": "random"}))
+    a, r = evaluate_cell(adv, 6, 13, 2, range(3)), evaluate_cell(rnd, 6, 13, 2, range(3))
+    assert (a["search_exhaustive"] == 1).all()  # C(13, 2) = 78 sets: the true worst case
+    assert (a["mse"] >= r["mse"] * (1 - 1e-9)).all()
+
+
+def test_smooth_and_dnn_functions_record_rel_acc_and_accuracy():
+    smooth = load_sweep_config(_cfg(function={"kind": "smooth", "dim": 3, "out_dim": 4}))
+    out = evaluate_cell(smooth, 6, 25, 1, range(2))
+    assert np.isfinite(out["rel_acc"]).all() and np.isnan(out["accuracy"]).all()
+    dnn = load_sweep_config(_cfg(function={"kind": "dnn", "source": {"kind": "mnist", "split": "test", "limit": 64}},
+                                 schemes=["gcc", "replication"]))
+    out = evaluate_cell(dnn, 4, 8, 1, range(3))
+    assert ((out["rel_acc"] >= 0) & (out["rel_acc"] <= 1)).all()
+    assert np.isfinite(out["accuracy"]).all() and np.isfinite(out["accuracy_uncoded"]).all()
+    assert (out["decodable_frac"][1] == 1).all()  # r = 2 copies: one straggler loses no input
+
+
+def test_run_sweep_writes_a_tidy_store_and_resumes(client, tmp_path):
+    cfg = _cfg(schemes=["gcc", "bacc", "replication"], run={"trials_per_task": 2, "progress": False})
+    res = run_sweep(cfg, client=client, out=tmp_path / "s.zarr")
+    assert res.status == "complete" and res.wall_s > 0
+    ds = xr.open_zarr(res.path)
+    assert dict(ds.sizes) == {"scheme": 3, "num_inputs": 1, "num_workers": 2, "S": 2, "trial": 3}
+    assert ds["mse"].dims == ("scheme", "num_inputs", "num_workers", "S", "trial")
+    assert list(ds["scheme"].values) == ["gcc", "bacc", "replication"]
+    status = ds["status"].values
+    assert (status[:2] == 1).all() and (status[2] == 2).all()  # replication needs N = r·K
+    assert np.isfinite(ds["mse"].values[:2]).all() and np.isnan(ds["mse"].values[2]).all()
+    assert ds.attrs["status"] == "complete" and any("replication" in s for s in ds.attrs["skipped"])
+    assert set(res.rates["scheme"]) == {"gcc", "bacc"}
+    again = run_sweep(cfg, client=client, out=tmp_path / "s.zarr")  # everything done: nothing runs
+    assert again.wall_s == 0
+    xr.testing.assert_equal(xr.open_zarr(again.path).load(), ds.load())
+    with pytest.raises(StoreError, match="different configuration"):
+        run_sweep({**cfg, "trials": 4}, client=client, out=tmp_path / "s.zarr")
