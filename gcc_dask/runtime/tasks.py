@@ -9,6 +9,7 @@ by :class:`RunPlugin`, never once per task.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -21,8 +22,10 @@ from gcc_dask import metrics
 
 logger = logging.getLogger(__name__)
 
-#: how often a sleeping (injected) straggler checks whether it has been cancelled, in seconds
-POLL_INTERVAL_S = 0.01
+#: a sleeping straggler is woken by its plugin's transition hook; it also re-checks its own state this
+#: often, in seconds, in case a wake-up is missed
+POLL_INTERVAL_S = 0.1
+_GONE = ("cancelled", "released", "forgotten")
 
 
 class RunPlugin(WorkerPlugin):
@@ -54,14 +57,27 @@ class RunPlugin(WorkerPlugin):
         self.batch_size = batch_size
         self.use_gpu = use_gpu
         self.fn: Callable | None = None
+        self._sleepers: dict[str, threading.Event] = {}
 
     def setup(self, worker) -> None:
         self.fn = self.workload.load()
 
+    def transition(self, key, start, finish, **kwargs) -> None:
+        """Wake a sleeping straggler the moment the client cancels it (WorkerPlugin hook)."""
+        if finish in _GONE:
+            event = self._sleepers.get(key)
+            if event is not None:
+                event.set()
+
     def __getstate__(self):
         state = dict(self.__dict__)
         state["fn"] = None  # never ship a loaded model
+        state["_sleepers"] = {}
         return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._sleepers = {}
 
 
 def _plugin(name: str) -> RunPlugin:
@@ -91,16 +107,30 @@ def is_cancelled() -> bool:
     return ts is None or ts.state in ("cancelled", "released", "forgotten")
 
 
-def cooperative_sleep(seconds: float) -> bool:
-    """Sleep ``seconds``, checking for cancellation every ``POLL_INTERVAL_S``. False if cancelled."""
+def cooperative_sleep(seconds: float, plugin: RunPlugin | None = None) -> bool:
+    """Sleep ``seconds`` unless the running task is cancelled first. Returns False if cancelled.
+
+    With ``plugin``, the sleep waits on an event that :meth:`RunPlugin.transition` sets when the worker
+    marks this task cancelled, so the thread is freed at once; either way the task's own state is re-checked
+    every ``POLL_INTERVAL_S``.
+    """
     end = time.monotonic() + seconds
-    while True:
-        left = end - time.monotonic()
-        if left <= 0:
-            return True
-        if is_cancelled():
-            return False
-        time.sleep(min(POLL_INTERVAL_S, left))
+    event = threading.Event()
+    key = getattr(thread_state, "key", None)
+    if plugin is not None and key is not None:
+        plugin._sleepers[key] = event
+    try:
+        while True:
+            if is_cancelled():
+                return False
+            left = end - time.monotonic()
+            if left <= 0:
+                return True
+            if event.wait(min(POLL_INTERVAL_S, left)):
+                return False
+    finally:
+        if plugin is not None and key is not None:
+            plugin._sleepers.pop(key, None)
 
 
 @dataclass(frozen=True)
@@ -164,7 +194,7 @@ def evaluate_shard(name: str, coded, worker: int, delay_s: float = 0.0) -> Shard
     """
     started = time.time()
     p = _plugin(name)
-    if delay_s > 0 and not cooperative_sleep(delay_s):
+    if delay_s > 0 and not cooperative_sleep(delay_s, p):
         return None
     y = p.fn(coded[worker : worker + 1])
     return ShardResult(worker=worker, output=y[0], started=started, finished=time.time())
@@ -205,11 +235,11 @@ def decode_task(
             Y = np.stack([to_host(y) for y in ys])
         idx = np.asarray(received, dtype=np.int64)
         try:
+            # the plain decode, so that code.decode(Y, received) on the stored received set reproduces
+            # these estimates bit for bit (the return_error path's stacked matmul rounds differently)
+            decoded = code.decode(Y, idx)
             if code.name in ("gcc", "letcc"):
-                decoded, err = code.decode(Y, idx, return_error=True)
-                error_estimate = float(np.mean(to_host(err)))
-            else:
-                decoded = code.decode(Y, idx)
+                error_estimate = float(np.mean(to_host(code.decode(Y, idx, return_error=True)[1])))
             decoded = to_host(decoded)
         except NotEnoughResultsError:
             decoded = None

@@ -29,7 +29,12 @@ def one_slot_client():
         yield c
 
 
-def test_cancelled_straggler_frees_its_slot_quickly(one_slot_client):
+@pytest.mark.parametrize("poll_s", [0.1, 30.0], ids=["default-poll", "hook-only"])
+def test_cancelled_straggler_frees_its_slot_quickly(one_slot_client, monkeypatch, poll_s):
+    """With a 30 s poll only the plugin's transition hook can wake the straggler: it must."""
+    from gcc_dask.runtime import tasks
+
+    monkeypatch.setattr(tasks, "POLL_INTERVAL_S", poll_s)
     c = one_slot_client
     plugin = RunPlugin("cancel-test", _Identity(), {}, None, None, batch_size=1)
     c.register_plugin(plugin, name=plugin.name)
