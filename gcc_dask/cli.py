@@ -109,6 +109,40 @@ def report(store, out, no_recompute) -> None:
 
 
 @main.command()
+@click.argument("which", type=click.Choice(["coding", "pipeline"]))
+@click.option("--out", type=click.Path(file_okay=False), default="bench", show_default=True,
+              help="Directory for the Markdown report and the CSV files.")
+@click.option("--quick", is_flag=True, help="Small sizes, a few seconds (for tests): not representative.")
+@click.option("--gpu/--no-gpu", default=None,
+              help="coding: also benchmark CuPy (default: when a GPU is usable; --gpu requires one).")
+@click.option("--section", "sections", multiple=True,
+              type=click.Choice(["stragglers", "orchestration", "scaling", "memory"]),
+              help="pipeline: run only these sections (repeatable; default all).")
+@_user_errors
+def bench(which, out, quick, gpu, sections) -> None:
+    """Benchmark the coding kernels or the pipeline; ratios against baselines measured in the same run."""
+    from gcc_dask.bench.report import write_report
+
+    command = "gcc-dask " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["bench"] else f"gcc-dask bench {which}"
+    if which == "coding":
+        from gcc_dask.bench.coding import run_coding_bench
+
+        result = run_coding_bench(quick=quick, gpu="auto" if gpu is None else gpu, echo=click.echo,
+                                  command=command)
+    else:
+        from gcc_dask.bench.pipeline import SECTIONS, run_pipeline_bench
+
+        result = run_pipeline_bench(quick=quick, sections=tuple(sections) or SECTIONS, echo=click.echo,
+                                    command=command)
+    paths = write_report(result, out)
+    click.echo(f"\n{which} bench: {sum(t.passed for t in result.targets)} of {len(result.targets)} targets met "
+               f"({result.wall_s:.0f} s)")
+    for t in result.targets:
+        click.echo(f"  [{'ok' if t.passed else 'MISS'}] {t.name}: {t.measured:.4g} {t.unit} ({t.op} {t.limit:g})")
+    click.echo(f"report: {paths[0]}")
+
+
+@main.command()
 @click.option("--scheduler", default=None, help="Check this scheduler address instead of the default target.")
 @_user_errors
 def info(scheduler) -> None:

@@ -21,7 +21,9 @@ from gcc_dask import store as store_mod
 from gcc_dask.analysis.summary import summarize_run
 from gcc_dask.coding import make_code
 from gcc_dask.config import PipelineConfig, load_config
-from gcc_dask.errors import ClusterError, InvalidInputError, StoreError, WorkloadError
+from gcc_dask.errors import (
+    ClusterError, GccDaskError, InvalidInputError, SourceError, StoreError, WorkloadError,
+)
 from gcc_dask.runtime.cluster import ClusterSpec, cluster_has_gpu, connect
 from gcc_dask.runtime.cutoff import CutoffPolicy
 from gcc_dask.runtime.executor import BatchRunner, SchemePlan
@@ -149,9 +151,18 @@ def _resolve_path(path: str, base_dir: str) -> str:
     return candidate if os.path.exists(candidate) else path
 
 
-def _check_model_fits(workload, source) -> tuple[int, ...]:
-    """Run f on one real sample on the driver: the data must fit the model. Returns f's output shape."""
-    x, _ = source.read(0, 1)
+def _check_model_fits(workload, source, nan_policy: str = "raise") -> tuple[int, ...]:
+    """Run f on one real sample on the driver: the data must fit the model. Returns f's output shape.
+
+    With ``nan_policy="propagate"`` non-finite values are allowed (in the sample and in f's output)."""
+    try:
+        x, _ = source.read(0, 1)
+    except (MemoryError, ValueError, OSError) as e:  # e.g. an absurd source.shape; a corrupt file
+        raise SourceError(f"source: cannot read sample 0 of {source.name!r} ({type(e).__name__}: "
+                          f"{str(e).splitlines()[0] if str(e) else ''}); check the source's shape and files") from None
+    if nan_policy == "raise" and np.issubdtype(x.dtype, np.floating) and not np.isfinite(x).all():
+        raise InvalidInputError("source: sample 0 holds NaN or Inf (run.nan_policy: raise); clean the data "
+                                "or set run.nan_policy: propagate")
     try:
         y = np.asarray(workload.load()(x))
     except WorkloadError:
@@ -163,29 +174,65 @@ def _check_model_fits(workload, source) -> tuple[int, ...]:
         ) from None
     if y.ndim < 1 or y.shape[0] != 1:
         raise WorkloadError(f"workload: f must map (n, ...) to (n, ...); got output shape {y.shape} for n = 1")
-    if not np.isfinite(y).all():
-        raise InvalidInputError("workload: f returns NaN/Inf on the first sample of the source")
+    if nan_policy == "raise" and not np.isfinite(y).all():
+        raise InvalidInputError("workload: f returns NaN/Inf on the first sample of the source "
+                                "(run.nan_policy: raise)")
     return tuple(int(s) for s in y.shape[1:])
 
 
-def _check_reachable(client, path: str) -> None:
-    """Every worker must be able to write the store (it writes its batches itself)."""
-    probe = os.path.join(path, f".probe-{uuid.uuid4().hex[:8]}")
+def _wait_for_workers(client, timeout: float) -> None:
+    """At least one worker must be there, or join within `timeout` s: a run on none would wait forever."""
+    try:
+        client.wait_for_workers(1, timeout=timeout)
+    except TimeoutError:
+        raise ClusterError(
+            f"cluster: the Dask scheduler at {client.scheduler.address!r} has no workers, and none joined "
+            f"within {timeout:g} s (cluster.connect_timeout); start some with `dask worker ADDRESS`, or "
+            f"raise cluster.connect_timeout"
+        ) from None
 
-    def _touch(p=probe):
-        os.makedirs(os.path.dirname(p), exist_ok=True)
-        with open(p + f"-{os.getpid()}", "w") as fh:
-            fh.write("ok")
-        os.remove(p + f"-{os.getpid()}")
-        return True
+
+def _check_reachable(client, path: str) -> None:
+    """Every worker must see the driver's store (it writes its batches there itself).
+
+    The driver has created the store: it leaves a token file in it, and each worker must read that
+    token back and write a file of its own there. A worker on a machine without the shared file system
+    fails the read (creating the directory on its own disk would pass a write-only probe).
+    """
+    token = uuid.uuid4().hex
+    mark = os.path.join(path, f".reachable-{token[:8]}")
+    with open(mark, "w") as fh:
+        fh.write(token)
+
+    def _probe(mark=mark, token=token):
+        try:
+            with open(mark) as fh:
+                if fh.read() != token:
+                    return f"{mark} holds another run's token"
+            mine = f"{mark}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+            with open(mine, "w") as fh:
+                fh.write("ok")
+            os.remove(mine)
+        except OSError as e:
+            return f"{type(e).__name__}: {e.strerror or e}"
+        return None
 
     try:
-        client.run(_touch)
+        outcome = client.run(_probe)
     except Exception as e:
+        outcome = {"?": f"{type(e).__name__}: {e}"}
+    finally:
+        try:
+            os.remove(mark)
+        except OSError:
+            pass
+    bad = {w: why for w, why in outcome.items() if why}
+    if bad:
+        worker, why = next(iter(bad.items()))
         raise StoreError(
-            f"store.path: the workers cannot write {path!r} ({type(e).__name__}: {e}); use a path on a "
-            f"file system every worker mounts"
-        ) from None
+            f"store.path: got {path!r}, which {len(bad)} of {len(outcome)} Dask workers cannot see or write "
+            f"(worker {worker}: {why}); use a path on a file system that the driver and every worker mount"
+        )
 
 
 def run_pipeline(
@@ -232,7 +279,7 @@ def run_pipeline(
     wl = cfg.workload.model_dump(exclude_none=True)
     wl.update(wl.pop("params", None) or {})
     workload = make_workload(wl.pop("kind"), base_dir=cfg.base_dir, **wl)
-    output_shape = _check_model_fits(workload, source)
+    output_shape = _check_model_fits(workload, source, cfg.run.nan_policy)
     codes = build_codes(cfg)
     plans = build_plans(cfg, codes)
     k = cfg.code.num_inputs
@@ -271,6 +318,7 @@ def run_pipeline(
         )
         with connect(spec, client) as c:
             say(f"dask dashboard: {c.dashboard_link}")
+            _wait_for_workers(c, cfg.cluster.connect_timeout)
             _check_reachable(c, os.path.abspath(path))
             has_gpu = cluster_has_gpu(c)
             if cfg.cluster.gpu is True and not has_gpu:
@@ -296,6 +344,10 @@ def run_pipeline(
             t0 = time.perf_counter()
             try:
                 runner.run(work, on_batch_done=done)
+            except GccDaskError:  # bad data met on the way (e.g. NaN with nan_policy raise): stop, say so
+                records.flush()
+                store.finish(status="failed")
+                raise
             finally:
                 records.flush()
                 bar.close()

@@ -469,13 +469,22 @@ class RunStore:
             "resumed_at": [],
             **dict(attrs or {}),
         }
+        # built next to its final place and renamed into it: a reader (or a resume after a crash) sees the
+        # whole layout or no store at all, never a root whose groups or arrays are still missing
+        tmp = path.parent / f".{path.name}.creating-{uuid.uuid4().hex[:8]}"
         try:
-            root = _zarr().open_group(str(path), mode="w-", attributes=root_attrs)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            root = _zarr().open_group(str(tmp), mode="w-", attributes=root_attrs)
             _create_arrays(root, schemes, n, k, num_batches, output_shape, np.dtype(dtype),
                            has_labels, has_reference, scheme_attrs or {})
+            os.rename(tmp, path)
         except (OSError, PermissionError) as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
             raise StoreError(f"store path: got {str(path)!r}; cannot create the store there ({exc})") from None
-        return cls(path, _root=root)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return cls(path)
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> RunStore:

@@ -6,6 +6,11 @@ says the cutoff is final, one decode task over the kept shards; the other shards
 cooperatively. The driver never calls ``.result()`` per shard: futures report through
 ``add_done_callback`` into one queue, which the loop drains with a timeout (for wall-clock deadlines).
 
+Worker death: a shard lost with its worker is an erasure, never re-run (``allowed-failures: 0``). The
+batch's other tasks (load, reference, encode, decode) are deterministic and are submitted again when they
+die with a worker (``KilledWorker``), at most :data:`MAX_ATTEMPTS` times; a batch's shards are spread over
+the workers round-robin, so one death erases about N/W of them, not all.
+
 Clocks: with a latency model the cutoff runs on the *virtual clock* (a shard's arrival time is its
 injected latency, seeded by run seed, batch and worker), so the kept set depends on the seed alone; without
 one it runs on the wall clock and the store records what arrived.
@@ -22,7 +27,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 import numpy as np
+from distributed import KilledWorker
 
+from gcc_dask.errors import GccDaskError
+from gcc_dask.runtime.cluster import _accepts_n_workers
 from gcc_dask.runtime.cutoff import CutoffPolicy, cutoff_time, decide
 from gcc_dask.runtime.tasks import (
     RunPlugin,
@@ -39,6 +47,18 @@ logger = logging.getLogger(__name__)
 __all__ = ["SchemePlan", "BatchRunner"]
 
 INF = math.inf
+#: submissions of a batch's load, reference, encode or decode task, in all, when they die with a worker
+MAX_ATTEMPTS = 3
+#: seconds between refreshes of the worker list that shards are spread over
+WORKERS_TTL_S = 1.0
+
+
+def _error_of(fut) -> BaseException:
+    """The exception of an erred future (a ``KilledWorker`` when its worker, or a dependency's, died)."""
+    try:
+        return fut.exception(timeout=30)
+    except Exception as e:  # pragma: no cover - the scheduler is gone
+        return e
 
 
 @dataclass(frozen=True)
@@ -64,6 +84,10 @@ class _SchemeState:
     decode: Any = None
     done: bool = False
     result: dict | None = None
+    attempt: int = 0  # submissions of this scheme's encode/decode lost with a worker so far
+    received: list | None = None  # the kept shards, once the cutoff is final
+    meta: dict | None = None
+    wake: float | None = None  # wall clock: when to look at the cutoff again (monotonic); None: now
 
     def __post_init__(self) -> None:
         n = self.plan.num_workers
@@ -79,6 +103,7 @@ class _BatchState:
     loaded: Any
     reference: Any
     schemes: dict[str, _SchemeState]
+    attempt: int = 0  # resubmissions of load/reference lost with a worker so far
 
     @property
     def done(self) -> bool:
@@ -137,10 +162,14 @@ class BatchRunner:
         self._resources = {"resources": {"GPU": 1}} if use_gpu else {}
         self._events: queue.Queue = queue.Queue()
         self._inflight: dict[int, _BatchState] = {}
+        self._workers: list[str] = []
+        self._workers_at = -INF
 
     # -- submission -------------------------------------------------------------------------------
     def _watch(self, fut, tag: tuple) -> None:
-        fut.add_done_callback(lambda f, tag=tag: self._events.put((time.monotonic(), tag, f)))
+        # the status is read when the future finishes: by the time the loop handles the event, a shard whose
+        # worker died after finishing may already be released and recomputed (it must count as arrived)
+        fut.add_done_callback(lambda f, tag=tag: self._events.put((time.monotonic(), tag, f, f.status)))
 
     def _submit(self, func, *args, key: str, priority: int, **kwargs):
         return self.client.submit(
@@ -148,48 +177,90 @@ class BatchRunner:
             **self._resources, **kwargs,
         )
 
+    def _placement(self, batch: int, w: int) -> dict:
+        """Where shard ``w`` of ``batch`` should run: the workers round-robin, so that a batch's shards do
+        not all follow their encode task's data to one worker (where one death would erase them all).
+        Loose: the scheduler picks another worker when that one is gone."""
+        now = time.monotonic()
+        if now - self._workers_at > WORKERS_TTL_S:
+            self._workers_at = now
+            try:
+                client = self.client
+                info = client.scheduler_info(n_workers=-1) if _accepts_n_workers(client) else client.scheduler_info()
+                gpu = bool(self._resources)
+                self._workers = sorted(a for a, ws in info.get("workers", {}).items()
+                                       if not gpu or ws.get("resources", {}).get("GPU", 0) > 0)
+            except Exception:  # pragma: no cover - placement is an optimisation only
+                self._workers = []
+        if len(self._workers) < 2:
+            return {}
+        return {"workers": [self._workers[(batch + w) % len(self._workers)]], "allow_other_workers": True}
+
+    def _submit_inputs(self, state: _BatchState, load: bool) -> None:
+        """(Re)submit the batch's load (if ``load``) and reference tasks; attempts > 0 get new keys."""
+        name, batch = self.plugin.name, state.batch
+        sfx = f"-a{state.attempt}" if state.attempt else ""
+        if load:
+            state.loaded = self._submit(load_task, name, batch, key=f"load-b{batch}{sfx}", priority=-batch)
+        if self.reference:
+            state.reference = self._submit(reference_task, name, batch, state.loaded,
+                                           key=f"reference-b{batch}{sfx}", priority=-batch)
+
+    def _submit_scheme(self, state: _BatchState, plan: SchemePlan, attempt: int = 0) -> None:
+        """Submit one scheme of a batch: its encode task and its N shards."""
+        name, batch = self.plugin.name, state.batch
+        sfx = f"-a{attempt}" if attempt else ""
+        delays = None
+        if self.latency_model is not None:
+            delays = np.asarray(self.latency_model.latencies(self.seed, batch, plan.num_workers), dtype=float)
+        s = _SchemeState(plan=plan, start_wall=time.time(), start_mono=time.monotonic(), delays=delays,
+                         attempt=attempt)
+        s.encode = self._submit(encode_task, name, plan.name, state.loaded,
+                                key=f"encode-b{batch}-{plan.name}{sfx}", priority=-batch)
+        # one client.map per target worker, not one submit per shard: each submit is its own graph update
+        # on the scheduler (bench: 3.6 vs 6.3 ms of driver+scheduler CPU per shard, BENCHMARKS.md)
+        groups: dict[str, tuple[dict, list[int]]] = {}
+        for w in range(plan.num_workers):
+            place = self._placement(batch, w)
+            groups.setdefault(repr(place), (place, []))[1].append(w)
+        s.shards = [None] * plan.num_workers
+        for place, ws in groups.values():
+            futs = self.client.map(
+                evaluate_shard, [name] * len(ws), [s.encode] * len(ws), ws,
+                [0.0 if delays is None else float(delays[w]) for w in ws],
+                key=[f"eval-b{batch}-w{w}-{plan.name}{sfx}-{self.token}" for w in ws],
+                pure=False, retries=0, priority=-batch, **self._resources, **place,
+            )
+            for w, fut in zip(ws, futs):
+                s.shards[w] = fut
+        for w, fut in enumerate(s.shards):
+            self._watch(fut, ("shard", batch, plan.name, w))
+        state.schemes[plan.name] = s
+
     def _submit_batch(self, batch: int, schemes: list[str]) -> None:
-        name = self.plugin.name
         k = self.plugin.batch_size
         n_real = min(k, self.num_samples - batch * k)
-        prio = -batch
-        loaded = self._submit(load_task, name, batch, key=f"load-b{batch}", priority=prio)
-        reference = None
-        if self.reference:
-            reference = self._submit(reference_task, name, batch, loaded, key=f"reference-b{batch}", priority=prio)
-        state = _BatchState(batch=batch, n_real=n_real, loaded=loaded, reference=reference, schemes={})
+        state = _BatchState(batch=batch, n_real=n_real, loaded=None, reference=None, schemes={})
+        self._submit_inputs(state, load=True)
         for plan in self.plans:
-            if plan.name not in schemes:
-                continue
-            delays = None
-            if self.latency_model is not None:
-                delays = np.asarray(self.latency_model.latencies(self.seed, batch, plan.num_workers), dtype=float)
-            s = _SchemeState(plan=plan, start_wall=time.time(), start_mono=time.monotonic(), delays=delays)
-            s.encode = self._submit(encode_task, name, plan.name, loaded, key=f"encode-b{batch}-{plan.name}",
-                                    priority=prio)
-            for w in range(plan.num_workers):
-                delay = 0.0 if delays is None else float(delays[w])
-                fut = self._submit(evaluate_shard, name, s.encode, w, delay,
-                                   key=f"eval-b{batch}-w{w}-{plan.name}", priority=prio)
-                s.shards.append(fut)
-                self._watch(fut, ("shard", batch, plan.name, w))
-            state.schemes[plan.name] = s
+            if plan.name in schemes:
+                self._submit_scheme(state, plan)
         self._inflight[batch] = state
 
     # -- events -----------------------------------------------------------------------------------
-    def _on_shard(self, t: float, batch: int, scheme: str, w: int, fut) -> None:
+    def _on_shard(self, t: float, batch: int, scheme: str, w: int, fut, status: str) -> None:
         state = self._inflight.get(batch)
         if state is None:
             return
         s = state.schemes[scheme]
-        if s.decode is not None or s.done or s.known[w]:
-            return
+        if fut is not s.shards[w] or s.decode is not None or s.done or s.known[w]:
+            return  # a late report (decided already, or from a resubmitted scheme's first attempt)
         s.known[w] = True
-        if fut.status == "finished":
+        if status == "finished":
             s.arrivals[w] = s.delays[w] if s.delays is not None else t - s.start_mono
         else:  # erred, or lost with its worker: an erasure, never retried
             s.failed[w] = True
-        self._maybe_cut(state, s)
+        s.wake = self._maybe_cut(state, s)
 
     def _maybe_cut(self, state: _BatchState, s: _SchemeState) -> float:
         """Decode if the cutoff is final; else return the wall time (monotonic) to look again, or inf."""
@@ -213,7 +284,15 @@ class BatchRunner:
     def _decode(self, state: _BatchState, s: _SchemeState, d) -> None:
         plan = s.plan
         if s.encode.status == "error" or state.loaded.status == "error":
-            self._fail(state, s, "its load or encode task failed")
+            exc = _error_of(s.encode if s.encode.status == "error" else state.loaded)
+            if isinstance(exc, KilledWorker) and s.attempt + 1 < MAX_ATTEMPTS:
+                self._restart(state, s, exc)
+            elif isinstance(exc, GccDaskError):  # the data are bad (NaN with nan_policy raise, unreadable)
+                start = state.batch * self.plugin.batch_size
+                raise type(exc)(f"source: batch {state.batch} (samples {start} to {start + state.n_real - 1}): "
+                                f"{exc}") from None
+            else:
+                self._fail(state, s, f"its load or encode task failed: {exc!r}")
             return
         received = [w for w in range(plan.num_workers) if s.arrivals[w] <= d.time and not s.failed[w]]
         keep = set(received)
@@ -232,7 +311,8 @@ class BatchRunner:
             status = 1
         else:
             status = 2
-        meta = {
+        s.received = received
+        s.meta = {
             "status": status,
             "cutoff_s": float(d.time),
             "latency_s": latency,
@@ -240,16 +320,37 @@ class BatchRunner:
             "batch_start": s.start_wall,
             "output_size": self.output_size,
         }
+        self._submit_decode(state, s)
+
+    def _submit_decode(self, state: _BatchState, s: _SchemeState) -> None:
+        """Submit the decode of the kept shards (again, under a new key, when the last one died)."""
+        plan = s.plan
         reference = state.reference
         if reference is not None and reference.status == "error":
-            reference = None
+            if isinstance(_error_of(reference), KilledWorker) and state.attempt + 1 < MAX_ATTEMPTS:
+                state.attempt += 1
+                self._submit_inputs(state, load=state.loaded.status == "error")
+                reference = state.reference
+            else:  # f raised on the uncoded batch: no reference, no MSE for this batch
+                reference = None
+        sfx = f"-a{s.attempt}" if s.attempt else ""
         s.decode = self.client.submit(
-            decode_task, self.plugin.name, plan.name, state.batch, state.loaded, received,
-            [s.shards[w] for w in received], reference, meta,
-            key=f"decode-b{state.batch}-{plan.name}-{self.token}", pure=False, retries=0,
+            decode_task, self.plugin.name, plan.name, state.batch, state.loaded, s.received,
+            [s.shards[w] for w in s.received], reference, s.meta,
+            key=f"decode-b{state.batch}-{plan.name}{sfx}-{self.token}", pure=False, retries=0,
             priority=-state.batch + 1, **self._resources,
         )
         self._watch(s.decode, ("decode", state.batch, plan.name, -1))
+
+    def _restart(self, state: _BatchState, s: _SchemeState, exc: BaseException) -> None:
+        """Run one scheme of a batch again: its load or encode task died with a worker before any shard
+        could run. The latency draws are the same, so the outcome is the one an undisturbed run gets."""
+        logger.warning("batch %d of %s: %r; submitting it again", state.batch, s.plan.name, exc)
+        self.client.cancel(s.shards)
+        if state.loaded.status == "error" and state.attempt + 1 < MAX_ATTEMPTS:
+            state.attempt += 1
+            self._submit_inputs(state, load=True)
+        self._submit_scheme(state, s.plan, attempt=s.attempt + 1)
 
     def _fail(self, state: _BatchState, s: _SchemeState, reason: str) -> None:
         logger.warning("batch %d of %s failed: %s", state.batch, s.plan.name, reason)
@@ -259,12 +360,40 @@ class BatchRunner:
         s.done = True
 
     def _on_decode(self, batch: int, scheme: str, fut) -> None:
-        state = self._inflight[batch]
-        s = state.schemes[scheme]
+        state = self._inflight.get(batch)
+        s = state.schemes[scheme] if state is not None else None
+        if s is None or fut is not s.decode or s.done:
+            return
         if fut.status == "finished":
             s.done = True  # its record is gathered with the batch's others, in one round trip
+            return
+        exc = _error_of(fut)
+        if isinstance(exc, KilledWorker) and s.attempt + 1 < MAX_ATTEMPTS:
+            # the decode (or an input it needed) died with its worker: decode the same shards again
+            logger.warning("decode of batch %d (%s): %r; submitting it again", batch, scheme, exc)
+            s.attempt += 1
+            if state.loaded.status == "error" and state.attempt + 1 < MAX_ATTEMPTS:
+                state.attempt += 1
+                self._submit_inputs(state, load=True)
+            self._submit_decode(state, s)
         else:
-            self._fail(state, s, f"decode failed: {fut.exception()!r}")
+            self._fail(state, s, f"decode failed: {exc!r}")
+
+    def _redecode(self, state: _BatchState, s: _SchemeState) -> dict | None:
+        """Decode the same kept shards again and wait for the record (a rare recovery path): the decode's
+        result, and what Dask needed to recompute it, died with a worker after the decode had finished.
+        None when that fails too (MAX_ATTEMPTS in all), or when the batch never got to a decode."""
+        while s.received is not None and s.attempt + 1 < MAX_ATTEMPTS:
+            s.attempt += 1
+            if state.loaded.status == "error" and state.attempt + 1 < MAX_ATTEMPTS:
+                state.attempt += 1
+                self._submit_inputs(state, load=True)
+            self._submit_decode(state, s)
+            try:
+                return s.decode.result()
+            except Exception as e:
+                logger.warning("batch %d (%s): decoding again failed (%r)", state.batch, s.plan.name, e)
+        return None
 
     def _gather(self, state: _BatchState) -> list[dict]:
         """The batch's records (one per scheme), fetched in one round trip."""
@@ -276,9 +405,27 @@ class BatchRunner:
                 fetched = [None] * len(pending)
                 logger.warning("batch %d: lost decode results (%r)", state.batch, e)
             for s, r in zip(pending, fetched):
+                if r is None:
+                    r = self._redecode(state, s)
                 s.result = r if r is not None else dict(
                     failed_record(s.plan.name, state.batch, s.plan.num_workers, s.start_wall), error="lost")
         return [s.result for s in state.schemes.values()]
+
+    def _gather_all(self, states: list[_BatchState]) -> list[list[dict]]:
+        """The records of several finished batches in one round trip (one batch at a time on a failure).
+
+        A blocking gather per batch stalled the loop for a round trip per batch (bench: 3.9 of 11.9 s
+        with 60 batches on a busy 2-core machine); finished batches now wait until the event queue is empty.
+        """
+        pending = [s for st in states for s in st.schemes.values() if s.result is None]
+        if pending:
+            try:
+                fetched = self.client.gather([s.decode for s in pending])
+            except Exception:  # a record was lost: let _gather sort out which, batch by batch
+                return [self._gather(st) for st in states]
+            for s, r in zip(pending, fetched):
+                s.result = r
+        return [self._gather(st) for st in states]
 
     # -- the loop ---------------------------------------------------------------------------------
     def run(self, work: Iterable[tuple[int, list[str]]], on_batch_done: Callable[[int, list[dict]], None] | None = None) -> list[dict]:
@@ -287,9 +434,12 @@ class BatchRunner:
         ``on_batch_done(batch, records)`` is called on the driver as each batch completes, with one record
         per scheme (status, metrics, received/failed masks, latencies; see ``decode_task``): the caller
         writes them to the store. Batches are submitted lazily, at most ``max_in_flight`` at once.
+        The records are returned only when there is no ``on_batch_done``: a caller that takes them as they
+        come gets an empty list, so that a long run keeps nothing per batch on the driver.
         """
         self.client.register_plugin(self.plugin, name=self.plugin.name)
         results: list[dict] = []
+        ready: list[_BatchState] = []  # finished batches whose records are not fetched yet
         todo = iter(work)
         exhausted = False
         try:
@@ -307,24 +457,32 @@ class BatchRunner:
                 for state in list(self._inflight.values()):
                     for s in state.schemes.values():
                         if s.delays is None and s.decode is None and not s.done:
-                            wake = min(wake, self._maybe_cut(state, s))
+                            # the cutoff time moves only when a result arrives (_on_shard): look again
+                            # when it is due, not on every event (bench: 1 ms per shard with 4 in flight)
+                            if s.wake is None or s.wake <= time.monotonic():
+                                s.wake = self._maybe_cut(state, s)
+                            wake = min(wake, s.wake)
                 timeout = None if not math.isfinite(wake) else max(0.0, wake - time.monotonic())
                 try:
-                    t, tag, fut = self._events.get(timeout=timeout)
+                    t, tag, fut, status = self._events.get(timeout=timeout)
                 except queue.Empty:
                     continue
                 kind, batch, scheme, w = tag
                 if kind == "shard":
-                    self._on_shard(t, batch, scheme, w, fut)
+                    self._on_shard(t, batch, scheme, w, fut, status)
                 else:
                     self._on_decode(batch, scheme, fut)
                 state = self._inflight.get(batch)
                 if state is not None and state.done:
                     del self._inflight[batch]
-                    batch_results = self._gather(state)
-                    results.extend(batch_results)
-                    if on_batch_done is not None:
-                        on_batch_done(batch, batch_results)
+                    ready.append(state)
+                if ready and (self._events.empty() or not self._inflight or len(ready) >= self.max_in_flight):
+                    for st, batch_results in zip(ready, self._gather_all(ready)):
+                        if on_batch_done is not None:
+                            on_batch_done(st.batch, batch_results)
+                        else:
+                            results.extend(batch_results)
+                    ready = []
         finally:
             leftovers = [f for st in self._inflight.values() for s in st.schemes.values() for f in s.shards]
             if leftovers:

@@ -1,0 +1,69 @@
+"""A batch's non-shard tasks lost with their worker are submitted again; the store is as if nothing died.
+
+Shards are erasures when their worker dies, but a batch's load, reference, encode and decode tasks are
+deterministic, and losing one must not fail the batch (status 4 is final: a resume never redoes it). Here
+a task "dies" by raising ``KilledWorker``, exactly what the driver sees when a worker dies under it (the
+task and everything downstream err with it), at a chosen place: the load of batch 3, the reference write
+of batch 1, the decoded write of batch 2. The real thing, with SIGKILLed worker processes, is in
+``test_worker_death.py``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gcc_dask as gd
+import gcc_dask.pipeline
+from rel_helpers import DyingArray, DyingSink, arm, assert_stores_equal, read_group, synthetic_config
+
+K, N, BATCHES = 4, 8, 6
+DATA = np.random.default_rng(5).random((K * BATCHES, 6)).astype(np.float32)
+
+
+def _config(path, array):
+    cfg = synthetic_config(path, batches=BATCHES, k=K, n=N, schemes=("gcc", "uncoded"))
+    cfg["source"] = {"kind": "array", "array": array}
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def clean(client, tmp_path_factory):
+    return gd.run_pipeline(_config(tmp_path_factory.mktemp("clean") / "clean.zarr", DATA), client=client)
+
+
+def test_lost_load_reference_and_decode_are_redone(client, tmp_path, clean, monkeypatch):
+    monkeypatch.setattr(gcc_dask.pipeline, "StoreSink", DyingSink)
+    arm(("load", 3), ("inputs", 1), ("decoded", "gcc", 2))
+    run = gd.run_pipeline(_config(tmp_path / "dying.zarr", DyingArray(DATA, K)), client=client)
+    assert run.status == "complete"
+    gcc = read_group(run.path, "gcc")
+    assert (gcc["status"] == 1).all() and not gcc["failed"].any()
+    assert (read_group(run.path, "inputs", ("status",))["status"] == 1).all()
+    assert np.isfinite(gcc["mse"]).all()  # batch 1's reference was recomputed, so its MSE is known
+    assert_stores_equal(clean.path, run.path, ["gcc", "uncoded"])
+
+
+def test_a_record_lost_after_its_decode_finished_is_decoded_again(client, tmp_path, clean, monkeypatch):
+    """The worker holding a finished decode's result dies before the driver fetches it, and Dask cannot
+    recompute it (here: the fetch fails for batch 4, twice). The driver decodes the same kept shards again
+    instead of writing the batch off as failed (status 4, final: a resume would never redo it)."""
+    from distributed import KilledWorker
+
+    from rel_helpers import GoneWorker
+
+    real_gather = client.gather
+    failures = []
+
+    def gather(futures, *args, **kwargs):
+        keys = [str(f.key) for f in futures]
+        if any(k.startswith("decode-b4-gcc-") and "-a1-" not in k for k in keys) and len(failures) < 2:
+            failures.append(keys)
+            raise KilledWorker("decode-b4-gcc", GoneWorker(), 0)
+        return real_gather(futures, *args, **kwargs)
+
+    monkeypatch.setattr(client, "gather", gather)
+    run = gd.run_pipeline(_config(tmp_path / "lost-record.zarr", DATA), client=client)
+    assert len(failures) == 2 and run.status == "complete"
+    assert (read_group(run.path, "gcc", ("status",))["status"] == 1).all()
+    assert_stores_equal(clean.path, run.path, ["gcc", "uncoded"])

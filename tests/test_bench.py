@@ -1,0 +1,150 @@
+"""The benchmarks in --quick mode: the report files, and figures that are finite and positive.
+
+Values only, never wall-clock thresholds: the figures of a quick run are not representative.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+
+import pytest
+from click.testing import CliRunner
+
+from gcc_dask.bench.coding import best_times, run_coding_bench
+from gcc_dask.bench.pipeline import SECTIONS, MemorySampler, noop_f, pool_f, run_pipeline_bench
+from gcc_dask.bench.report import BenchReport, Table, Target, machine_info, to_markdown, write_report
+from gcc_dask.cli import main
+from gcc_dask.errors import ConfigError
+
+
+def _rows(path):
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _positive(value) -> bool:
+    value = float(value)
+    return math.isfinite(value) and value > 0
+
+
+@pytest.fixture(scope="module")
+def coding_report():
+    return run_coding_bench(quick=True, gpu=False)
+
+
+@pytest.fixture(scope="module")
+def pipeline_report(client):
+    return run_pipeline_bench(quick=True, client=client)
+
+
+def test_coding_report_files_and_ratios(coding_report, tmp_path):
+    paths = write_report(coding_report, tmp_path)
+    names = sorted(p.name for p in paths)
+    assert names == ["coding.md", "coding_apply.csv", "coding_decoder.csv", "coding_machine.csv",
+                     "coding_targets.csv"]
+    apply = _rows(tmp_path / "coding_apply.csv")
+    assert {(r["dtype"], r["N"]) for r in apply} == {(d, n) for d in ("float32", "float64") for n in ("16", "64")}
+    for r in apply:
+        for col in ("encode_ratio", "decode_ratio", "encode_cpu_ratio", "decode_cpu_ratio", "encode_bare_ms",
+                    "bare_encode_gflops"):
+            assert _positive(r[col]), (col, r)
+        assert int(r["F"]) == int(r["N"]) - int(r["N"]) // 4
+    decoder = _rows(tmp_path / "coding_decoder.csv")
+    assert {r["scheme"] for r in decoder} == {"gcc", "bacc"}
+    assert all(_positive(r["build_ms"]) and _positive(r["lookup_us"]) for r in decoder)
+    targets = _rows(tmp_path / "coding_targets.csv")
+    assert len(targets) == 6 and all(_positive(t["measured"]) for t in targets)
+    machine = {r["key"]: r["value"] for r in _rows(tmp_path / "coding_machine.csv")}
+    assert machine["numpy"] and "env OPENBLAS_CORETYPE" in machine
+    text = (tmp_path / "coding.md").read_text()
+    assert "## Targets" in text and "quick mode" in text and "| numpy | float32 | 784 | 16 | 8 | 12 |" in text
+
+
+def test_pipeline_report_files_and_ratios(pipeline_report, tmp_path):
+    paths = write_report(pipeline_report, tmp_path)
+    assert {p.name for p in paths} == {"pipeline.md", "pipeline_targets.csv", "pipeline_machine.csv",
+                                       *(f"pipeline_{s}.csv" for s in SECTIONS)}
+    strag = _rows(tmp_path / "pipeline_stragglers.csv")
+    assert {(r["scheme"], r["N"]) for r in strag} == {("gcc", "16"), ("bacc", "16"), ("replication", "16"),
+                                                      ("uncoded", "8"), ("gcc", "12"), ("bacc", "12")}
+    for r in strag:
+        for col in ("latency_p50_s", "latency_p99_s", "samples_per_s", "p99_vs_uncoded", "p99_vs_replication"):
+            assert _positive(r[col]), (col, r)
+        assert 0.0 <= float(r["rel_acc"]) <= 1.0
+    by = {(r["scheme"], r["N"]): r for r in strag}
+    assert float(by[("uncoded", "8")]["rel_acc"]) == 1.0  # exact baselines reproduce f exactly
+    assert float(by[("replication", "16")]["rel_acc"]) == 1.0
+    assert float(by[("uncoded", "8")]["p99_vs_uncoded"]) == 1.0
+    orch = _rows(tmp_path / "pipeline_orchestration.csv")
+    assert [r["what"].split(",")[0] for r in orch] == ["client.map of no-ops (Dask floor)", "pipeline"]
+    assert all(_positive(r["wall_ms_per_task"]) and _positive(r["ratio_vs_floor"]) for r in orch)
+    scaling = _rows(tmp_path / "pipeline_scaling.csv")
+    assert {r["vary"] for r in scaling} == {"batches", "N"} and all(_positive(r["wall_s"]) for r in scaling)
+    memory = _rows(tmp_path / "pipeline_memory.csv")
+    assert [int(r["samples"]) for r in memory] == [8, 80]
+    assert all(_positive(r["driver_peak_mb"]) for r in memory)
+    targets = _rows(tmp_path / "pipeline_targets.csv")
+    assert len(targets) >= 5 and all(_positive(t["measured"]) for t in targets)
+
+
+def test_best_times_interleaves_and_repeats():
+    calls = []
+    times, rounds = best_times([lambda: calls.append("a"), lambda: calls.append("b")], min_repeats=3,
+                               budget_s=0.0)
+    assert rounds == 3 and len(times) == 2 and all(t >= 0 for t in times)
+    assert calls == ["a", "b"] * 4  # one untimed warm-up round, then three timed ones
+
+
+def test_targets_and_markdown(tmp_path):
+    assert Target("x", 1.0, 1.2).passed and not Target("x", 1.3, 1.2).passed
+    assert Target("y", 0.96, 0.95, ">=").passed and not Target("y", 0.9, 0.95, ">=").passed
+    assert not Target("z", math.nan, 1.0).passed
+    rep = BenchReport("demo", "gcc-dask bench demo", False, [Table("t", "T", [{"a": 1, "b": math.nan}])],
+                      [Target("x", 1.0, 1.2, unit="x")], info={"k": "v"}, wall_s=1.0)
+    text = to_markdown(rep)
+    assert "| 1 | n/a |" in text and "| x | 1 x | <= 1.2 x | yes |" in text
+    assert _rows(write_report(rep, tmp_path)[1]) == [{"a": "1", "b": "nan"}]
+
+
+def test_machine_info_names_the_blas_kernel():
+    info = machine_info()
+    assert any(k.startswith("blas[") and "kernel=" in v for k, v in info.items())
+    assert "env OPENBLAS_CORETYPE" in info and info["cores (logical)"]
+
+
+def test_memory_sampler_measures_this_process():
+    with MemorySampler([]) as mem:
+        block = bytearray(32 * 2**20)
+    assert mem.driver_peak >= mem.driver_start > 0 and mem.workers_peak == 0
+    del block
+
+
+def test_workload_functions_shapes():
+    import numpy as np
+
+    X = np.ones((3, 1, 28, 28), dtype=np.float32)
+    assert noop_f(X).shape == (3, 10)
+    out = pool_f(X)
+    assert out.shape == (3, 10) and out.dtype == np.float32 and np.allclose(out, 1.0)
+
+
+def test_pipeline_bench_rejects_unknown_section():
+    with pytest.raises(ConfigError, match="sections"):
+        run_pipeline_bench(quick=True, sections=("nope",))
+
+
+def test_cli_bench_coding_quick(tmp_path):
+    res = CliRunner().invoke(main, ["bench", "coding", "--quick", "--no-gpu", "--out", str(tmp_path / "b")])
+    assert res.exit_code == 0, res.output
+    assert "targets met" in res.output and (tmp_path / "b" / "coding.md").is_file()
+
+
+def test_cli_bench_gpu_without_a_gpu_is_one_line_error(tmp_path):
+    from gcc_dask.runtime.cluster import gpu_available
+
+    if gpu_available()[0]:
+        pytest.skip("a GPU is usable here")
+    res = CliRunner().invoke(main, ["bench", "coding", "--quick", "--gpu", "--out", str(tmp_path)])
+    assert res.exit_code == 2
+    assert res.output.strip().startswith("gcc-dask: error: --gpu") and "\n" not in res.output.strip()
