@@ -599,12 +599,19 @@ def _read_yaml(path: Path) -> Any:
         raise ConfigError(f"{path}: cannot read the config file ({exc})") from None
 
 
-def _copy_tree(value: Any) -> Any:
-    """Copy nested mappings/lists (not leaves: an in-memory array is never copied)."""
-    if isinstance(value, Mapping):
-        return {k: _copy_tree(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_copy_tree(v) for v in value]
+def _copy_tree(value: Any, _seen: tuple[int, ...] = ()) -> Any:
+    """Copy nested mappings/lists (not leaves: an in-memory array is never copied).
+
+    Raises ConfigError for a cycle (a recursive YAML alias such as ``a: &x [*x]``).
+    """
+    if isinstance(value, (Mapping, list)):
+        if id(value) in _seen:
+            raise ConfigError("config: got a recursive YAML alias (a value that contains itself); expected a tree "
+                              "of mappings, lists and scalars")
+        seen = (*_seen, id(value))
+        if isinstance(value, Mapping):
+            return {k: _copy_tree(v, seen) for k, v in value.items()}
+        return [_copy_tree(v, seen) for v in value]
     return value
 
 
