@@ -12,16 +12,18 @@ from __future__ import annotations
 import numpy as np
 from scipy.interpolate import make_interp_spline
 
-from .base import CodingScheme
-from .berrut import berrut_matrix
+from .berrut import BACC
 from .registry import register_code
 
 __all__ = ["BSplineCode"]
 
 
 @register_code("bspline")
-class BSplineCode(CodingScheme):
+class BSplineCode(BACC):
     """Berrut encoder, cubic B-spline interpolation decoder (arXiv 2601.10616).
+
+    The constructor and the encoder are BACC's (:class:`~gcc_dask.coding.berrut.BACC`); only the decoder
+    differs.
 
     Parameters
     ----------
@@ -38,27 +40,6 @@ class BSplineCode(CodingScheme):
     """
 
     min_received = 4
-
-    def __init__(
-        self,
-        *,
-        num_inputs: int,
-        num_workers: int,
-        points: str = "chebyshev",
-        nan_policy: str = "raise",
-        on_coincidence: str = "warn",
-    ) -> None:
-        super().__init__(
-            num_inputs=num_inputs,
-            num_workers=num_workers,
-            points=points,
-            nan_policy=nan_policy,
-            on_coincidence=on_coincidence,
-        )
-        self._finish()
-
-    def encoder_at(self, z) -> np.ndarray:
-        return berrut_matrix(self.data_points, np.asarray(z, dtype=np.float64))
 
     def _decoder_map(self, rs: np.ndarray, z: np.ndarray) -> np.ndarray:
         nodes = self.worker_points[rs]
