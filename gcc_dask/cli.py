@@ -28,6 +28,37 @@ def _user_errors(func):
     return wrapper
 
 
+def _job_options(example: str):
+    """The options shared by the commands that run a job on a cluster (run, sweep)."""
+    options = [
+        click.option("--out", type=click.Path(), default=None, help="Store path (overrides store.path)."),
+        click.option("--scheduler", default=None, help="Dask scheduler address (overrides cluster.address)."),
+        click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+                     help=f"Override a config key, e.g. {example}."),
+        click.option("--overwrite", is_flag=True, help="Replace an existing store instead of resuming it."),
+        click.option("--no-progress", is_flag=True, help="Do not show the progress bar."),
+    ]
+
+    def deco(func):
+        for option in reversed(options):
+            func = option(func)
+        return func
+
+    return deco
+
+
+def _overrides(overrides, scheduler, overwrite, no_progress) -> list[str]:
+    """``--set`` values plus the config keys that the shortcut options stand for."""
+    out = list(overrides)
+    if scheduler:
+        out.append(f"cluster.address={scheduler}")
+    if overwrite:
+        out.append("store.overwrite=true")
+    if no_progress:
+        out.append("run.progress=false")
+    return out
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="gcc-dask")
 def main() -> None:
@@ -36,24 +67,14 @@ def main() -> None:
 
 @main.command()
 @click.argument("pipeline", type=click.Path(dir_okay=False))
-@click.option("--out", type=click.Path(), default=None, help="Store path (overrides store.path).")
-@click.option("--scheduler", default=None, help="Dask scheduler address (overrides cluster.address).")
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config key, e.g. code.num_workers=24.")
-@click.option("--overwrite", is_flag=True, help="Replace an existing store instead of resuming it.")
-@click.option("--no-progress", is_flag=True, help="Do not show the progress bar.")
+@_job_options("code.num_workers=24")
 @_user_errors
 def run(pipeline, out, scheduler, overrides, overwrite, no_progress) -> None:
     """Run PIPELINE (a YAML file) and print the per-scheme summary."""
     from gcc_dask.analysis.summary import format_summary
     from gcc_dask.pipeline import run_pipeline
 
-    overrides = list(overrides)
-    if scheduler:
-        overrides.append(f"cluster.address={scheduler}")
-    if overwrite:
-        overrides.append("store.overwrite=true")
-    if no_progress:
-        overrides.append("run.progress=false")
+    overrides = _overrides(overrides, scheduler, overwrite, no_progress)
     result = run_pipeline(pipeline, out=out, overrides=overrides, echo=click.echo)
     click.echo(f"\nstore: {result.path}  ({result.status})")
     click.echo(format_summary(result.summary))
@@ -61,23 +82,13 @@ def run(pipeline, out, scheduler, overrides, overwrite, no_progress) -> None:
 
 @main.command()
 @click.argument("sweep_file", metavar="SWEEP.yaml", type=click.Path(dir_okay=False))
-@click.option("--out", type=click.Path(), default=None, help="Store path (overrides store.path).")
-@click.option("--scheduler", default=None, help="Dask scheduler address (overrides cluster.address).")
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config key, e.g. trials=20.")
-@click.option("--overwrite", is_flag=True, help="Replace an existing store instead of resuming it.")
-@click.option("--no-progress", is_flag=True, help="Do not show the progress bar.")
+@_job_options("trials=20")
 @_user_errors
 def sweep(sweep_file, out, scheduler, overrides, overwrite, no_progress) -> None:
     """Run an accuracy/rate sweep (schemes x N x S|p x trials) and print the fitted rates."""
     from gcc_dask.sweep import run_sweep
 
-    overrides = list(overrides)
-    if scheduler:
-        overrides.append(f"cluster.address={scheduler}")
-    if overwrite:
-        overrides.append("store.overwrite=true")
-    if no_progress:
-        overrides.append("run.progress=false")
+    overrides = _overrides(overrides, scheduler, overwrite, no_progress)
     result = run_sweep(sweep_file, out=out, overrides=overrides, echo=click.echo)
     click.echo(f"\nstore: {result.path}  ({result.status}, {result.wall_s:.1f} s)")
     if not result.rates.empty:
