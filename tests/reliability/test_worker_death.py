@@ -165,17 +165,18 @@ def test_batches_with_enough_survivors_decode_without_retry(killed_run):
 
 
 def test_a_death_erases_only_the_shards_placed_on_that_worker(killed_run):
-    """Shards are spread over the live workers round-robin: the first dead worker held at most ceil(N/3)
-    shards of any batch; the second, killed while the first was restarting (2 workers alive when some of
-    its batches were submitted), at most ceil(N/2). Without the spreading, every shard follows its encode
-    task's data to one worker, and one death erases all N."""
+    """Shards are spread over the live workers round-robin, so a death never erases all N shards of a batch.
+
+    Without the spreading, every shard follows its encode task's data to one worker, and one death erases
+    all N. The placement is a preference (``allow_other_workers``, a worker list refreshed each second): while
+    a killed worker restarts, the scheduler may put more than N/W shards on one worker (8 of 12 seen once with
+    2 alive), so the bound asserted is "not all of them", and the counts are printed."""
     for i, keys in enumerate(killed_run["assigned"]):
         per_batch = Counter(k.split("-w")[0] + "-" + k.split("-")[3] for k in map(str, keys))
         print(f"kill {i}: shards per (batch, scheme) on the dead worker:", dict(per_batch))
-        alive = 3 if i == 0 else 2
         for batch_scheme, count in per_batch.items():
             n = N if batch_scheme.endswith("gcc") else K
-            assert count <= -(-n // alive), (i, batch_scheme, count)
+            assert count < n, (i, batch_scheme, count)
     recomputed = sum(1 for key, runs in killed_run["runs"].items() if runs > 1 and key.startswith("eval-"))
     print(f"shards executed twice: {recomputed} (finished, kept, then lost with their worker before the "
           f"decode fetched them: Dask recomputes those from lineage)")
