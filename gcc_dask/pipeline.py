@@ -328,6 +328,7 @@ def run_pipeline(
             plugin = RunPlugin(
                 name=f"gcc-dask-{uuid.uuid4().hex[:8]}", workload=workload, codes=codes, source=source,
                 sink=StoreSink(os.path.abspath(path)), batch_size=k, use_gpu=use_gpu,
+                cache_batches=cfg.run.max_batches_in_flight,
             )
             runner = BatchRunner(
                 c, plugin, plans, latency_model=latency_model, seed=cfg.seed, num_samples=source.num_samples,

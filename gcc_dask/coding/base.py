@@ -7,10 +7,17 @@ cache keyed by the bytes of the received index array. Applying a matrix is one m
 dtype and device of the data (NumPy, CuPy, or any Array API library via ``array_api_compat``), over the
 data reshaped to (rows, d).
 
-NaN/Inf checks cost no extra pass over the data: with ``nan_policy="raise"`` the applied matrix carries
-one extra row of ones, so the same matmul also yields the column sums of the input; a non-finite value
-anywhere in the input makes one of those sums non-finite. Only then (or on float overflow of a sum) is
-the input scanned to confirm.
+NaN/Inf checks cost no extra pass over the input: with ``nan_policy="raise"`` one output row whose
+coefficients are all non-zero (a *probe row*) is scanned, since a NaN or Inf anywhere in column j of the
+input makes entry j of that row non-finite. That scans 1/p of the output (p = N for encode, K for decode)
+where the earlier version's extra row of ones made the matmul itself 1/p larger: at K = 8 that row cost
+up to 26% of a decode in the BLAS, not 1/8. A matrix without such a row (some B-spline decoders) still gets
+the extra row of ones. Only when the probe is non-finite (or a float overflow) is the input scanned to
+confirm.
+
+Selection schemes (``replication``, ``uncoded``) have one-hot matrices: they are applied as a gather of
+rows, never as a matmul, so a NaN in one input stays in that input's output (in a matmul 0·NaN = NaN
+would spread it to every output).
 """
 
 from __future__ import annotations
@@ -54,13 +61,15 @@ def _rebuild(cls: type[CodingScheme], params: dict) -> CodingScheme:
 class _Entry:
     """One cached decoder: host matrix (K, |F|) or None, decodable mask, indices, device copies."""
 
-    __slots__ = ("matrix", "mask", "received", "applied")
+    __slots__ = ("matrix", "mask", "received", "applied", "rows")
 
-    def __init__(self, matrix, mask, received):
+    def __init__(self, matrix, mask, received, rows=None):
         if matrix is not None:
             matrix.setflags(write=False)
         mask.setflags(write=False)
         self.matrix, self.mask, self.received = matrix, mask, received
+        #: for selection schemes: output row i is input row rows[i] (rows[i] < 0: no input, a NaN row)
+        self.rows = rows
         self.applied: dict = {}
 
 
@@ -113,6 +122,8 @@ class CodingScheme:
     name: ClassVar[str] = ""
     #: Check α/β coincidences (only meaningful for approximate, point-based schemes).
     check_coincidence: ClassVar[bool] = True
+    #: One-hot encoder and decoders (replication, uncoded): applied as a gather of rows (:meth:`_select`).
+    selection: ClassVar[bool] = False
     recovery_threshold: int | None = None
     min_received: int = 1
 
@@ -174,6 +185,7 @@ class CodingScheme:
         E.setflags(write=False)
         self._encoder = E
         self._encoder_applied: dict = {}
+        self._encoder_rows = self._selection_rows(E)
         self._lookup = functools.lru_cache(maxsize=DECODER_CACHE_SIZE)(self._entry_from_key)
         self.params = {
             "num_inputs": self.num_inputs,
@@ -313,8 +325,9 @@ class CodingScheme:
     def _apply(self, xp, M: np.ndarray, A, cache: dict, name: str):
         """``M @ A`` with `A` of shape (q, *shape) in its own namespace/dtype; returns (p, *shape).
 
-        `cache` keeps `M` converted per (namespace, dtype, device), so a repeated call converts
-        nothing and moves nothing to the device.
+        `cache` keeps `M` converted per (namespace, dtype, device), with the row that the NaN/Inf check
+        reads (the *probe*, see the module docs), so a repeated call converts nothing and moves nothing to
+        the device.
         """
         p = M.shape[0]
         shape = tuple(A.shape[1:])
@@ -322,28 +335,100 @@ class CodingScheme:
         check = self.nan_policy == "raise"
         dev = device(A)
         ckey = (xp.__name__, A.dtype, dev)
-        Mx = cache.get(ckey)
-        if Mx is None:
-            host = np.vstack([M, np.ones((1, M.shape[1]))]) if check else M
-            Mx = xp.asarray(np.ascontiguousarray(host), dtype=A.dtype, device=dev)
-            cache[ckey] = Mx
+        hit = cache.get(ckey)
+        if hit is None:
+            hit = cache[ckey] = self._converted(xp, M, A.dtype, dev, check)
+        Mx, probe = hit
         if not check:
             return xp.reshape(Mx @ A2, (p, *shape))
-        # the extra row of ones yields the column sums of A in the same matmul: a NaN/Inf anywhere in A
-        # makes one non-finite. A sum may also overflow where the data do not: that is re-checked.
         if xp is _NP:
             with np.errstate(over="ignore", invalid="ignore"):
                 out = Mx @ A2
-            bad = not np.isfinite(out[p]).all() and not np.isfinite(A2).all()
+            seen = out[probe] if type(probe) is int else out[list(probe)]
+            bad = not np.isfinite(seen).all() and not np.isfinite(A2).all()
         else:
             out = Mx @ A2
-            bad = not bool(xp.all(xp.isfinite(out[p, :]))) and not bool(xp.all(xp.isfinite(A2)))
+            seen = out[probe, :] if type(probe) is int else xp.take(out, xp.asarray(probe, device=dev), axis=0)
+            bad = not bool(xp.all(xp.isfinite(seen))) and not bool(xp.all(xp.isfinite(A2)))
         if bad:
-            raise InvalidInputError(
-                f"{name} holds NaN or Inf (nan_policy='raise'); clean the input or pass "
-                "nan_policy='propagate' to let non-finite values flow through"
-            )
-        return xp.reshape(out[:p, ...], (p, *shape))
+            raise self._non_finite(name)
+        if out.shape[0] > p:  # the fallback's extra row of ones
+            out = out[:p, ...]
+        return xp.reshape(out, (p, *shape))
+
+    @staticmethod
+    def _converted(xp, M: np.ndarray, dtype, dev, check: bool) -> tuple[Any, Any]:
+        """`M` in the data's namespace, dtype and device, and the rows the NaN/Inf check reads.
+
+        The probe rows cover every column of `M` with a coefficient that, once converted, is finite and at
+        least the dtype's smallest normal number in magnitude: row p's entry j is then non-finite whenever
+        an input that row p weighs holds a NaN or Inf in column j, whatever the BLAS does with zeros. One
+        row covers everything for most matrices; smooth decoders at large N weigh far inputs by less than
+        float32 can hold, and need a few (chosen greedily). When the probes would cost more than 1/16 of
+        the matmul's memory traffic, a row of ones is appended instead (and sliced off the result).
+        Returns ``(Mx, probe)`` with `probe` an int (one row), a tuple of ints, or None without a check.
+        """
+        host = np.ascontiguousarray(M)
+        Mx = xp.asarray(host, dtype=dtype, device=dev)
+        if not check:
+            return Mx, None
+        try:
+            low = host.astype(np.dtype(dtype))
+        except TypeError:  # a namespace with its own dtype objects (e.g. array_api_strict)
+            low = host.astype(getattr(dtype, "_np_dtype", np.float64))
+        good = np.isfinite(low) & (np.abs(low) >= np.finfo(low.dtype).smallest_normal)
+        uncovered = np.ones(host.shape[1], dtype=bool)
+        probes: list[int] = []
+        budget = max(1, (host.shape[0] + host.shape[1]) // 16)
+        while uncovered.any() and len(probes) < budget:
+            gain = (good & uncovered).sum(axis=1)
+            best = int(np.argmax(gain))
+            if gain[best] == 0:
+                break
+            probes.append(best)
+            uncovered &= ~good[best]
+        if not uncovered.any():
+            return Mx, probes[0] if len(probes) == 1 else tuple(sorted(probes))
+        host = np.vstack([host, np.ones((1, host.shape[1]))])
+        return xp.asarray(host, dtype=dtype, device=dev), host.shape[0] - 1
+
+    def _non_finite(self, name: str) -> InvalidInputError:
+        return InvalidInputError(
+            f"{name} holds NaN or Inf (nan_policy='raise'); clean the input or pass "
+            "nan_policy='propagate' to let non-finite values flow through"
+        )
+
+    def _select(self, xp, rows: np.ndarray, A, cache: dict, name: str):
+        """Rows ``A[rows[i]]`` of `A` (shape (q, *shape)) as (p, *shape); NaN rows where ``rows[i] < 0``.
+
+        The apply path of selection schemes (one-hot matrices): a gather, so a NaN stays in its own row.
+        With ``nan_policy="raise"`` all of `A` is checked (one pass), unused copies included, as for the
+        other schemes.
+        """
+        if self.nan_policy == "raise" and not bool(xp.all(xp.isfinite(A))):
+            raise self._non_finite(name)
+        dev = device(A)
+        ckey = (xp.__name__, "rows", dev)
+        hit = cache.get(ckey)
+        missing = rows < 0
+        if hit is None:
+            idx = xp.asarray(np.where(missing, 0, rows).astype(np.int64), device=dev)
+            keep = xp.asarray(~missing, device=dev) if missing.any() else None
+            hit = cache[ckey] = (idx, keep)
+        idx, keep = hit
+        out = xp.take(A, idx, axis=0)
+        if keep is None:
+            return out
+        keep = xp.reshape(keep, (rows.size,) + (1,) * (out.ndim - 1))
+        return xp.where(keep, out, xp.full_like(out, float("nan")))
+
+    def _selection_rows(self, E: np.ndarray) -> np.ndarray | None:
+        """For selection schemes (``selection = True``, one-hot `E`): the input row of each coded row."""
+        if not self.selection:
+            return None
+        rows = np.argmax(E, axis=1).astype(np.int64)
+        rows.setflags(write=False)
+        return rows
 
     def encode(self, X: Any):
         """Coded inputs X̃ = E X for the N workers.
@@ -364,6 +449,8 @@ class CodingScheme:
             Wrong leading size or dtype, or NaN/Inf in `X` with ``nan_policy="raise"``.
         """
         xp, X = self._as_array("X", X, self.num_inputs)
+        if self._encoder_rows is not None:
+            return self._select(xp, self._encoder_rows, X, self._encoder_applied, "X")
         return self._apply(xp, self._encoder, X, self._encoder_applied, "X")
 
     def decode(self, Y: Any, received: Any, *, return_error: bool = False):
@@ -399,6 +486,8 @@ class CodingScheme:
             )
         entry = self._entry(received)
         xp, Y = self._as_array("Y", Y, entry.received.size)
+        if entry.rows is not None:
+            return self._select(xp, entry.rows, Y, entry.applied, "Y")
         return self._apply(xp, entry.matrix, Y, entry.applied, "Y")
 
     # -- helpers for point-based schemes --------------------------------------------------------------

@@ -5,7 +5,8 @@ so a contiguous block of fewer than K stragglers never removes every copy. The e
 result of the first worker in `received` that holds a copy of x_k (the runtime lists results in arrival
 order; any copy is exact). An input none of whose copies survived is *missing*: its row of the decoder
 matrix is NaN, so the decoded row is NaN, and :meth:`~CodingScheme.decodable` is False there. Nothing
-is ever filled in.
+is ever filled in. Encode and decode are gathers of rows (``selection = True``), not matmuls, so a NaN in
+one input stays in that input's output.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class Replication(CodingScheme):
     """
 
     check_coincidence = False
+    selection = True
 
     def __init__(
         self,
@@ -88,7 +90,10 @@ class Replication(CodingScheme):
         D[inputs, first] = 1.0
         mask = np.zeros(K, dtype=bool)
         mask[inputs] = True
-        return _Entry(D, mask, received)
+        rows = np.full(K, -1, dtype=np.int64)
+        rows[inputs] = first
+        rows.setflags(write=False)
+        return _Entry(D, mask, received, rows)
 
 
 @register_code("uncoded")

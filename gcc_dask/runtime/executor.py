@@ -1,13 +1,14 @@
 """The driver loop: submit coded batches, apply the cutoff, cancel stragglers, decode, bound the work in flight.
 
-Per batch ``b`` and scheme ``s`` (DESIGN.md, "The cutoff"): one encode task, N shard futures with unique
+Per batch ``b`` and scheme ``s`` (DESIGN.md, "The cutoff"): one encode task (which reads the batch from the
+source, once per worker: :meth:`~.tasks.RunPlugin.load`), N shard futures with unique
 keys ``eval-b{b}-w{n}-{s}-{token}`` (``pure=False``, ``retries=0``), then, once :func:`~.cutoff.decide`
 says the cutoff is final, one decode task over the kept shards; the other shards are cancelled and stop
 cooperatively. The driver never calls ``.result()`` per shard: futures report through
 ``add_done_callback`` into one queue, which the loop drains with a timeout (for wall-clock deadlines).
 
 Worker death: a shard lost with its worker is an erasure, never re-run (``allowed-failures: 0``). The
-batch's other tasks (load, reference, encode, decode) are deterministic and are submitted again when they
+batch's other tasks (reference, encode, decode) are deterministic and are submitted again when they
 die with a worker (``KilledWorker``), at most :data:`MAX_ATTEMPTS` times; a batch's shards are spread over
 the workers round-robin, so one death erases about N/W of them, not all.
 
@@ -23,6 +24,7 @@ import math
 import queue
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -38,7 +40,6 @@ from gcc_dask.runtime.tasks import (
     encode_task,
     evaluate_shard,
     failed_record,
-    load_task,
     reference_task,
 )
 
@@ -47,7 +48,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["SchemePlan", "BatchRunner"]
 
 INF = math.inf
-#: submissions of a batch's load, reference, encode or decode task, in all, when they die with a worker
+#: submissions of a batch's reference, encode or decode task, in all, when they die with a worker
 MAX_ATTEMPTS = 3
 #: seconds between refreshes of the worker list that shards are spread over
 WORKERS_TTL_S = 1.0
@@ -100,10 +101,9 @@ class _SchemeState:
 class _BatchState:
     batch: int
     n_real: int
-    loaded: Any
     reference: Any
     schemes: dict[str, _SchemeState]
-    attempt: int = 0  # resubmissions of load/reference lost with a worker so far
+    attempt: int = 0  # resubmissions of the reference task lost with a worker so far
 
     @property
     def done(self) -> bool:
@@ -196,15 +196,12 @@ class BatchRunner:
             return {}
         return {"workers": [self._workers[(batch + w) % len(self._workers)]], "allow_other_workers": True}
 
-    def _submit_inputs(self, state: _BatchState, load: bool) -> None:
-        """(Re)submit the batch's load (if ``load``) and reference tasks; attempts > 0 get new keys."""
-        name, batch = self.plugin.name, state.batch
-        sfx = f"-a{state.attempt}" if state.attempt else ""
-        if load:
-            state.loaded = self._submit(load_task, name, batch, key=f"load-b{batch}{sfx}", priority=-batch)
+    def _submit_reference(self, state: _BatchState) -> None:
+        """(Re)submit the batch's reference task, if the run has one; attempts > 0 get new keys."""
         if self.reference:
-            state.reference = self._submit(reference_task, name, batch, state.loaded,
-                                           key=f"reference-b{batch}{sfx}", priority=-batch)
+            sfx = f"-a{state.attempt}" if state.attempt else ""
+            state.reference = self._submit(reference_task, self.plugin.name, state.batch,
+                                           key=f"reference-b{state.batch}{sfx}", priority=-state.batch)
 
     def _submit_scheme(self, state: _BatchState, plan: SchemePlan, attempt: int = 0) -> None:
         """Submit one scheme of a batch: its encode task and its N shards."""
@@ -215,7 +212,7 @@ class BatchRunner:
             delays = np.asarray(self.latency_model.latencies(self.seed, batch, plan.num_workers), dtype=float)
         s = _SchemeState(plan=plan, start_wall=time.time(), start_mono=time.monotonic(), delays=delays,
                          attempt=attempt)
-        s.encode = self._submit(encode_task, name, plan.name, state.loaded,
+        s.encode = self._submit(encode_task, name, plan.name, batch,
                                 key=f"encode-b{batch}-{plan.name}{sfx}", priority=-batch)
         # one client.map per target worker, not one submit per shard: each submit is its own graph update
         # on the scheduler (bench: 3.6 vs 6.3 ms of driver+scheduler CPU per shard, BENCHMARKS.md)
@@ -240,8 +237,8 @@ class BatchRunner:
     def _submit_batch(self, batch: int, schemes: list[str]) -> None:
         k = self.plugin.batch_size
         n_real = min(k, self.num_samples - batch * k)
-        state = _BatchState(batch=batch, n_real=n_real, loaded=None, reference=None, schemes={})
-        self._submit_inputs(state, load=True)
+        state = _BatchState(batch=batch, n_real=n_real, reference=None, schemes={})
+        self._submit_reference(state)
         for plan in self.plans:
             if plan.name in schemes:
                 self._submit_scheme(state, plan)
@@ -267,24 +264,25 @@ class BatchRunner:
         if s.decode is not None or s.done:
             return INF
         outstanding = int((~s.known).sum())
+        c = cutoff_time(s.arrivals, s.plan.policy)
         if s.delays is not None:
             unknown = s.delays[~s.known]
             horizon = float(unknown.min()) if unknown.size else INF
-            d = decide(s.arrivals, s.plan.policy, horizon=horizon, outstanding=outstanding)
+            d = decide(s.arrivals, s.plan.policy, horizon=horizon, outstanding=outstanding, cutoff=c)
         else:
-            d = decide(s.arrivals, s.plan.policy, now=time.monotonic() - s.start_mono, outstanding=outstanding)
+            d = decide(s.arrivals, s.plan.policy, now=time.monotonic() - s.start_mono, outstanding=outstanding,
+                       cutoff=c)
         if d is None:
             if s.delays is None:
-                t = cutoff_time(s.arrivals, s.plan.policy).time
-                return s.start_mono + t if math.isfinite(t) else INF
+                return s.start_mono + c.time if math.isfinite(c.time) else INF
             return INF
         self._decode(state, s, d)
         return INF
 
     def _decode(self, state: _BatchState, s: _SchemeState, d) -> None:
         plan = s.plan
-        if s.encode.status == "error" or state.loaded.status == "error":
-            exc = _error_of(s.encode if s.encode.status == "error" else state.loaded)
+        if s.encode.status == "error":
+            exc = _error_of(s.encode)
             if isinstance(exc, KilledWorker) and s.attempt + 1 < MAX_ATTEMPTS:
                 self._restart(state, s, exc)
             elif isinstance(exc, GccDaskError):  # the data are bad (NaN with nan_policy raise, unreadable)
@@ -292,7 +290,7 @@ class BatchRunner:
                 raise type(exc)(f"source: batch {state.batch} (samples {start} to {start + state.n_real - 1}): "
                                 f"{exc}") from None
             else:
-                self._fail(state, s, f"its load or encode task failed: {exc!r}")
+                self._fail(state, s, f"its encode task (which reads the batch) failed: {exc!r}")
             return
         received = [w for w in range(plan.num_workers) if s.arrivals[w] <= d.time and not s.failed[w]]
         keep = set(received)
@@ -329,13 +327,13 @@ class BatchRunner:
         if reference is not None and reference.status == "error":
             if isinstance(_error_of(reference), KilledWorker) and state.attempt + 1 < MAX_ATTEMPTS:
                 state.attempt += 1
-                self._submit_inputs(state, load=state.loaded.status == "error")
+                self._submit_reference(state)
                 reference = state.reference
             else:  # f raised on the uncoded batch: no reference, no MSE for this batch
                 reference = None
         sfx = f"-a{s.attempt}" if s.attempt else ""
         s.decode = self.client.submit(
-            decode_task, self.plugin.name, plan.name, state.batch, state.loaded, s.received,
+            decode_task, self.plugin.name, plan.name, state.batch, state.n_real, s.received,
             [s.shards[w] for w in s.received], reference, s.meta,
             key=f"decode-b{state.batch}-{plan.name}{sfx}-{self.token}", pure=False, retries=0,
             priority=-state.batch + 1, **self._resources,
@@ -343,13 +341,10 @@ class BatchRunner:
         self._watch(s.decode, ("decode", state.batch, plan.name, -1))
 
     def _restart(self, state: _BatchState, s: _SchemeState, exc: BaseException) -> None:
-        """Run one scheme of a batch again: its load or encode task died with a worker before any shard
-        could run. The latency draws are the same, so the outcome is the one an undisturbed run gets."""
+        """Run one scheme of a batch again: its encode task died with a worker before any shard could
+        run. The latency draws are the same, so the outcome is the one an undisturbed run gets."""
         logger.warning("batch %d of %s: %r; submitting it again", state.batch, s.plan.name, exc)
         self.client.cancel(s.shards)
-        if state.loaded.status == "error" and state.attempt + 1 < MAX_ATTEMPTS:
-            state.attempt += 1
-            self._submit_inputs(state, load=True)
         self._submit_scheme(state, s.plan, attempt=s.attempt + 1)
 
     def _fail(self, state: _BatchState, s: _SchemeState, reason: str) -> None:
@@ -372,9 +367,6 @@ class BatchRunner:
             # the decode (or an input it needed) died with its worker: decode the same shards again
             logger.warning("decode of batch %d (%s): %r; submitting it again", batch, scheme, exc)
             s.attempt += 1
-            if state.loaded.status == "error" and state.attempt + 1 < MAX_ATTEMPTS:
-                state.attempt += 1
-                self._submit_inputs(state, load=True)
             self._submit_decode(state, s)
         else:
             self._fail(state, s, f"decode failed: {exc!r}")
@@ -385,9 +377,6 @@ class BatchRunner:
         None when that fails too (MAX_ATTEMPTS in all), or when the batch never got to a decode."""
         while s.received is not None and s.attempt + 1 < MAX_ATTEMPTS:
             s.attempt += 1
-            if state.loaded.status == "error" and state.attempt + 1 < MAX_ATTEMPTS:
-                state.attempt += 1
-                self._submit_inputs(state, load=True)
             self._submit_decode(state, s)
             try:
                 return s.decode.result()
@@ -411,16 +400,28 @@ class BatchRunner:
                     failed_record(s.plan.name, state.batch, s.plan.num_workers, s.start_wall), error="lost")
         return [s.result for s in state.schemes.values()]
 
-    def _gather_all(self, states: list[_BatchState]) -> list[list[dict]]:
-        """The records of several finished batches in one round trip (one batch at a time on a failure).
+    def _fetch(self, states: list[_BatchState]):
+        """Start fetching the records of finished batches in the background (one round trip for all).
 
-        A blocking gather per batch stalled the loop for a round trip per batch (bench: 3.9 of 11.9 s
-        with 60 batches on a busy 2-core machine); finished batches now wait until the event queue is empty.
+        A blocking gather stalled the loop for a round trip per batch, with nothing new submitted meanwhile
+        (bench: 26 ms per gather, a third of the wall time of a no-op run at N = 16). The fetch runs in a
+        thread of its own; its outcome comes back through the event queue as a ``("records", ...)`` event.
         """
+        pending = [s.decode for st in states for s in st.schemes.values() if s.result is None]
+        fetch = self._fetcher.submit(self.client.gather, pending) if pending else None
+        tag = ("records", -1, "", -1)
+        if fetch is None:
+            self._events.put((time.monotonic(), tag, None, "finished"))
+        else:
+            fetch.add_done_callback(lambda f: self._events.put((time.monotonic(), tag, f, "finished")))
+        return states
+
+    def _fetched(self, states: list[_BatchState], fetch) -> list[list[dict]]:
+        """The records of ``states`` from a finished :meth:`_fetch` (one batch at a time on a failure)."""
         pending = [s for st in states for s in st.schemes.values() if s.result is None]
         if pending:
             try:
-                fetched = self.client.gather([s.decode for s in pending])
+                fetched = fetch.result()
             except Exception:  # a record was lost: let _gather sort out which, batch by batch
                 return [self._gather(st) for st in states]
             for s, r in zip(pending, fetched):
@@ -438,8 +439,10 @@ class BatchRunner:
         come gets an empty list, so that a long run keeps nothing per batch on the driver.
         """
         self.client.register_plugin(self.plugin, name=self.plugin.name)
+        self._fetcher = ThreadPoolExecutor(1, thread_name_prefix="gcc-dask-records")
         results: list[dict] = []
         ready: list[_BatchState] = []  # finished batches whose records are not fetched yet
+        fetching: list[_BatchState] | None = None  # the batches of the fetch under way
         todo = iter(work)
         exhausted = False
         try:
@@ -451,7 +454,9 @@ class BatchRunner:
                         exhausted = True
                         break
                     self._submit_batch(batch, schemes)
-                if not self._inflight:
+                if ready and fetching is None:
+                    fetching, ready = self._fetch(ready), []
+                if not self._inflight and fetching is None:
                     break
                 wake = INF
                 for state in list(self._inflight.values()):
@@ -468,6 +473,14 @@ class BatchRunner:
                 except queue.Empty:
                     continue
                 kind, batch, scheme, w = tag
+                if kind == "records":
+                    for st, batch_results in zip(fetching, self._fetched(fetching, fut)):
+                        if on_batch_done is not None:
+                            on_batch_done(st.batch, batch_results)
+                        else:
+                            results.extend(batch_results)
+                    fetching = None
+                    continue
                 if kind == "shard":
                     self._on_shard(t, batch, scheme, w, fut, status)
                 else:
@@ -476,14 +489,8 @@ class BatchRunner:
                 if state is not None and state.done:
                     del self._inflight[batch]
                     ready.append(state)
-                if ready and (self._events.empty() or not self._inflight or len(ready) >= self.max_in_flight):
-                    for st, batch_results in zip(ready, self._gather_all(ready)):
-                        if on_batch_done is not None:
-                            on_batch_done(st.batch, batch_results)
-                        else:
-                            results.extend(batch_results)
-                    ready = []
         finally:
+            self._fetcher.shutdown(wait=True)
             leftovers = [f for st in self._inflight.values() for s in st.schemes.values() for f in s.shards]
             if leftovers:
                 self.client.cancel(leftovers)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -46,9 +47,11 @@ class RunPlugin(WorkerPlugin):
         K, the samples per batch.
     use_gpu : bool
         Move inputs to CuPy before encoding.
+    cache_batches : int
+        Batches read from the source kept per worker (:meth:`load`); the run's batches in flight.
     """
 
-    def __init__(self, name, workload, codes, source, sink, batch_size, use_gpu=False):
+    def __init__(self, name, workload, codes, source, sink, batch_size, use_gpu=False, cache_batches=4):
         self.name = name
         self.workload = workload
         self.codes = codes
@@ -56,8 +59,11 @@ class RunPlugin(WorkerPlugin):
         self.sink = sink
         self.batch_size = batch_size
         self.use_gpu = use_gpu
+        self.cache_batches = max(1, int(cache_batches))
         self.fn: Callable | None = None
         self._sleepers: dict[str, threading.Event] = {}
+        self._batches: OrderedDict[int, Loaded] = OrderedDict()
+        self._batches_lock = threading.Lock()
 
     def setup(self, worker) -> None:
         self.fn = self.workload.load()
@@ -73,11 +79,32 @@ class RunPlugin(WorkerPlugin):
         state = dict(self.__dict__)
         state["fn"] = None  # never ship a loaded model
         state["_sleepers"] = {}
+        state["_batches"] = OrderedDict()
+        del state["_batches_lock"]
         return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._sleepers = {}
+        self._batches_lock = threading.Lock()
+
+    def load(self, batch: int) -> Loaded:
+        """Batch ``batch`` read from the source, kept for the batch's other tasks on this worker.
+
+        The encode task of every scheme and the reference task each ask for their batch here, so a worker
+        reads a batch once however many of them it runs (the last ``cache_batches`` batches are kept).
+        """
+        with self._batches_lock:
+            hit = self._batches.get(batch)
+            if hit is not None:
+                self._batches.move_to_end(batch)
+                return hit
+        loaded = _read_batch(self.source, batch, self.batch_size)
+        with self._batches_lock:
+            self._batches[batch] = loaded
+            while len(self._batches) > self.cache_batches:
+                self._batches.popitem(last=False)
+        return loaded
 
 
 def _plugin(name: str) -> RunPlugin:
@@ -142,22 +169,21 @@ class Loaded:
     n_real: int
 
 
-def load_task(name: str, batch: int) -> Loaded:
-    """Read batch ``batch`` (samples ``batch*K`` to ``(batch+1)*K``) from the run's source."""
-    p = _plugin(name)
-    k = p.batch_size
+def _read_batch(source, batch: int, k: int) -> Loaded:
+    """Read batch ``batch`` (samples ``batch*K`` to ``(batch+1)*K``) from ``source``, padded to K rows."""
     start = batch * k
-    stop = min(start + k, p.source.num_samples)
-    x, labels = p.source.read(start, stop)
+    stop = min(start + k, source.num_samples)
+    x, labels = source.read(start, stop)
     n_real = x.shape[0]
     if n_real < k:
         x = np.concatenate([x, np.repeat(x[-1:], k - n_real, axis=0)])
     return Loaded(x=x, labels=None if labels is None else np.asarray(labels), n_real=n_real)
 
 
-def reference_task(name: str, batch: int, loaded: Loaded, write: bool = True) -> np.ndarray:
+def reference_task(name: str, batch: int, write: bool = True) -> np.ndarray:
     """Compute f(x_k) uncoded for the batch's real samples; write labels and reference; return it."""
     p = _plugin(name)
+    loaded = p.load(batch)
     x = loaded.x[: loaded.n_real]
     ref = to_host(p.fn(x)).reshape(loaded.n_real, -1)
     if write:
@@ -165,10 +191,11 @@ def reference_task(name: str, batch: int, loaded: Loaded, write: bool = True) ->
     return ref
 
 
-def encode_task(name: str, scheme: str, loaded: Loaded):
-    """Encode the batch for ``scheme``: (K, *shape) -> (N, *shape), on CuPy when the run uses a GPU."""
+def encode_task(name: str, scheme: str, batch: int):
+    """Read batch ``batch`` and encode it for ``scheme``: (K, *shape) -> (N, *shape), on CuPy when the run
+    uses a GPU. Reading here, not in a task of its own, saves a task and a transfer per batch."""
     p = _plugin(name)
-    x = loaded.x
+    x = p.load(batch).x
     if p.use_gpu:
         import cupy
 
@@ -204,7 +231,7 @@ def decode_task(
     name: str,
     scheme: str,
     batch: int,
-    loaded: Loaded,
+    n_real: int,
     received: list[int],
     results: list[ShardResult],
     reference: np.ndarray | None,
@@ -221,7 +248,6 @@ def decode_task(
 
     p = _plugin(name)
     code = p.codes[scheme]
-    n_real = loaded.n_real
     status = meta["status"]
     decoded = None
     error_estimate = float("nan")

@@ -212,11 +212,87 @@ def test_nan_policy_propagate_lets_nan_through():
 
 
 def test_huge_finite_values_are_not_mistaken_for_nan():
-    """The NaN check uses column sums; a float32 sum that overflows is re-checked, not rejected."""
+    """Replication gathers rows: values near the float32 limit pass through unchanged."""
     code = make_code("replication", num_inputs=4, num_workers=8)
     X = np.full((4, 3), 3e38, dtype=np.float32)
     out = code.encode(X)
     np.testing.assert_array_equal(out, np.vstack([X, X]))
+
+
+def test_an_overflowing_probe_row_is_rechecked_not_rejected():
+    """The check reads one output row; where that row overflows float32 on finite data, the data are
+    scanned and nothing is raised (the overflow is the caller's result, as with a bare matmul)."""
+    code = make_code("gcc", num_inputs=4, num_workers=10)
+    X = np.full((4, 3), 3.3e38, dtype=np.float32)
+    X[1] = -3.3e38  # rows of E mix neighbours with coefficients of both signs and |sum| > 1
+    with np.errstate(over="ignore", invalid="ignore"):
+        expected = code.encoder_matrix.astype(np.float32) @ X
+    assert not np.isfinite(expected).all()  # the probe does overflow here
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = code.encode(X)
+    np.testing.assert_array_equal(np.isfinite(out), np.isfinite(expected))
+
+
+SCHEMES_AND_SIZES = [("gcc", 4, 10), ("gcc", 8, 256), ("letcc", 4, 10), ("bacc", 4, 10), ("bspline", 4, 10),
+                     ("bspline", 8, 256), ("lcc", 4, 10),
+                     ("replication", 4, 8), ("uncoded", 4, 4)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name,k,n", SCHEMES_AND_SIZES)
+def test_nan_or_inf_anywhere_is_found(name, k, n, dtype):
+    """Every position of X and of Y: a NaN or an Inf there raises (the probe row sees every column)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        code = make_code(name, num_inputs=k, num_workers=n, **EXTRA.get(name, {}))
+    received = np.arange(n)
+    rng = np.random.default_rng(0)
+    for bad in (np.nan, np.inf, -np.inf):
+        for i in range(k):
+            X = rng.random((k, 5)).astype(dtype)
+            X[i, (i * 3) % 5] = bad
+            with pytest.raises(InvalidInputError, match="X holds NaN or Inf"):
+                code.encode(X)
+        for i in range(n):
+            Y = rng.random((n, 5)).astype(dtype)
+            Y[i, (i * 3) % 5] = bad
+            with pytest.raises(InvalidInputError, match="Y holds NaN or Inf"):
+                code.decode(Y, received)
+        code.encode(rng.random((k, 5)).astype(dtype))  # and clean data pass
+        code.decode(rng.random((n, 5)).astype(dtype), received)
+
+
+def test_a_matrix_without_a_probe_row_gets_a_row_of_ones():
+    """Rows with a zero coefficient (or one that float32 flushes to zero) cannot serve as the probe."""
+    import array_api_compat.numpy as xp
+
+    M = np.array([[1.0, 0.0], [0.0, 1.0], [1e-300, 2.0]])
+    Mx, probe = CodingScheme._converted(xp, M, np.dtype("float64"), "cpu", True)
+    assert probe == 2 and Mx.shape == (3, 2)  # one row weighs both inputs
+    Mx, probe = CodingScheme._converted(xp, M, np.dtype("float32"), "cpu", True)
+    assert probe == 3 and Mx.shape == (4, 2) and (Mx[3] == 1).all()  # 1e-300 is 0 in float32: 2 rows needed
+    Mx, probe = CodingScheme._converted(xp, M, np.dtype("float32"), "cpu", False)
+    assert probe is None and Mx.shape == (3, 2)
+    wide = np.kron(np.eye(2), np.ones((1, 20)))  # 2 rows, 40 columns: two probes are within budget
+    Mx, probe = CodingScheme._converted(xp, wide, np.dtype("float32"), "cpu", True)
+    assert probe == (0, 1) and Mx.shape == (2, 40)
+
+
+@pytest.mark.parametrize("name", ["uncoded", "replication"])
+def test_selection_schemes_keep_a_nan_in_its_own_row(name):
+    """Replication and uncoded gather rows (no matmul): a NaN input spoils its own output only."""
+    k = 4
+    code = make_code(name, num_inputs=k, num_workers=k if name == "uncoded" else 2 * k, nan_policy="propagate")
+    X = np.arange(k * 3, dtype=np.float64).reshape(k, 3)
+    X[2, 1] = np.nan
+    coded = code.encode(X)
+    bad_rows = np.flatnonzero(np.isnan(coded).any(axis=1))
+    np.testing.assert_array_equal(bad_rows % k, np.full(bad_rows.size, 2))
+    received = np.arange(code.num_workers)[::-1]  # the last copies first
+    out = code.decode(coded[received], received)
+    np.testing.assert_array_equal(np.flatnonzero(np.isnan(out).any(axis=1)), [2])
+    np.testing.assert_array_equal(np.nan_to_num(out), np.nan_to_num(X))
+    np.testing.assert_array_equal(code.decoder_matrix(received) @ np.nan_to_num(coded[received]), np.nan_to_num(X))
 
 
 # -- coincidences ----------------------------------------------------------------------------------------
