@@ -1,14 +1,15 @@
 """The driver loop: submit coded batches, apply the cutoff, cancel stragglers, decode, bound the work in flight.
 
-Per batch ``b`` and scheme ``s`` (DESIGN.md, "The cutoff"): one encode task (which reads the batch from the
-source, once per worker: :meth:`~.tasks.RunPlugin.load`), N shard futures with unique
-keys ``eval-b{b}-w{n}-{s}-{token}`` (``pure=False``, ``retries=0``), then, once :func:`~.cutoff.decide`
+Per batch ``b`` and scheme ``s`` (DESIGN.md, "The cutoff"): N shard futures with unique
+keys ``eval-b{b}-w{n}-{s}-{token}`` (``pure=False``, ``retries=0``; each reads and encodes the batch on its
+worker, once per worker: :meth:`~.tasks.RunPlugin.encoded`, so shards depend on no other task and no coded
+input moves between workers), then, once :func:`~.cutoff.decide`
 says the cutoff is final, one decode task over the kept shards; the other shards are cancelled and stop
 cooperatively. The driver never calls ``.result()`` per shard: futures report through
 ``add_done_callback`` into one queue, which the loop drains with a timeout (for wall-clock deadlines).
 
 Worker death: a shard lost with its worker is an erasure, never re-run (``allowed-failures: 0``). The
-batch's other tasks (reference, encode, decode) are deterministic and are submitted again when they
+batch's other tasks (reference, decode) are deterministic and are submitted again when they
 die with a worker (``KilledWorker``), at most :data:`MAX_ATTEMPTS` times; a batch's shards are spread over
 the workers round-robin, so one death erases about N/W of them, not all.
 
@@ -37,7 +38,6 @@ from gcc_dask.runtime.cutoff import CutoffPolicy, cutoff_time, decide
 from gcc_dask.runtime.tasks import (
     RunPlugin,
     decode_task,
-    encode_task,
     evaluate_shard,
     failed_record,
     reference_task,
@@ -48,7 +48,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["SchemePlan", "BatchRunner"]
 
 INF = math.inf
-#: submissions of a batch's reference, encode or decode task, in all, when they die with a worker
+#: submissions of a batch's reference or decode task, in all, when they die with a worker
 MAX_ATTEMPTS = 3
 #: seconds between refreshes of the worker list that shards are spread over
 WORKERS_TTL_S = 1.0
@@ -77,7 +77,6 @@ class _SchemeState:
     start_wall: float
     start_mono: float
     delays: np.ndarray | None  # injected latencies (virtual clock) or None (wall clock)
-    encode: Any = None
     shards: list = field(default_factory=list)
     arrivals: np.ndarray = None  # type: ignore[assignment]
     known: np.ndarray = None  # type: ignore[assignment]
@@ -85,7 +84,7 @@ class _SchemeState:
     decode: Any = None
     done: bool = False
     result: dict | None = None
-    attempt: int = 0  # submissions of this scheme's encode/decode lost with a worker so far
+    attempt: int = 0  # submissions of this scheme's decode lost with a worker so far
     received: list | None = None  # the kept shards, once the cutoff is final
     meta: dict | None = None
     wake: float | None = None  # wall clock: when to look at the cutoff again (monotonic); None: now
@@ -178,9 +177,10 @@ class BatchRunner:
         )
 
     def _placement(self, batch: int, w: int) -> dict:
-        """Where shard ``w`` of ``batch`` should run: the workers round-robin, so that a batch's shards do
-        not all follow their encode task's data to one worker (where one death would erase them all).
-        Loose: the scheduler picks another worker when that one is gone."""
+        """Where shard ``w`` of ``batch`` should run: the workers round-robin, so that one death erases
+        about N/W of a batch's shards, never all of them (shards depend on no task, so the scheduler would
+        otherwise pack a batch onto whichever worker has free threads). Loose: the scheduler picks another
+        worker when that one is gone."""
         now = time.monotonic()
         if now - self._workers_at > WORKERS_TTL_S:
             self._workers_at = now
@@ -204,7 +204,7 @@ class BatchRunner:
                                            key=f"reference-b{state.batch}{sfx}", priority=-state.batch)
 
     def _submit_scheme(self, state: _BatchState, plan: SchemePlan, attempt: int = 0) -> None:
-        """Submit one scheme of a batch: its encode task and its N shards."""
+        """Submit one scheme of a batch: its N shards (each encodes its batch on its worker)."""
         name, batch = self.plugin.name, state.batch
         sfx = f"-a{attempt}" if attempt else ""
         delays = None
@@ -212,8 +212,6 @@ class BatchRunner:
             delays = np.asarray(self.latency_model.latencies(self.seed, batch, plan.num_workers), dtype=float)
         s = _SchemeState(plan=plan, start_wall=time.time(), start_mono=time.monotonic(), delays=delays,
                          attempt=attempt)
-        s.encode = self._submit(encode_task, name, plan.name, batch,
-                                key=f"encode-b{batch}-{plan.name}{sfx}", priority=-batch)
         # one client.map per target worker, not one submit per shard: each submit is its own graph update
         # on the scheduler (bench: 3.6 vs 6.3 ms of driver+scheduler CPU per shard, BENCHMARKS.md)
         groups: dict[str, tuple[dict, list[int]]] = {}
@@ -223,7 +221,7 @@ class BatchRunner:
         s.shards = [None] * plan.num_workers
         for place, ws in groups.values():
             futs = self.client.map(
-                evaluate_shard, [name] * len(ws), [s.encode] * len(ws), ws,
+                evaluate_shard, [name] * len(ws), [plan.name] * len(ws), [batch] * len(ws), ws,
                 [0.0 if delays is None else float(delays[w]) for w in ws],
                 key=[f"eval-b{batch}-w{w}-{plan.name}{sfx}-{self.token}" for w in ws],
                 pure=False, retries=0, priority=-batch, **self._resources, **place,
@@ -281,18 +279,9 @@ class BatchRunner:
 
     def _decode(self, state: _BatchState, s: _SchemeState, d) -> None:
         plan = s.plan
-        if s.encode.status == "error":
-            exc = _error_of(s.encode)
-            if isinstance(exc, KilledWorker) and s.attempt + 1 < MAX_ATTEMPTS:
-                self._restart(state, s, exc)
-            elif isinstance(exc, GccDaskError):  # the data are bad (NaN with nan_policy raise, unreadable)
-                start = state.batch * self.plugin.batch_size
-                raise type(exc)(f"source: batch {state.batch} (samples {start} to {start + state.n_real - 1}): "
-                                f"{exc}") from None
-            else:
-                self._fail(state, s, f"its encode task (which reads the batch) failed: {exc!r}")
-            return
         received = [w for w in range(plan.num_workers) if s.arrivals[w] <= d.time and not s.failed[w]]
+        if not received and s.failed.any():
+            self._raise_if_bad_data(state, s)
         keep = set(received)
         drop = [f for w, f in enumerate(s.shards) if w not in keep]
         if drop:
@@ -340,12 +329,20 @@ class BatchRunner:
         )
         self._watch(s.decode, ("decode", state.batch, plan.name, -1))
 
-    def _restart(self, state: _BatchState, s: _SchemeState, exc: BaseException) -> None:
-        """Run one scheme of a batch again: its encode task died with a worker before any shard could
-        run. The latency draws are the same, so the outcome is the one an undisturbed run gets."""
-        logger.warning("batch %d of %s: %r; submitting it again", state.batch, s.plan.name, exc)
-        self.client.cancel(s.shards)
-        self._submit_scheme(state, s.plan, attempt=s.attempt + 1)
+    def _raise_if_bad_data(self, state: _BatchState, s: _SchemeState) -> None:
+        """Stop the run with one line when the batch's shards failed on its data, not on f or a worker.
+
+        Every shard reads and encodes its batch, so bad data (NaN with ``nan_policy: raise``, an unreadable
+        slice) fail them all with the same :class:`~gcc_dask.errors.GccDaskError`. Only then, and only for
+        a batch with no result at all, is one error fetched (a round trip); an f that raised or a dead
+        worker leaves erasures, decoded around as usual.
+        """
+        first = int(np.flatnonzero(s.failed)[0])
+        exc = _error_of(s.shards[first])
+        if isinstance(exc, GccDaskError):
+            start = state.batch * self.plugin.batch_size
+            raise type(exc)(f"source: batch {state.batch} (samples {start} to {start + state.n_real - 1}): "
+                            f"{exc}") from None
 
     def _fail(self, state: _BatchState, s: _SchemeState, reason: str) -> None:
         logger.warning("batch %d of %s failed: %s", state.batch, s.plan.name, reason)

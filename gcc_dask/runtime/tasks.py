@@ -1,4 +1,4 @@
-"""Code that runs on the Dask workers: the run plugin, and the load/encode/shard/decode tasks.
+"""Code that runs on the Dask workers: the run plugin, and the reference/shard/decode tasks.
 
 Task functions live in the package (never in ``__main__``) so that workers import them instead of
 receiving pickled closures. Every task takes the plugin's name and looks up the heavy state (the loaded
@@ -48,7 +48,8 @@ class RunPlugin(WorkerPlugin):
     use_gpu : bool
         Move inputs to CuPy before encoding.
     cache_batches : int
-        Batches read from the source kept per worker (:meth:`load`); the run's batches in flight.
+        Batches kept per worker, read (:meth:`load`) and encoded (:meth:`encoded`); the run's batches in
+        flight.
     """
 
     def __init__(self, name, workload, codes, source, sink, batch_size, use_gpu=False, cache_batches=4):
@@ -62,7 +63,7 @@ class RunPlugin(WorkerPlugin):
         self.cache_batches = max(1, int(cache_batches))
         self.fn: Callable | None = None
         self._sleepers: dict[str, threading.Event] = {}
-        self._batches: OrderedDict[int, Loaded] = OrderedDict()
+        self._batches: OrderedDict[int, dict[str, _Slot]] = OrderedDict()
         self._batches_lock = threading.Lock()
 
     def setup(self, worker) -> None:
@@ -88,23 +89,63 @@ class RunPlugin(WorkerPlugin):
         self._sleepers = {}
         self._batches_lock = threading.Lock()
 
-    def load(self, batch: int) -> Loaded:
-        """Batch ``batch`` read from the source, kept for the batch's other tasks on this worker.
+    def _memo(self, batch: int, what: str, build: Callable[[], Any]) -> Any:
+        """``build()`` once per (batch, what) on this worker, whatever the number of threads asking.
 
-        The encode task of every scheme and the reference task each ask for their batch here, so a worker
-        reads a batch once however many of them it runs (the last ``cache_batches`` batches are kept).
+        The last ``cache_batches`` batches are kept. A build that raises is not kept: the next task asks
+        again (and, for bad data, raises the same error).
         """
         with self._batches_lock:
-            hit = self._batches.get(batch)
-            if hit is not None:
+            slots = self._batches.get(batch)
+            if slots is None:
+                slots = self._batches[batch] = {}
+                while len(self._batches) > self.cache_batches:
+                    self._batches.popitem(last=False)
+            else:
                 self._batches.move_to_end(batch)
-                return hit
-        loaded = _read_batch(self.source, batch, self.batch_size)
-        with self._batches_lock:
-            self._batches[batch] = loaded
-            while len(self._batches) > self.cache_batches:
-                self._batches.popitem(last=False)
-        return loaded
+            slot = slots.get(what)
+            if slot is None:
+                slot = slots[what] = _Slot()
+        return slot.get(build)
+
+    def load(self, batch: int) -> Loaded:
+        """Batch ``batch`` read from the source, padded to K rows (once per worker, see :meth:`_memo`)."""
+        return self._memo(batch, "", lambda: _read_batch(self.source, batch, self.batch_size))
+
+    def encoded(self, batch: int, scheme: str) -> Any:
+        """The coded inputs of ``batch`` for ``scheme``: (N, *shape), CuPy when the run uses a GPU.
+
+        Computed on each worker that runs shards of the batch (once per worker, see :meth:`_memo`), so no
+        coded input ever moves between workers: a batch costs N shard tasks and a decode, nothing more.
+        It is the same ``code.encode`` on the same data everywhere, so every worker holds the same bits.
+        """
+        def build():
+            x = self.load(batch).x
+            if self.use_gpu:
+                import cupy
+
+                x = cupy.asarray(x)
+            return self.codes[scheme].encode(x)
+
+        return self._memo(batch, scheme, build)
+
+
+class _Slot:
+    """A value built once by the first thread that asks; the others wait for it."""
+
+    __slots__ = ("lock", "done", "value")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.done = False
+        self.value: Any = None
+
+    def get(self, build: Callable[[], Any]) -> Any:
+        with self.lock:
+            if not self.done:
+                self.value = build()
+                self.done = True
+            return self.value
 
 
 def _plugin(name: str) -> RunPlugin:
@@ -191,18 +232,6 @@ def reference_task(name: str, batch: int, write: bool = True) -> np.ndarray:
     return ref
 
 
-def encode_task(name: str, scheme: str, batch: int):
-    """Read batch ``batch`` and encode it for ``scheme``: (K, *shape) -> (N, *shape), on CuPy when the run
-    uses a GPU. Reading here, not in a task of its own, saves a task and a transfer per batch."""
-    p = _plugin(name)
-    x = p.load(batch).x
-    if p.use_gpu:
-        import cupy
-
-        x = cupy.asarray(x)
-    return p.codes[scheme].encode(x)
-
-
 @dataclass(frozen=True)
 class ShardResult:
     """What a shard sends back: its output, and when it started and finished (``time.time()``)."""
@@ -213,14 +242,17 @@ class ShardResult:
     finished: float
 
 
-def evaluate_shard(name: str, coded, worker: int, delay_s: float = 0.0) -> ShardResult | None:
-    """Evaluate f on coded input ``worker`` after an injected (cooperative) delay.
+def evaluate_shard(name: str, scheme: str, batch: int, worker: int, delay_s: float = 0.0) -> ShardResult | None:
+    """Evaluate f on coded input ``worker`` of ``batch`` for ``scheme``, after an injected (cooperative) delay.
 
-    Returns None when the shard was cancelled during its delay: it frees its thread at once. An exception
-    raised by f propagates: the driver records the shard as an erasure, never retries it.
+    The coded inputs come from :meth:`RunPlugin.encoded` (encoded once per worker). Returns None when the
+    shard was cancelled during its delay: it frees its thread at once. An exception raised by f, or by
+    reading or encoding the batch, propagates: the driver records the shard as an erasure, never retries
+    it (and stops the run with one line when every shard of a batch failed on bad data).
     """
     started = time.time()
     p = _plugin(name)
+    coded = p.encoded(batch, scheme)
     if delay_s > 0 and not cooperative_sleep(delay_s, p):
         return None
     y = p.fn(coded[worker : worker + 1])

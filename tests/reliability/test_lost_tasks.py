@@ -1,11 +1,11 @@
 """A batch's non-shard tasks lost with their worker are submitted again; the store is as if nothing died.
 
-Shards are erasures when their worker dies, but a batch's load, reference, encode and decode tasks are
-deterministic, and losing one must not fail the batch (status 4 is final: a resume never redoes it). Here
-a task "dies" by raising ``KilledWorker``, exactly what the driver sees when a worker dies under it (the
-task and everything downstream err with it), at a chosen place: the load of batch 3, the reference write
-of batch 1, the decoded write of batch 2. The real thing, with SIGKILLed worker processes, is in
-``test_worker_death.py``.
+Shards are erasures when their worker dies, but a batch's reference and decode tasks are deterministic,
+and losing one must not fail the batch (status 4 is final: a resume never redoes it). Here a task "dies"
+by raising ``KilledWorker``, exactly what the driver sees when a worker dies under it (the task and
+everything downstream err with it), at a chosen place: the reference write of batch 1, the decoded write
+of batch 2, and the read of batch 3 (which happens in a shard, so that shard is an erasure). The real
+thing, with SIGKILLed worker processes, is in ``test_worker_death.py``.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ K, N, BATCHES = 4, 8, 6
 DATA = np.random.default_rng(5).random((K * BATCHES, 6)).astype(np.float32)
 
 
-def _config(path, array):
-    cfg = synthetic_config(path, batches=BATCHES, k=K, n=N, schemes=("gcc", "uncoded"))
+def _config(path, array, **sections):
+    cfg = synthetic_config(path, batches=BATCHES, k=K, n=N, schemes=("gcc", "uncoded"), **sections)
     cfg["source"] = {"kind": "array", "array": array}
     return cfg
 
@@ -32,16 +32,37 @@ def clean(client, tmp_path_factory):
     return gd.run_pipeline(_config(tmp_path_factory.mktemp("clean") / "clean.zarr", DATA), client=client)
 
 
-def test_lost_load_reference_and_decode_are_redone(client, tmp_path, clean, monkeypatch):
+def test_lost_reference_and_decode_are_redone(client, tmp_path, clean, monkeypatch):
     monkeypatch.setattr(gcc_dask.pipeline, "StoreSink", DyingSink)
-    arm(("load", 3), ("inputs", 1), ("decoded", "gcc", 2))
-    run = gd.run_pipeline(_config(tmp_path / "dying.zarr", DyingArray(DATA, K)), client=client)
+    arm(("inputs", 1), ("decoded", "gcc", 2))
+    run = gd.run_pipeline(_config(tmp_path / "dying.zarr", DATA), client=client)
     assert run.status == "complete"
     gcc = read_group(run.path, "gcc")
     assert (gcc["status"] == 1).all() and not gcc["failed"].any()
     assert (read_group(run.path, "inputs", ("status",))["status"] == 1).all()
     assert np.isfinite(gcc["mse"]).all()  # batch 1's reference was recomputed, so its MSE is known
     assert_stores_equal(clean.path, run.path, ["gcc", "uncoded"])
+
+
+def test_a_read_lost_in_a_shard_is_one_erasure(client, tmp_path):
+    """Shards read (and encode) their batch on their worker: a read that dies with its worker erases the
+    one shard that made it; the worker's next shard reads again, and every other batch is untouched."""
+    no_ref = {"run": {"reference": False}}
+    clean = gd.run_pipeline(_config(tmp_path / "clean.zarr", DATA, **no_ref), client=client)
+    arm(("load", 3))
+    run = gd.run_pipeline(_config(tmp_path / "lost-read.zarr", DyingArray(DATA, K), **no_ref), client=client)
+    assert run.status == "complete"
+    names = ("decoded", "status", "received", "failed")
+    got = {s: read_group(run.path, s, names) for s in ("gcc", "uncoded")}
+    want = {s: read_group(clean.path, s, names) for s in ("gcc", "uncoded")}
+    assert sum(int(g["failed"][3].sum()) for g in got.values()) == 1  # exactly one shard, of batch 3
+    for s in got:
+        assert (got[s]["status"] > 0).all()
+        for name in ("status", "received", "failed"):
+            np.testing.assert_array_equal(np.delete(got[s][name], 3, axis=0), np.delete(want[s][name], 3, axis=0))
+        rows = np.s_[3 * K : 4 * K]
+        np.testing.assert_array_equal(np.delete(got[s]["decoded"], rows, axis=0),
+                                      np.delete(want[s]["decoded"], rows, axis=0))
 
 
 def test_a_record_lost_after_its_decode_finished_is_decoded_again(client, tmp_path, clean, monkeypatch):

@@ -167,8 +167,8 @@ def test_batches_with_enough_survivors_decode_without_retry(killed_run):
 def test_a_death_erases_only_the_shards_placed_on_that_worker(killed_run):
     """Shards are spread over the live workers round-robin, so a death never erases all N shards of a batch.
 
-    Without the spreading, every shard follows its encode task's data to one worker, and one death erases
-    all N. The placement is a preference (``allow_other_workers``, a worker list refreshed each second): while
+    Without the spreading, the scheduler may put a whole batch on the worker with free threads, and one death
+    erases all N. The placement is a preference (``allow_other_workers``, a worker list refreshed each second): while
     a killed worker restarts, the scheduler may put more than N/W shards on one worker (8 of 12 seen once with
     2 alive), so the bound asserted is "not all of them", and the counts are printed."""
     for i, keys in enumerate(killed_run["assigned"]):

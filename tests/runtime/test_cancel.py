@@ -18,6 +18,22 @@ class _Identity:
         return lambda x: x
 
 
+class _Rows:
+    """A source of one batch: the rows 0..5 as a (2, 3) float64 array."""
+
+    num_samples = 2
+
+    def read(self, start, stop):
+        return np.arange(6.0).reshape(2, 3)[start:stop], None
+
+
+def _plugin(name):
+    from gcc_dask.coding import make_code
+
+    return RunPlugin(name, _Identity(), {"uncoded": make_code("uncoded", num_inputs=2, num_workers=2)}, _Rows(),
+                     None, batch_size=2)
+
+
 def _stamp(_):
     return time.time()
 
@@ -36,10 +52,9 @@ def test_cancelled_straggler_frees_its_slot_quickly(one_slot_client, monkeypatch
 
     monkeypatch.setattr(tasks, "POLL_INTERVAL_S", poll_s)
     c = one_slot_client
-    plugin = RunPlugin("cancel-test", _Identity(), {}, None, None, batch_size=1)
+    plugin = _plugin("cancel-test")
     c.register_plugin(plugin, name=plugin.name)
-    coded = c.scatter(np.ones((2, 3)))
-    straggler = c.submit(evaluate_shard, plugin.name, coded, 0, 30.0, key="eval-straggler", pure=False)
+    straggler = c.submit(evaluate_shard, plugin.name, "uncoded", 0, 0, 30.0, key="eval-straggler", pure=False)
     while not c.processing() or not any(c.processing().values()):
         time.sleep(0.01)
     time.sleep(0.1)  # the straggler is now sleeping in the only thread
@@ -55,10 +70,9 @@ def test_cancelled_straggler_frees_its_slot_quickly(one_slot_client, monkeypatch
 
 def test_task_state_check_is_false_while_running(client):
     """Pins the internal API: a running, uncancelled shard is not seen as cancelled."""
-    plugin = RunPlugin("state-test", _Identity(), {}, None, None, batch_size=1)
+    plugin = _plugin("state-test")
     client.register_plugin(plugin, name=plugin.name)
-    coded = client.scatter(np.arange(6.0).reshape(2, 3))
-    fut = client.submit(evaluate_shard, plugin.name, coded, 1, 0.05, pure=False)
+    fut = client.submit(evaluate_shard, plugin.name, "uncoded", 0, 1, 0.05, pure=False)
     res = fut.result(timeout=10)
     assert res is not None and res.worker == 1
     np.testing.assert_array_equal(res.output, [3.0, 4.0, 5.0])
