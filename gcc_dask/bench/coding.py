@@ -1,7 +1,7 @@
 """Coding kernels: encode/decode apply time against a bare matmul, and decoder-matrix build and lookup.
 
 Apply (``encode``, ``decode``) is one matmul of a small float64-built matrix with the data, plus the
-NaN/Inf check of ``nan_policy="raise"`` (METHODS.md §1, :mod:`gcc_dask.coding.base`). The baseline is the
+NaN/Inf check of ``nan_policy="raise"`` (a scan of one or a few probe rows of the output) (METHODS.md §1, :mod:`gcc_dask.coding.base`). The baseline is the
 bare ``M @ A`` of the same shapes and dtype, with ``M`` already converted: the ratio is what the coding
 layer adds on top of the BLAS (validation, namespace dispatch, the check). Each pair is timed interleaved
 (ours, bare, ours, bare, ...) and the best of the repeats is kept, so a busy machine slows both alike.
@@ -258,8 +258,8 @@ def run_coding_bench(*, quick: bool = False, gpu: bool | str = "auto", seed: int
     build_rows = _build_rows(grid, rng, say)
     tables = [
         Table("apply", "Apply: encode and decode against a bare matmul of the same shapes", apply_rows,
-              "Scheme gcc (sobolev2), nan_policy='raise' (the default: the NaN check rides in the matmul as one "
-              "extra row). |F| = N - N/4 received. Times are the best of `repeats` interleaved calls; "
+              "Scheme gcc (sobolev2), nan_policy='raise' (the default: the NaN check reads one or a few probe rows "
+              "of the output, see gcc_dask.coding.base). |F| = N - N/4 received. Times are the best of `repeats` interleaved calls; "
               "ratio = ours / bare."),
         Table("decoder", "Decoder matrix: cold build (cache miss) and cached lookup", build_rows,
               "build_ms: median over new received sets of |F| = N - N/4; lookup_us: decoder_matrix(received) "
