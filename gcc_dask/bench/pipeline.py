@@ -260,8 +260,9 @@ def _orchestration(client, work: Path, quick: bool, say) -> tuple[Table, list[Ta
                       ORCHESTRATION_MAX, "<=", "x",
                       f"{r16['wall_ms_per_task']:.2f} ms vs {best['floor-16']['wall_ms_per_task']:.2f} ms per task")]
     notes = (f"{batches} batches of K={K}, one scheme (gcc), no injected latency, no reference, 4 batches in flight. "
-             "The pipeline's time per shard task also pays for each batch's load, encode and decode tasks, the "
-             "decoded rows written to Zarr and the records the driver writes. Best of the interleaved repeats. "
+             "The pipeline's time per shard task also pays for each batch's decode task (which gathers the kept "
+             "results from the other worker), the shards' reads and encodes, the decoded rows written to Zarr "
+             "and the records the driver writes. Best of the interleaved repeats. "
              "CPU: driver = this process (client, scheduler, nannies); workers = the worker processes "
              "(n/a when they are threads of this process).")
     return Table("orchestration", "Orchestration cost against Dask's own per-task floor", rows, notes), targets
@@ -361,8 +362,8 @@ def run_pipeline_bench(*, quick: bool = False, client=None, sections: tuple[str,
     quick : bool
         A few batches per section and small data, for tests: seconds, not representative.
     client : distributed.Client, optional
-        Use this cluster (never closed here). Default: an embedded LocalCluster of 2 worker processes
-        x 16 threads, and for the memory section a fresh one per dataset size.
+        Use this cluster for every section (never closed here). Default: a fresh embedded LocalCluster of
+        2 worker processes x 16 threads per section, and for the memory section one per dataset size.
     sections : tuple of str
         A subset of ``SECTIONS``.
     work_dir : path, optional
@@ -388,26 +389,23 @@ def run_pipeline_bench(*, quick: bool = False, client=None, sections: tuple[str,
     targets: list[Target] = []
     notes: list[str] = []
     try:
-        shared = [s for s in sections if s != "memory"]
-        if shared:
-            spec = ClusterSpec(n_workers=2, threads_per_worker=16, processes=True)
+        # each section on a cluster of its own (unless one is given), so that what one section leaves on the
+        # workers and the scheduler (model sessions, task history) does not weigh on the next
+        spec = ClusterSpec(n_workers=2, threads_per_worker=16, processes=True)
+        for name, fn in (("stragglers", _stragglers), ("orchestration", _orchestration), ("scaling", _scaling)):
+            if name not in sections:
+                continue
+            say(f"pipeline bench: {name}")
             with connect(spec, client) as c:
-                if "stragglers" in sections:
-                    say("pipeline bench: stragglers")
-                    table, tg, nt = _stragglers(c, tmp, quick, say)
-                    tables.append(table)
-                    targets += tg
-                    notes += nt
-                if "orchestration" in sections:
-                    say("pipeline bench: orchestration")
-                    table, tg = _orchestration(c, tmp, quick, say)
-                    tables.append(table)
-                    targets += tg
-                if "scaling" in sections:
-                    say("pipeline bench: scaling")
-                    table, nt = _scaling(c, tmp, quick, say)
-                    tables.append(table)
-                    notes += nt
+                out = fn(c, tmp, quick, say)
+            tables.append(out[0])
+            if name == "stragglers":
+                targets += out[1]
+                notes += out[2]
+            elif name == "orchestration":
+                targets += out[1]
+            else:
+                notes += out[1]
         if "memory" in sections:
             say("pipeline bench: memory")
             table, tg = _memory(client, tmp, quick, say)
@@ -416,6 +414,6 @@ def run_pipeline_bench(*, quick: bool = False, client=None, sections: tuple[str,
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     info = machine_info({"cluster": "given client" if client is not None else
-                         "LocalCluster, 2 worker processes x 16 threads"})
+                         "a LocalCluster per section, 2 worker processes x 16 threads"})
     return BenchReport(bench="pipeline", command=command, quick=quick, tables=tables, targets=targets, info=info,
                        wall_s=time.perf_counter() - t0, notes=notes)
