@@ -274,6 +274,9 @@ def _scaling(client, work: Path, quick: bool, say) -> tuple[Table, list[str]]:
     rows = []
     plan = [("batches", b, 16) for b in ((2, 4) if quick else (8, 16, 32, 64))]
     plan += [("N", 4 if quick else 16, n) for n in ((8, 16) if quick else (8, 16, 32, 64))]
+    warm = _config("bench-warmup", work / "scale-warmup.zarr", source=source, workload=workload, n=16,
+                   schemes=["gcc"], reference=False)
+    _run(warm, client)  # imports and plugin set-up on every worker, not in the first point
     for vary, batches, n in plan:
         cfg = _config(f"bench-scale-{vary}", work / f"scale-{vary}-{batches}-{n}.zarr", workload=workload, n=n,
                       schemes=["gcc"], source={**source, "num_samples": batches * K}, reference=False)
