@@ -1,0 +1,53 @@
+"""Validated pipeline configuration: YAML in, frozen pydantic models out, one clear line per error.
+
+The sections mirror DESIGN.md "Configuration"::
+
+    name, source, workload, code, schemes, gcc, lcc, replication, stragglers, cutoff, cluster, store, run
+
+:func:`load_config` reads a YAML file (or takes a mapping), applies ``--set key.sub=value`` overrides and
+validates. Every problem becomes one :class:`~gcc_dask.errors.ConfigError` line of the form
+``"<key.path>: got <value!r>; expected <what is valid>"``. Durations accept ``"50ms"``/``"2s"`` strings
+or numbers of seconds (:func:`dask.utils.parse_timedelta`) and are stored as float seconds.
+
+Modules, imported one way: :mod:`.fields` (scheme names, error lines, durations, the base section) ←
+:mod:`.sections` (one pydantic model per section, :class:`PipelineConfig`) ← :mod:`.loading` (YAML,
+overrides, paths, :func:`load_config`). None imports :mod:`gcc_dask.coding` or anything heavy: the scheme
+names are a static tuple (a test keeps it equal to ``gcc_dask.coding.list_codes()``).
+"""
+
+from .fields import CODED_SCHEMES, SCHEMES, parse_duration
+from .loading import load_config
+from .sections import (
+    ClusterConfig,
+    CodeConfig,
+    CutoffConfig,
+    GccConfig,
+    LccConfig,
+    PipelineConfig,
+    ReplicationConfig,
+    RunConfig,
+    SourceConfig,
+    StoreConfig,
+    StragglersConfig,
+    WorkloadConfig,
+)
+
+__all__ = [
+    "SCHEMES",
+    "CODED_SCHEMES",
+    "PipelineConfig",
+    "load_config",
+    "parse_duration",
+    # the section models, for code that builds or checks one section (e.g. gcc_dask.sweep_config)
+    "SourceConfig",
+    "WorkloadConfig",
+    "CodeConfig",
+    "GccConfig",
+    "LccConfig",
+    "ReplicationConfig",
+    "StragglersConfig",
+    "CutoffConfig",
+    "ClusterConfig",
+    "StoreConfig",
+    "RunConfig",
+]
