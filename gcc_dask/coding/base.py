@@ -43,6 +43,18 @@ ON_COINCIDENCE = ("warn", "nudge", "ignore")
 DECODER_CACHE_SIZE = 256
 
 
+def _host_dtype(dtype) -> np.dtype:
+    """The NumPy dtype of any namespace's floating dtype: NumPy/CuPy dtypes are NumPy's; ``torch.float32`` and
+    ``array_api_strict.float32`` are matched by name. Unknown names give float64."""
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        try:
+            return np.dtype(str(dtype).rsplit(".", 1)[-1])
+        except TypeError:
+            return np.dtype(np.float64)
+
+
 class CoincidenceWarning(UserWarning):
     """A worker point equals a data point, so the scheme is partly systematic (METHODS.md §2)."""
 
@@ -372,10 +384,7 @@ class CodingScheme:
         Mx = xp.asarray(host, dtype=dtype, device=dev)
         if not check:
             return Mx, None
-        try:
-            low = host.astype(np.dtype(dtype))
-        except TypeError:  # a namespace with its own dtype objects (e.g. array_api_strict)
-            low = host.astype(getattr(dtype, "_np_dtype", np.float64))
+        low = host.astype(_host_dtype(dtype))
         good = np.isfinite(low) & (np.abs(low) >= np.finfo(low.dtype).smallest_normal)
         uncovered = np.ones(host.shape[1], dtype=bool)
         probes: list[int] = []

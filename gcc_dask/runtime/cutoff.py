@@ -168,7 +168,7 @@ def _adaptive_time(finite: list[float], policy: CutoffPolicy) -> float:
     q = max(1, math.ceil(policy.quantile * policy.num_workers))
     m = len(finite)
     for j in range(q, m + 1):
-        median = (finite[(j - 1) // 2] + finite[j // 2]) / 2
+        median = finite[j // 2] if j % 2 else (finite[j // 2 - 1] + finite[j // 2]) / 2
         fire = max(finite[j - 1], policy.multiplier * median, policy.min_runtime)
         if j == m or fire < finite[j]:
             return fire

@@ -40,6 +40,7 @@ from gcc_dask.runtime.tasks import (
     decode_task,
     evaluate_shard,
     failed_record,
+    is_bad_batch,
     reference_task,
 )
 
@@ -333,13 +334,16 @@ class BatchRunner:
         """Stop the run with one line when the batch's shards failed on its data, not on f or a worker.
 
         Every shard reads and encodes its batch, so bad data (NaN with ``nan_policy: raise``, an unreadable
-        slice) fail them all with the same :class:`~gcc_dask.errors.GccDaskError`. Only then, and only for
-        a batch with no result at all, is one error fetched (a round trip); an f that raised or a dead
-        worker leaves erasures, decoded around as usual.
+        slice) fail them all with the same :class:`~gcc_dask.errors.GccDaskError`, marked by the worker
+        (:func:`~.tasks.is_bad_batch`). Only for a batch with no result at all is one error fetched (a round
+        trip); an f that raised (even a ``WorkloadError``) or a dead worker leaves erasures, decoded around.
+
+        Known limit: a wall-clock deadline that fires before any shard has even started (shorter than the
+        queue) leaves such a batch undecodable (status 3) without this check, as nothing has failed yet.
         """
         first = int(np.flatnonzero(s.failed)[0])
         exc = _error_of(s.shards[first])
-        if isinstance(exc, GccDaskError):
+        if is_bad_batch(exc):
             start = state.batch * self.plugin.batch_size
             raise type(exc)(f"source: batch {state.batch} (samples {start} to {start + state.n_real - 1}): "
                             f"{exc}") from None
@@ -411,6 +415,7 @@ class BatchRunner:
             self._events.put((time.monotonic(), tag, None, "finished"))
         else:
             fetch.add_done_callback(lambda f: self._events.put((time.monotonic(), tag, f, "finished")))
+        self._fetch_future = fetch
         return states
 
     def _fetched(self, states: list[_BatchState], fetch) -> list[list[dict]]:
@@ -437,6 +442,7 @@ class BatchRunner:
         """
         self.client.register_plugin(self.plugin, name=self.plugin.name)
         self._fetcher = ThreadPoolExecutor(1, thread_name_prefix="gcc-dask-records")
+        self._fetch_future = None
         results: list[dict] = []
         ready: list[_BatchState] = []  # finished batches whose records are not fetched yet
         fetching: list[_BatchState] | None = None  # the batches of the fetch under way
@@ -478,17 +484,32 @@ class BatchRunner:
                             results.extend(batch_results)
                     fetching = None
                     continue
-                if kind == "shard":
-                    self._on_shard(t, batch, scheme, w, fut, status)
-                else:
-                    self._on_decode(batch, scheme, fut)
+                try:
+                    if kind == "shard":
+                        self._on_shard(t, batch, scheme, w, fut, status)
+                    else:
+                        self._on_decode(batch, scheme, fut)
+                except GccDaskError:
+                    # bad data: the run stops, but batches that finished keep their records (else a resume
+                    # would redo them, and their status would stay 0 next to their written `decoded` rows)
+                    done = list(zip(fetching, self._fetched(fetching, self._fetch_future))) if fetching else []
+                    others = ready + [st for st in self._inflight.values() if st.done]
+                    done += [(st, self._gather(st)) for st in others]
+                    fetching, ready = None, []
+                    for st, batch_results in done:
+                        if on_batch_done is not None:
+                            on_batch_done(st.batch, batch_results)
+                        else:
+                            results.extend(batch_results)
+                    raise
                 state = self._inflight.get(batch)
                 if state is not None and state.done:
                     del self._inflight[batch]
                     ready.append(state)
         finally:
             self._fetcher.shutdown(wait=True)
-            leftovers = [f for st in self._inflight.values() for s in st.schemes.values() for f in s.shards]
+            leftovers = [f for st in self._inflight.values() for s in st.schemes.values()
+                         for f in [*s.shards, s.decode, st.reference] if f is not None]
             if leftovers:
                 self.client.cancel(leftovers)
             self._inflight.clear()

@@ -20,6 +20,7 @@ from distributed import WorkerPlugin, get_worker
 from distributed.worker import thread_state
 
 from gcc_dask import metrics
+from gcc_dask.errors import GccDaskError
 
 logger = logging.getLogger(__name__)
 
@@ -109,8 +110,12 @@ class RunPlugin(WorkerPlugin):
         return slot.get(build)
 
     def load(self, batch: int) -> Loaded:
-        """Batch ``batch`` read from the source, padded to K rows (once per worker, see :meth:`_memo`)."""
-        return self._memo(batch, "", lambda: _read_batch(self.source, batch, self.batch_size))
+        """Batch ``batch`` read from the source, padded to K rows (once per worker, see :meth:`_memo`).
+
+        A :class:`~gcc_dask.errors.GccDaskError` raised here (or in :meth:`encoded`) is marked as the
+        batch's own (:func:`is_bad_batch`): the driver stops the run on it, where an error of f is an erasure.
+        """
+        return self._memo(batch, "", _marking(lambda: _read_batch(self.source, batch, self.batch_size)))
 
     def encoded(self, batch: int, scheme: str) -> Any:
         """The coded inputs of ``batch`` for ``scheme``: (N, *shape), CuPy when the run uses a GPU.
@@ -127,7 +132,28 @@ class RunPlugin(WorkerPlugin):
                 x = cupy.asarray(x)
             return self.codes[scheme].encode(x)
 
-        return self._memo(batch, scheme, build)
+        return self._memo(batch, scheme, _marking(build))
+
+
+#: attribute set on a GccDaskError raised while reading or encoding a batch (it survives pickling: exceptions
+#: pickle their ``__dict__``)
+_BAD_BATCH = "gcc_dask_bad_batch"
+
+
+def _marking(build: Callable[[], Any]) -> Callable[[], Any]:
+    def run():
+        try:
+            return build()
+        except GccDaskError as exc:
+            setattr(exc, _BAD_BATCH, True)
+            raise
+
+    return run
+
+
+def is_bad_batch(exc: BaseException) -> bool:
+    """True for an error raised while reading or encoding a batch (bad data), not by f or a dead worker."""
+    return isinstance(exc, GccDaskError) and getattr(exc, _BAD_BATCH, False)
 
 
 class _Slot:

@@ -330,3 +330,20 @@ def test_ignore_keeps_coincidences_silently():
         warnings.simplefilter("error", CoincidenceWarning)
         code = make_code("gcc", num_inputs=10, num_workers=41, on_coincidence="ignore")
     assert code.coincident_points.shape == (10, 2)
+
+
+def test_probe_rows_use_the_data_dtype_of_any_namespace():
+    """Namespaces with dtype objects of their own (torch.float32, ...) are matched to NumPy's by name, so the
+    probe rows are chosen on the coefficients as the data's dtype holds them."""
+    from gcc_dask.coding.base import _host_dtype
+
+    class _Dtype:  # str() like torch.float32
+        def __init__(self, name):
+            self.name_ = name
+
+        def __str__(self):
+            return f"somelib.{self.name_}"
+
+    assert _host_dtype(_Dtype("float32")) == np.float32 and _host_dtype(_Dtype("float64")) == np.float64
+    assert _host_dtype(np.dtype("float32")) == np.float32
+    assert _host_dtype(_Dtype("no_such_type")) == np.float64

@@ -46,6 +46,17 @@ def flaky(X):
     return X * np.sin(X)
 
 
+def picky(X):
+    """f(x) = x sin x, except that it raises ``WorkloadError`` (a GccDaskError, as the ONNX workload raises on
+    a runtime failure) on any single input whose first value exceeds 1.5: an f error, not a data error."""
+    from gcc_dask.errors import WorkloadError
+
+    X = np.asarray(X)
+    if X.shape[0] == 1 and float(X.reshape(1, -1)[0, 0]) > 1.5:
+        raise WorkloadError("picky model: it rejects this input")
+    return X * np.sin(X)
+
+
 # ------------------------------------------------------------------------------------------ configs
 def synthetic_config(path, *, batches: int, k: int = 4, n: int = 8, schemes=("gcc",), shape=(6,), **sections):
     """A cheap pipeline: synthetic inputs, the analytic ``smooth`` network, injected stragglers."""

@@ -195,6 +195,48 @@ def test_nan_in_a_later_batch_stops_the_run_with_one_line(tmp_path):
     assert zarr.open_group(str(tmp_path / "run.zarr"), mode="r").attrs["status"] == "failed"
 
 
+def test_batches_finished_before_the_nan_keep_their_records(client, tmp_path, monkeypatch):
+    """The run stops on the NaN of batch 2, but batches 0 and 1 (one batch in flight: both finished before
+    batch 2 started) keep their records: status 1, not 0 (which a resume would redo). The records are
+    fetched in the background; a slow fetch makes batch 1's still under way when batch 2 fails."""
+    import time as _time
+
+    real_gather = client.gather
+
+    def slow_gather(*args, **kwargs):
+        _time.sleep(0.5)
+        return real_gather(*args, **kwargs)
+
+    monkeypatch.setattr(client, "gather", slow_gather)
+    x = np.random.default_rng(0).random((16, 5)).astype(np.float32)
+    x[9, 2] = np.nan
+    cfg = synthetic_config(tmp_path / "nan.zarr", batches=4, k=4, n=8, schemes=("gcc", "uncoded"),
+                           stragglers={"model": "none"}, cutoff={"stragglers": 0},
+                           run={"max_batches_in_flight": 1})
+    cfg["source"] = {"kind": "npy", "path": _npy(tmp_path, "nan.npy", x)}
+    with pytest.raises(gd.errors.InvalidInputError, match=r"source: batch 2 \(samples 8 to 11\)"):
+        gd.run_pipeline(cfg, client=client)
+    for scheme in ("gcc", "uncoded"):
+        status = read_group(tmp_path / "nan.zarr", scheme, ("status",))["status"]
+        assert status.tolist() == [1, 1, 0, 0], (scheme, status)
+
+
+def test_an_f_raising_a_gcc_dask_error_on_every_shard_is_an_erasure(client, tmp_path):
+    """f rejects every input of batch 2 with a WorkloadError: that batch is undecodable (status 3), and the run
+    goes on. Only errors raised while reading or encoding a batch stop a run."""
+    x = np.zeros((6, 3), np.float32)
+    x[:, 0] = [0.1, 0.2, 1.9, 0.3, 0.4, 0.5]
+    cfg = synthetic_config(tmp_path / "picky.zarr", batches=6, k=1, n=1, schemes=("uncoded",),
+                           workload={"kind": "callable", "name": "rel_helpers:picky"},
+                           stragglers={"model": "none"}, cutoff={"stragglers": 0})
+    cfg["source"] = {"kind": "npy", "path": _npy(tmp_path, "picky.npy", x)}
+    run = gd.run_pipeline(cfg, client=client)
+    assert run.status == "complete"
+    g = read_group(run.path, "uncoded", ("status", "failed"))
+    assert g["status"].tolist() == [1, 1, 3, 1, 1, 1]
+    assert g["failed"][:, 0].tolist() == [False, False, True, False, False, False]
+
+
 def _propagated(tmp_path, sample):
     cfg = _base(tmp_path, source={"kind": "npy", "path": _with_nan(tmp_path, sample)},
                 run={"progress": False, "nan_policy": "propagate"})

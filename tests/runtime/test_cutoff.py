@@ -158,3 +158,9 @@ def test_resolve_wait_for_rejects():
         resolve_wait_for(17, 16, 4)
     with pytest.raises(ConfigError, match="wait_for"):
         resolve_wait_for("half", 16, 4)
+
+
+def test_adaptive_median_of_an_odd_count_does_not_overflow():
+    """The median of an odd count is the middle arrival itself, not (x + x) / 2 (which overflows near 1e308)."""
+    d = cutoff_time(np.array([1e308, np.inf]), CutoffPolicy(num_workers=2, wait_for=2, quantile=0.5, multiplier=1.0))
+    assert d.time == 1e308 and d.reason == "adaptive"
