@@ -242,7 +242,7 @@ def _is_sweep(path: Path) -> bool:
 def _template(cfg: SweepConfig, fn: _Function, block: int, out_shape: tuple, coincident: np.ndarray):
     import xarray as xr
 
-    from gcc_dask.store import _git_sha, _versions
+    from gcc_dask.store.layout import _git_sha, _versions
 
     st = cfg.stragglers
     coords = {

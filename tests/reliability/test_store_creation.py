@@ -17,17 +17,17 @@ from rel_helpers import read_group, synthetic_config
 
 def test_a_crash_while_creating_the_store_leaves_nothing(client, tmp_path, monkeypatch):
     cfg = synthetic_config(tmp_path / "run.zarr", batches=3, schemes=("gcc", "uncoded"))
-    real = gcc_dask.store._create_arrays
+    real = gcc_dask.store.run_store._create_arrays  # where RunStore.create looks it up
 
     def dies_half_way(root, schemes, *args, **kwargs):
         real(root, dict(list(schemes.items())[:1]), *args, **kwargs)  # the first scheme's arrays only
         raise KeyboardInterrupt  # the driver stops here
 
-    monkeypatch.setattr(gcc_dask.store, "_create_arrays", dies_half_way)
+    monkeypatch.setattr(gcc_dask.store.run_store, "_create_arrays", dies_half_way)
     with pytest.raises(KeyboardInterrupt):
         gd.run_pipeline(cfg, client=client)
     assert list(tmp_path.iterdir()) == []  # neither a half store nor its temporary directory
-    monkeypatch.setattr(gcc_dask.store, "_create_arrays", real)
+    monkeypatch.setattr(gcc_dask.store.run_store, "_create_arrays", real)
     run = gd.run_pipeline(cfg, client=client)
     assert run.status == "complete"
     assert (read_group(run.path, "uncoded", ("status",))["status"] > 0).all()

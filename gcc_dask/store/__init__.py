@@ -1,0 +1,57 @@
+"""The Zarr v3 results store: one store per run (DESIGN.md "The results store").
+
+Layout::
+
+    run.zarr/
+      attrs: gcc_dask_version, created, finished, status, config, config_fingerprint, git_sha,
+             versions, seed (+ num_samples, batch_size, num_batches, output_shape, schemes, ...)
+      inputs/labels          (sample,)            int64   -1 where unknown
+      inputs/reference       (sample, output)     float   f(x_k) computed uncoded; NaN until written
+      inputs/status          (batch,)             int8    1 once the batch's inputs are written
+      <scheme>/decoded       (sample, output)     float   estimates f^(x_k); NaN where undecodable
+      <scheme>/received      (batch, worker)      bool    the set F used for decoding
+      <scheme>/failed        (batch, worker)      bool    shards that raised or whose worker died
+      <scheme>/latency_s     (batch, worker)      float64 shard start to result, s; NaN if cancelled
+      <scheme>/cutoff_s      (batch,)             float64 when the cutoff fired, from the batch start, s
+      <scheme>/batch_latency_s (batch,)           float64 batch start to decode done, s
+      <scheme>/n_received, n_failed (batch,)      int32   -1 until written
+      <scheme>/mse, rel_acc, error_estimate (batch,) float64 NaN when unknown
+      <scheme>/status        (batch,)             int8    BatchStatus; written last
+
+(with more than one output axis, ``output`` becomes ``output_0, output_1, ...``).
+
+Who writes what. One batch owns exactly one chunk of every ``sample`` array (K rows), so Dask workers write
+``decoded``, ``labels`` and ``reference`` concurrently without locks (:func:`write_decoded`,
+:func:`write_inputs`; ``inputs/status`` keeps one chunk per batch for the same reason). The small per-batch
+records of a scheme (``received`` ... ``status``) are written by one process only, the driver, in buffered
+flushes (:meth:`RunStore.write_records`): their chunks hold :data:`BATCH_CHUNK` batches, because reading
+one-row chunks back costs ~1 ms each (a 5,000-sample run took 58 s to summarise with one-batch chunks,
+0.5 s with these). In every write path a batch's ``status`` is written after all its other arrays, so a
+crash never leaves a batch that looks done but is not. Only the driver creates the store or edits
+attributes; metadata is consolidated once, by :meth:`RunStore.finish`.
+
+Modules, imported one way: :mod:`.layout` (format, statuses, array creation) ← :mod:`.writes` (worker writes,
+the driver's records) ← :mod:`.run_store` (:class:`RunStore`); :mod:`.readers` (xarray views) needs only
+:mod:`.layout`.
+"""
+
+from .layout import BATCH_CHUNK, DONE_STATUSES, INPUTS, STORE_FORMAT, BatchStatus
+from .readers import check_writable, open_run, open_scheme
+from .run_store import RunStore
+from .writes import write_batch, write_decoded, write_inputs
+
+__all__ = [
+    "BatchStatus",
+    "DONE_STATUSES",
+    "RunStore",
+    "check_writable",
+    "open_run",
+    "open_scheme",
+    "write_batch",
+    "write_decoded",
+    "write_inputs",
+    # layout constants, for readers of the raw store
+    "BATCH_CHUNK",
+    "INPUTS",
+    "STORE_FORMAT",
+]

@@ -1,0 +1,227 @@
+"""The store's layout: format constants, batch statuses, array creation, shared helpers (see the package docs)."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import sys
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from enum import IntEnum
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gcc_dask.errors import InvalidInputError, StoreError
+
+
+STORE_FORMAT = 1
+INPUTS = "inputs"
+_MARKER = "gcc_dask_store"
+#: batches per chunk of the driver-written per-batch arrays of a scheme
+BATCH_CHUNK = 1024
+
+
+class BatchStatus(IntEnum):
+    """Per-batch status codes stored in ``<scheme>/status`` (int8)."""
+
+    PENDING = 0
+    DECODED = 1
+    DEADLINE_DECODED = 2
+    UNDECODABLE = 3
+    FAILED = 4
+
+
+#: A batch is done (never recomputed on resume) iff its status is one of these.
+DONE_STATUSES = frozenset(int(s) for s in BatchStatus if s != BatchStatus.PENDING)
+_BATCH_FLOATS = ("cutoff_s", "batch_latency_s", "mse", "rel_acc", "error_estimate")
+
+
+# ---------------------------------------------------------------------------------------- helpers
+def _zarr():
+    import zarr
+
+    return zarr
+
+
+def _local(path: str | os.PathLike) -> Path:
+    text = os.fspath(path)
+    if "://" in text:
+        raise StoreError(f"store path: got {text!r}; expected a local or shared-filesystem path "
+                         "(URLs are not supported yet)")
+    return Path(text).expanduser().absolute()
+
+
+def _output_dims(output_shape: tuple[int, ...]) -> tuple[str, ...]:
+    if len(output_shape) == 1:
+        return ("output",)
+    return tuple(f"output_{i}" for i in range(len(output_shape)))
+
+
+def _to_host(x: Any) -> np.ndarray:
+    if type(x).__module__.split(".")[0] == "cupy":
+        x = x.get()
+    return np.asarray(x)
+
+
+def _open_root(path: Path, mode: str = "r+"):
+    """Open the root group, refusing anything that is not a gcc-dask store."""
+    zarr = _zarr()
+    if not (path / "zarr.json").is_file():
+        what = "does not exist" if not path.exists() else "is not a Zarr v3 store"
+        raise StoreError(f"store path: got {str(path)!r}; it {what} (expected a gcc-dask run store)")
+    try:
+        root = zarr.open_group(str(path), mode=mode, use_consolidated=False)
+    except Exception as exc:  # zarr raises several types for unreadable metadata
+        raise StoreError(f"store path: got {str(path)!r}; cannot open it as a Zarr group ({exc})") from None
+    if root.attrs.get(_MARKER) != STORE_FORMAT:
+        raise StoreError(f"store path: got {str(path)!r}; expected a gcc-dask run store (format "
+                         f"{STORE_FORMAT}), found a Zarr group without the gcc-dask attributes")
+    return root
+
+
+def _batch_rows(attrs: Mapping[str, Any], batch: int) -> tuple[int, int]:
+    num_batches = int(attrs["num_batches"])
+    if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or not 0 <= batch < num_batches:
+        raise InvalidInputError(f"batch: got {batch!r}; expected an integer in [0, {num_batches})")
+    k, n = int(attrs["batch_size"]), int(attrs["num_samples"])
+    return int(batch) * k, min((int(batch) + 1) * k, n)
+
+
+def _rows(name: str, value: Any, start: int, stop: int, k: int, tail: tuple[int, ...]) -> np.ndarray:
+    """Accept (stop - start, *tail) or a padded (K, *tail) block (trailing axes may come flattened);
+    return the (stop - start) rows shaped (n, *tail)."""
+    arr = _to_host(value)
+    n = stop - start
+    if (arr.ndim >= 1 and arr.shape[0] in (n, k) and arr.shape[1:] != tail
+            and math.prod(arr.shape[1:]) == math.prod(tail)):
+        arr = arr.reshape((arr.shape[0], *tail))
+    if arr.shape[1:] != tail or arr.shape[0] not in (n, k):
+        want = f"({n}, {', '.join(map(str, tail))})".replace(", )", ")")
+        raise InvalidInputError(f"{name}: got an array of shape {arr.shape}; expected shape {want} "
+                                f"(or {k} rows for a padded batch)")
+    return arr[:n]
+
+
+def _vector(name: str, value: Any, size: int, dtype: Any) -> np.ndarray:
+    arr = _to_host(value)
+    if arr.shape != (size,):
+        raise InvalidInputError(f"{name}: got an array of shape {arr.shape}; expected shape ({size},)")
+    return arr.astype(dtype, copy=False)
+
+
+def _git_sha() -> str | None:
+    """The git commit of the gcc-dask source tree, read from .git without running a process."""
+    try:
+        git = Path(__file__).resolve().parents[1] / ".git"
+        if git.is_file():  # a worktree: "gitdir: <path>"
+            git = Path(git.read_text().split(":", 1)[1].strip())
+        head = (git / "HEAD").read_text().strip()
+        if not head.startswith("ref:"):
+            return head or None
+        ref = head.split(":", 1)[1].strip()
+        common = Path((git / "commondir").read_text().strip()) if (git / "commondir").is_file() else None
+        for base in (git, (git / common) if common else None):
+            if base is not None and (base / ref).is_file():
+                return (base / ref).read_text().strip()
+            if base is not None and (base / "packed-refs").is_file():
+                for line in (base / "packed-refs").read_text().splitlines():
+                    if line.endswith(" " + ref):
+                        return line.split()[0]
+    except (OSError, IndexError, ValueError):
+        return None
+    return None
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": sys.version.split()[0]}
+    for dist in ("gcc-dask", "numpy", "scipy", "dask", "distributed", "zarr", "xarray", "pydantic",
+                 "onnxruntime", "cupy-cuda12x", "torch"):
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _is_consolidated(path: Path) -> bool:
+    import json
+
+    try:
+        meta = json.loads((path / "zarr.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(meta.get("consolidated_metadata"))
+
+
+def _check_layout(schemes: Mapping[str, int], num_samples: int, batch_size: int,
+                  output_shape: tuple[int, ...]) -> None:
+    for name, value in (("num_samples", num_samples), ("batch_size", batch_size)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise InvalidInputError(f"{name}: got {value!r}; expected an integer >= 1")
+    if any(s < 1 for s in output_shape):
+        raise InvalidInputError(f"output_shape: got {output_shape!r}; expected positive sizes")
+    if not schemes:
+        raise InvalidInputError(f"schemes: got {dict(schemes)!r}; expected at least one scheme")
+    for scheme, workers in schemes.items():
+        if not isinstance(scheme, str) or not scheme or scheme == INPUTS or "/" in scheme \
+                or scheme.startswith("."):
+            raise InvalidInputError(f"schemes: got scheme name {scheme!r}; expected a name other than "
+                                    "'inputs', without '/'")
+        if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
+            raise InvalidInputError(f"schemes[{scheme!r}]: got {workers!r}; expected a worker count >= 1")
+
+
+def _create_arrays(root: Any, schemes: Mapping[str, int], n: int, k: int, num_batches: int,
+                   output_shape: tuple[int, ...], dtype: np.dtype, has_labels: bool,
+                   has_reference: bool, scheme_attrs: Mapping[str, Mapping[str, Any]]) -> None:
+    out_dims = _output_dims(output_shape)
+    sample_spec = ((n, *output_shape), (k, *output_shape), ("sample", *out_dims))
+
+    bchunk = min(num_batches, BATCH_CHUNK)
+
+    def batch_array(group, name, dtype_, fill, chunk=bchunk):
+        group.create_array(name, shape=(num_batches,), chunks=(chunk,), dtype=dtype_, fill_value=fill,
+                           dimension_names=("batch",))
+
+    inputs = root.create_group(INPUTS, attributes={"description": "ground truth for evaluation"})
+    if has_labels:
+        inputs.create_array("labels", shape=(n,), chunks=(k,), dtype="int64", fill_value=-1,
+                            dimension_names=("sample",))
+    if has_reference:
+        inputs.create_array("reference", shape=sample_spec[0], chunks=sample_spec[1], dtype=dtype,
+                            fill_value=np.nan, dimension_names=sample_spec[2])
+    batch_array(inputs, "status", "int8", 0, chunk=1)  # written by workers: one chunk per batch
+    for scheme, workers in schemes.items():
+        workers = int(workers)
+        group = root.create_group(scheme, attributes={"scheme": scheme, "num_inputs": k,
+                                                      "num_workers": workers,
+                                                      **dict(scheme_attrs.get(scheme, {}))})
+        group.create_array("decoded", shape=sample_spec[0], chunks=sample_spec[1], dtype=dtype,
+                           fill_value=np.nan, dimension_names=sample_spec[2])
+        for name, dtype_, fill in (("received", "bool", False), ("failed", "bool", False),
+                                   ("latency_s", "float64", np.nan)):
+            group.create_array(name, shape=(num_batches, workers), chunks=(bchunk, workers), dtype=dtype_,
+                               fill_value=fill, dimension_names=("batch", "worker"))
+        for name in _BATCH_FLOATS:
+            batch_array(group, name, "float64", np.nan)
+        batch_array(group, "n_received", "int32", -1)
+        batch_array(group, "n_failed", "int32", -1)
+        batch_array(group, "status", "int8", 0)
+
+
+def _remove_store(path: Path) -> None:
+    """Delete `path` only if it is a gcc-dask store or an empty directory."""
+    if path.is_dir() and not any(path.iterdir()):
+        path.rmdir()
+        return
+    _open_root(path)  # raises StoreError for anything that is not ours
+    shutil.rmtree(path)

@@ -1,0 +1,99 @@
+"""Reading a run store back: :func:`open_scheme`, :func:`open_run` (xarray), :func:`check_writable`."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Any
+
+from gcc_dask.errors import StoreError
+
+from .layout import INPUTS, _is_consolidated, _local, _open_root
+
+
+# ---------------------------------------------------------------------------------------- readers
+def open_scheme(path: str | os.PathLike, scheme: str, *, inputs: bool = False, **kwargs: Any):
+    """Open one scheme group as an :class:`xarray.Dataset` (lazy, dask-backed).
+
+    Parameters
+    ----------
+    inputs : bool
+        Also attach ``labels`` (sample,) and ``reference`` (sample, output) from the inputs group.
+    **kwargs
+        Passed to :func:`xarray.open_zarr`.
+    """
+    import xarray as xr
+
+    path = _local(path)
+    root = _open_root(path, mode="r")
+    if scheme not in root.attrs["schemes"] and scheme != INPUTS:
+        raise StoreError(f"scheme: got {scheme!r}; expected one of {sorted(root.attrs['schemes'])}")
+    kwargs.setdefault("consolidated", _is_consolidated(path))
+    ds = xr.open_zarr(str(path), group=scheme, **kwargs)
+    if inputs and scheme != INPUTS:
+        extra = xr.open_zarr(str(path), group=INPUTS, **kwargs).drop_vars("status")
+        ds = ds.merge(extra)
+    return ds
+
+
+def open_run(path: str | os.PathLike, **kwargs: Any):
+    """Open a run store as an :class:`xarray.DataTree` (root attrs, ``/inputs`` and one node per scheme).
+
+    Falls back to a ``dict`` of group name -> Dataset where xarray has no DataTree.
+    `kwargs` are passed to :func:`xarray.open_datatree` (``engine="zarr"``).
+
+    Raises
+    ------
+    StoreError
+        If `path` is missing or not a gcc-dask store.
+    """
+    import xarray as xr
+
+    path = _local(path)
+    root = _open_root(path, mode="r")
+    kwargs.setdefault("consolidated", _is_consolidated(path))
+    if hasattr(xr, "open_datatree"):
+        return xr.open_datatree(str(path), engine="zarr", **kwargs)
+    return {name: xr.open_zarr(str(path), group=name, **kwargs)
+            for name in (INPUTS, *root.attrs["schemes"])}
+
+
+def check_writable(path: str | os.PathLike, *, must_exist: bool = False) -> str:
+    """Check that this process can create files at `path` (run it on every worker).
+
+    Writes and removes a small probe file in `path` (or, when `path` does not exist yet, in its
+    nearest existing parent directory).
+
+    Parameters
+    ----------
+    must_exist : bool
+        Also require `path` itself to exist (a worker checking a store the driver just created:
+        a worker on another machine without the shared filesystem fails here).
+
+    Returns
+    -------
+    str
+        The absolute path.
+
+    Raises
+    ------
+    StoreError
+        If the path is missing (with `must_exist`) or not writable.
+    """
+    target = _local(path)
+    if target.exists() and not target.is_dir():
+        raise StoreError(f"store path: got {str(target)!r}; it is a file, expected a directory")
+    if must_exist and not target.is_dir():
+        raise StoreError(f"store path: got {str(target)!r}; it does not exist on this machine (the "
+                         "store path must be on a filesystem shared by the driver and every worker)")
+    probe_dir = target
+    while not probe_dir.exists():
+        probe_dir = probe_dir.parent
+    probe = probe_dir / f".gcc-dask-probe-{uuid.uuid4().hex}"
+    try:
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise StoreError(f"store path: got {str(target)!r}; expected a path this process can write "
+                         f"({type(exc).__name__}: {exc.strerror or exc})") from None
+    return str(target)

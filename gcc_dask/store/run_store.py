@@ -1,0 +1,287 @@
+"""The driver's handle on a run store: :class:`RunStore` (create, resume, inspect, finish)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+import warnings
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from gcc_dask.errors import InvalidInputError, StoreError
+
+from .layout import (
+    _MARKER,
+    DONE_STATUSES,
+    INPUTS,
+    STORE_FORMAT,
+    _batch_rows,
+    _check_layout,
+    _create_arrays,
+    _git_sha,
+    _local,
+    _now,
+    _open_root,
+    _remove_store,
+    _versions,
+    _zarr,
+)
+from .writes import _write_records, write_batch, write_inputs
+
+
+# ----------------------------------------------------------------------------------------- RunStore
+class RunStore:
+    """The driver's handle on a run store: create, resume, inspect and finish it.
+
+    Use :meth:`create`, :meth:`open` or :meth:`open_or_create`; workers use :func:`write_batch`.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, resumed: bool = False, _root: Any = None):
+        self.path = _local(path)
+        self.resumed = resumed
+        self._root = _root if _root is not None else _open_root(self.path)
+
+    def __repr__(self) -> str:
+        return (f"RunStore({str(self.path)!r}, status={self.attrs.get('status')!r}, "
+                f"schemes={self.schemes}, num_batches={self.num_batches})")
+
+    # ------------------------------------------------------------------------------- construction
+    @classmethod
+    def create(cls, path: str | os.PathLike, *, config_resolved: Mapping[str, Any], fingerprint: str,
+               schemes: Mapping[str, int], num_samples: int, batch_size: int,
+               output_shape: Iterable[int], has_labels: bool, has_reference: bool, seed: int,
+               overwrite: bool = False, dtype: Any = "float32",
+               scheme_attrs: Mapping[str, Mapping[str, Any]] | None = None,
+               attrs: Mapping[str, Any] | None = None) -> RunStore:
+        """Create an empty store with every array of the layout (all batches pending).
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            Directory of the new store (``*.zarr``).
+        config_resolved : mapping
+            JSON-able resolved config (``PipelineConfig.resolved()``), stored as ``attrs["config"]``.
+        fingerprint : str
+            ``PipelineConfig.fingerprint()``; a resume with another fingerprint is refused.
+        schemes : mapping of str to int
+            Scheme name -> number of workers N (the width of its ``worker`` axis).
+        num_samples : int
+            Length of the ``sample`` axis (>= 1).
+        batch_size : int
+            K, samples per batch; ``num_batches = ceil(num_samples / K)``.
+        output_shape : tuple of int
+            Shape of one f(x) (the trailing axes of ``decoded`` and ``reference``).
+        has_labels, has_reference : bool
+            Whether ``inputs/labels`` / ``inputs/reference`` are created.
+        seed : int
+            The run seed (root attribute).
+        overwrite : bool
+            Replace an existing gcc-dask store at `path` (other directories are never deleted).
+        dtype : numpy dtype, default float32
+            dtype of ``decoded`` and ``reference``.
+        scheme_attrs, attrs : mapping, optional
+            Extra JSON-able attributes per scheme group / for the root.
+
+        Raises
+        ------
+        StoreError
+            If `path` exists (and `overwrite` is false or it is not a gcc-dask store), or cannot be
+            written.
+        InvalidInputError
+            If a size or scheme name is invalid.
+        """
+        path = _local(path)
+        output_shape = tuple(int(s) for s in output_shape)
+        _check_layout(schemes, num_samples, batch_size, output_shape)
+        if path.is_dir() and not any(path.iterdir()):
+            path.rmdir()  # an empty directory (e.g. made by mkdtemp) is as good as nothing
+        if path.exists():
+            if not overwrite:
+                raise StoreError(f"store path: got {str(path)!r}; it already exists (resume it, or pass "
+                                 "--overwrite / store.overwrite: true to start over)")
+            _remove_store(path)
+        k, n = int(batch_size), int(num_samples)
+        num_batches = -(-n // k)
+        root_attrs = {
+            _MARKER: STORE_FORMAT,
+            "gcc_dask_version": _versions().get("gcc-dask", "unknown"),
+            "created": _now(),
+            "finished": None,
+            "status": "running",
+            "config": dict(config_resolved),
+            "config_fingerprint": str(fingerprint),
+            "git_sha": _git_sha(),
+            "versions": _versions(),
+            "seed": int(seed),
+            "num_samples": n,
+            "batch_size": k,
+            "num_batches": num_batches,
+            "output_shape": list(output_shape),
+            "schemes": {str(s): int(w) for s, w in schemes.items()},
+            "has_labels": bool(has_labels),
+            "has_reference": bool(has_reference),
+            "dtype": np.dtype(dtype).name,
+            "resumed_at": [],
+            **dict(attrs or {}),
+        }
+        # built next to its final place and renamed into it: a reader (or a resume after a crash) sees the
+        # whole layout or no store at all, never a root whose groups or arrays are still missing
+        tmp = path.parent / f".{path.name}.creating-{uuid.uuid4().hex[:8]}"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            root = _zarr().open_group(str(tmp), mode="w-", attributes=root_attrs)
+            _create_arrays(root, schemes, n, k, num_batches, output_shape, np.dtype(dtype),
+                           has_labels, has_reference, scheme_attrs or {})
+            os.rename(tmp, path)
+        except (OSError, PermissionError) as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise StoreError(f"store path: got {str(path)!r}; cannot create the store there ({exc})") from None
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return cls(path)
+
+    @classmethod
+    def open(cls, path: str | os.PathLike) -> RunStore:
+        """Open an existing store for the driver. Raises StoreError if missing or not a gcc-dask store."""
+        return cls(path)
+
+    @classmethod
+    def open_or_create(cls, path: str | os.PathLike, *, fingerprint: str, overwrite: bool = False,
+                       **create_kwargs: Any) -> RunStore:
+        """Resume the store at `path` if it was made by the same config, else create it.
+
+        Takes the arguments of :meth:`create`. With ``overwrite=True`` an existing gcc-dask store is
+        replaced. The returned store has ``resumed=True`` when existing batches were kept.
+
+        Raises
+        ------
+        StoreError
+            If `path` holds a store from a different config (another fingerprint) or with another
+            layout, or something that is not a gcc-dask store.
+        """
+        path = _local(path)
+        if overwrite or not path.exists() or (path.is_dir() and not any(path.iterdir())):
+            return cls.create(path, fingerprint=fingerprint, overwrite=overwrite, **create_kwargs)
+        store = cls(path)
+        old = store.attrs.get("config_fingerprint")
+        if old != fingerprint:
+            raise StoreError(f"store path: got {str(path)!r}, a run made by a different configuration "
+                             f"(fingerprint {str(old)[:12]}, this config {fingerprint[:12]}); pass "
+                             "--overwrite (store.overwrite: true) to replace it, or choose another --out")
+        want = {"num_samples": int(create_kwargs.get("num_samples", store.num_samples)),
+                "batch_size": int(create_kwargs.get("batch_size", store.batch_size)),
+                "output_shape": [int(s) for s in create_kwargs.get("output_shape", store.output_shape)],
+                "schemes": {str(s): int(w) for s, w in create_kwargs.get("schemes", store.schemes).items()},
+                "has_labels": bool(create_kwargs.get("has_labels", store.attrs["has_labels"])),
+                "has_reference": bool(create_kwargs.get("has_reference", store.attrs["has_reference"])),
+                "dtype": np.dtype(create_kwargs.get("dtype", store.attrs["dtype"])).name}
+        for key, value in want.items():
+            if store.attrs.get(key) != value:
+                raise StoreError(f"store path: got {str(path)!r} with {key}={store.attrs.get(key)!r}; this "
+                                 f"run needs {key}={value!r} (the input data changed?); pass --overwrite "
+                                 "to replace it")
+        store.update_attrs(status="running", finished=None,
+                           resumed_at=[*store.attrs.get("resumed_at", []), _now()])
+        store.resumed = True
+        return store
+
+    # ------------------------------------------------------------------------------------ queries
+    @property
+    def attrs(self) -> dict[str, Any]:
+        """The root attributes (a copy)."""
+        return dict(self._root.attrs)
+
+    @property
+    def num_batches(self) -> int:
+        return int(self._root.attrs["num_batches"])
+
+    @property
+    def num_samples(self) -> int:
+        return int(self._root.attrs["num_samples"])
+
+    @property
+    def batch_size(self) -> int:
+        return int(self._root.attrs["batch_size"])
+
+    @property
+    def output_shape(self) -> tuple[int, ...]:
+        return tuple(self._root.attrs["output_shape"])
+
+    @property
+    def schemes(self) -> dict[str, int]:
+        """Scheme name -> number of workers."""
+        return dict(self._root.attrs["schemes"])
+
+    def batch_rows(self, batch: int) -> tuple[int, int]:
+        """The ``[start, stop)`` sample rows of `batch`."""
+        return _batch_rows(self._root.attrs, batch)
+
+    def batch_status(self, scheme: str) -> np.ndarray:
+        """Status of every batch of `scheme` (or ``"inputs"``): int8 array of shape (num_batches,)."""
+        return np.asarray(self._group(scheme)["status"][:], dtype=np.int8)
+
+    def pending_batches(self, scheme: str) -> np.ndarray:
+        """Indices (int64, ascending) of the batches of `scheme` that are not done (status 0)."""
+        return np.flatnonzero(~np.isin(self.batch_status(scheme), list(DONE_STATUSES))).astype(np.int64)
+
+    def read_batch(self, scheme: str, batch: int) -> dict[str, np.ndarray]:
+        """Every array of `scheme` restricted to `batch` (decoded: its samples; others: its row)."""
+        start, stop = self.batch_rows(batch)
+        group = self._group(scheme)
+        out = {}
+        for name, arr in group.arrays():
+            dims = arr.metadata.dimension_names or ()
+            if dims and dims[0] == "sample":
+                out[name] = arr[start:stop]
+            else:
+                out[name] = arr[batch]
+        return out
+
+    def _group(self, scheme: str):
+        if scheme != INPUTS and scheme not in self.schemes:
+            raise StoreError(f"scheme: got {scheme!r}; expected one of {sorted(self.schemes)} or 'inputs'")
+        return self._root[scheme]
+
+    # ------------------------------------------------------------------------------ driver edits
+    def update_attrs(self, **attrs: Any) -> None:
+        """Set root attributes (driver only; JSON-able values)."""
+        self._root.attrs.update(attrs)
+
+    def set_scheme_attrs(self, scheme: str, **attrs: Any) -> None:
+        """Set attributes of a scheme group (driver only; JSON-able values)."""
+        self._group(scheme).attrs.update(attrs)
+
+    def write_inputs(self, batch: int, labels: Any = None, reference: Any = None) -> None:
+        """Write one batch of inputs (see :func:`write_inputs`)."""
+        write_inputs(self.path, batch, labels=labels, reference=reference)
+
+    def write_batch(self, scheme: str, batch: int, **kwargs: Any) -> None:
+        """Write one batch of `scheme` (see :func:`write_batch`)."""
+        write_batch(self.path, scheme, batch, **kwargs)
+
+    def write_records(self, scheme: str, records: Iterable[Mapping[str, Any]]) -> None:
+        """Write many batches' per-batch records of `scheme` at once (driver only), ``status`` last.
+
+        Each record is a mapping with ``batch``, ``received_mask`` (N,) bool, ``latency_s`` (N,) float s,
+        ``cutoff_s``, ``status`` and optionally ``failed_mask``, ``mse``, ``rel_acc``,
+        ``batch_latency_s``, ``error_estimate``. Write the batches' ``decoded`` first
+        (:func:`write_decoded`): a record's status marks its batch done.
+        """
+        records = list(records)
+        if records:
+            _write_records(self.path, scheme, records)
+
+    def finish(self, status: str = "complete") -> None:
+        """Mark the run finished (``status``, ``finished`` attrs) and consolidate the metadata once."""
+        if status not in ("complete", "incomplete", "failed", "interrupted", "cancelled"):
+            raise InvalidInputError(f"status: got {status!r}; expected 'complete', 'incomplete', 'failed', "
+                                    "'interrupted' or 'cancelled'")
+        self.update_attrs(status=status, finished=_now())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "consolidated metadata is not part of the v3 spec"
+            _zarr().consolidate_metadata(str(self.path))
+        self._root = _open_root(self.path)
