@@ -37,7 +37,6 @@ import time
 import uuid
 import warnings
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -47,6 +46,7 @@ import pandas as pd
 from gcc_dask import metrics
 from gcc_dask.coding import make_code
 from gcc_dask.errors import ConfigError, NotEnoughResultsError, StoreError
+from gcc_dask.store.layout import _git_sha, _now, _root_meta, _versions
 from gcc_dask.stragglers import Bernoulli, FixedCount
 from gcc_dask.sweep_config import FunctionConfig, SweepConfig, load_sweep_config
 
@@ -227,22 +227,13 @@ def _decode(code: Any, X: np.ndarray, f: Callable, received: np.ndarray, shape: 
 
 
 # ------------------------------------------------------------------------------------------ the store
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
 def _is_sweep(path: Path) -> bool:
-    try:
-        meta = json.loads((path / "zarr.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return (meta.get("attributes") or {}).get(MARKER) == 1
+    return ((_root_meta(path) or {}).get("attributes") or {}).get(MARKER) == 1
 
 
 def _template(cfg: SweepConfig, fn: _Function, block: int, out_shape: tuple, coincident: np.ndarray):
     import xarray as xr
 
-    from gcc_dask.store.layout import _git_sha, _versions
 
     st = cfg.stragglers
     coords = {

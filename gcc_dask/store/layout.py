@@ -152,14 +152,19 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _is_consolidated(path: Path) -> bool:
+def _root_meta(path: Path) -> dict | None:
+    """The parsed ``zarr.json`` of the group at `path`, or None when there is none or it is unreadable."""
     import json
 
     try:
         meta = json.loads((path / "zarr.json").read_text())
     except (OSError, ValueError):
-        return False
-    return bool(meta.get("consolidated_metadata"))
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def _is_consolidated(path: Path) -> bool:
+    return bool((_root_meta(path) or {}).get("consolidated_metadata"))
 
 
 def _check_layout(schemes: Mapping[str, int], num_samples: int, batch_size: int,
