@@ -204,15 +204,13 @@ class BatchRunner:
             state.reference = self._submit(reference_task, self.plugin.name, state.batch,
                                            key=f"reference-b{state.batch}{sfx}", priority=-state.batch)
 
-    def _submit_scheme(self, state: _BatchState, plan: SchemePlan, attempt: int = 0) -> None:
+    def _submit_scheme(self, state: _BatchState, plan: SchemePlan) -> None:
         """Submit one scheme of a batch: its N shards (each encodes its batch on its worker)."""
         name, batch = self.plugin.name, state.batch
-        sfx = f"-a{attempt}" if attempt else ""
         delays = None
         if self.latency_model is not None:
             delays = np.asarray(self.latency_model.latencies(self.seed, batch, plan.num_workers), dtype=float)
-        s = _SchemeState(plan=plan, start_wall=time.time(), start_mono=time.monotonic(), delays=delays,
-                         attempt=attempt)
+        s = _SchemeState(plan=plan, start_wall=time.time(), start_mono=time.monotonic(), delays=delays)
         # one client.map per target worker, not one submit per shard: each submit is its own graph update
         # on the scheduler (bench: 3.6 vs 6.3 ms of driver+scheduler CPU per shard, BENCHMARKS.md)
         groups: dict[str, tuple[dict, list[int]]] = {}
@@ -224,7 +222,7 @@ class BatchRunner:
             futs = self.client.map(
                 evaluate_shard, [name] * len(ws), [plan.name] * len(ws), [batch] * len(ws), ws,
                 [0.0 if delays is None else float(delays[w]) for w in ws],
-                key=[f"eval-b{batch}-w{w}-{plan.name}{sfx}-{self.token}" for w in ws],
+                key=[f"eval-b{batch}-w{w}-{plan.name}-{self.token}" for w in ws],
                 pure=False, retries=0, priority=-batch, **self._resources, **place,
             )
             for w, fut in zip(ws, futs):
