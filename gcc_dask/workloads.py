@@ -16,6 +16,7 @@ Kinds: ``onnx``, ``analytic`` (``xsinx``, ``polynomial``, ``smooth``), ``callabl
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 import importlib
 import os
 import warnings
@@ -123,7 +124,7 @@ def _to_numpy(x: Any) -> np.ndarray:
     return np.asarray(x)
 
 
-class Workload:
+class Workload(ABC):
     """A picklable description of f; :meth:`load` returns the callable.
 
     Attributes
@@ -138,6 +139,7 @@ class Workload:
     uses_files = False  # whether the constructor takes ``base_dir``
     params: dict[str, Any]
 
+    @abstractmethod
     def load(self) -> Callable[[Any], Any]:
         """Build f in this process.
 
@@ -147,7 +149,6 @@ class Workload:
             ``f(X)``: X of shape (n, *input_shape), numpy or cupy -> (n, *output_shape) float32 or
             float64, in the namespace of X. A fresh object on every call.
         """
-        raise NotImplementedError  # pragma: no cover
 
     def __call__(self, X: Any) -> Any:
         """Evaluate f on X, loading it on first use in this process (the loaded f is not pickled)."""
