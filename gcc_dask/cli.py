@@ -1,7 +1,8 @@
 """The ``gcc-dask`` command line.
 
 Errors a user can cause (:class:`gcc_dask.errors.GccDaskError`) print one line on stderr and exit with
-status 2; anything else is a bug and prints a traceback.
+status 2; Ctrl-C prints one line and exits with status 130 (the store is marked interrupted, and running
+the same command again resumes it); anything else is a bug and prints a traceback.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from gcc_dask.errors import GccDaskError
 
 
 def _user_errors(func):
-    """Turn GccDaskError into one line and exit status 2."""
+    """Turn GccDaskError into one line and exit status 2, and Ctrl-C into one line and status 130."""
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
@@ -24,6 +25,9 @@ def _user_errors(func):
         except GccDaskError as e:
             click.echo(f"gcc-dask: error: {e}", err=True)
             sys.exit(2)
+        except KeyboardInterrupt:
+            click.echo("\ngcc-dask: interrupted; run the same command again to resume", err=True)
+            sys.exit(130)
 
     return wrapper
 

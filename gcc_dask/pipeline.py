@@ -1,9 +1,12 @@
-"""Wire a pipeline: config -> source -> encode -> evaluate/cutoff -> decode -> store (DESIGN.md).
+"""Wire a pipeline: config -> source -> composition -> encode -> evaluate/cutoff -> decode -> store.
 
 :func:`run_pipeline` is what ``gcc-dask run`` calls. It validates everything it can before touching the
 cluster (config, source, model against the data's shape, the store), resumes an existing store made by
-the same config (batches whose ``status`` is written are never recomputed), runs the batches on Dask and
-returns a :class:`RunResult` with the per-scheme summary read back from the store.
+the same config and the same model and data files (batches whose ``status`` is written are never
+recomputed, but failed ones are retried; the stored composition is reused), or composes the samples into
+coding groups and creates the store; then it runs the batches on Dask and returns a :class:`RunResult`
+with the per-scheme summary read back from the store. One driver at a time holds a store
+(:class:`~gcc_dask.store.StoreLock`).
 """
 
 from __future__ import annotations
@@ -18,17 +21,20 @@ import numpy as np
 import pandas as pd
 
 from gcc_dask import store as store_mod
+from gcc_dask._digest import files_digest
 from gcc_dask.analysis.summary import summarize_run
 from gcc_dask.coding import make_code
+from gcc_dask.composition import BatchLayout, compose, num_windows
 from gcc_dask.config import PipelineConfig, load_config
 from gcc_dask.errors import (
     ClusterError, GccDaskError, InvalidInputError, SourceError, StoreError, WorkloadError,
 )
-from gcc_dask.runtime.cluster import ClusterSpec, cluster_has_gpu, connect
+from gcc_dask.runtime.cluster import ClusterSpec, cluster_has_gpu, connect, map_on_cluster, thread_slots
 from gcc_dask.runtime.cutoff import CutoffPolicy
 from gcc_dask.runtime.executor import BatchRunner, SchemePlan
 from gcc_dask.runtime.tasks import RunPlugin
 from gcc_dask.sources import make_source
+from gcc_dask.store import BatchStatus, StoreLock
 from gcc_dask.stragglers import latency_model_from_config
 from gcc_dask.workloads import make_workload
 
@@ -235,6 +241,41 @@ def _check_reachable(client, path: str) -> None:
         )
 
 
+def _inputs_digest(source, workload) -> str:
+    """A digest of the model and data files the run reads (see :mod:`gcc_dask._digest`)."""
+    try:
+        return files_digest([*workload.files(), *source.files()])
+    except OSError as e:
+        raise SourceError(f"cannot read the model or data files to fingerprint them: {e}") from None
+
+
+def _layout(cfg: PipelineConfig, num_samples: int, order) -> BatchLayout:
+    return BatchLayout(num_samples, cfg.code.num_inputs, cfg.code.block_size, order)
+
+
+def _compose(cfg: PipelineConfig, source, client, say) -> np.ndarray | None:
+    """The run's composition, with the windows of a large source as Dask tasks."""
+    comp = cfg.composition
+    windows = num_windows(source.num_samples, comp.window, cfg.code.num_inputs)
+    if comp.policy in ("similarity", "pc1"):
+        say(f"composing {source.num_samples:,} samples into groups of {cfg.code.num_inputs} ({comp.policy}, "
+            f"{windows} window{'s' if windows != 1 else ''})")
+    mapper = None
+    if windows > 1:
+        def mapper(func, items, *shared):
+            return map_on_cluster(client, func, items, *shared)
+    return compose(source, group_size=cfg.code.num_inputs, policy=comp.policy, seed=comp.seed,
+                   window=comp.window, dims=comp.dims, fit_samples=comp.fit_samples, map_windows=mapper)
+
+
+def _pending(store, schemes: Sequence[str], num_batches: int) -> list[tuple[int, list[str]]]:
+    """(batch, schemes) still to run: pending batches, and batches that failed (retried on resume)."""
+    status = {s: store.batch_status(s)[:num_batches] for s in schemes}
+    retry = (int(BatchStatus.PENDING), int(BatchStatus.FAILED))
+    work = [(b, [s for s in schemes if status[s][b] in retry]) for b in range(num_batches)]
+    return [(b, ss) for b, ss in work if ss]
+
+
 def run_pipeline(
     config: str | os.PathLike | Mapping[str, Any] | PipelineConfig,
     client=None,
@@ -248,7 +289,7 @@ def run_pipeline(
     Parameters
     ----------
     config : path, mapping or PipelineConfig
-        The pipeline (YAML file path or an equivalent mapping; see DESIGN.md "Configuration").
+        The pipeline (YAML file path or an equivalent mapping; see ``docs/configuration.rst``).
     client : distributed.Client, optional
         Use this client (never closed here). Otherwise ``cluster.address``/``DASK_SCHEDULER_ADDRESS`` or
         an embedded LocalCluster.
@@ -266,7 +307,11 @@ def run_pipeline(
     Raises
     ------
     gcc_dask.errors.GccDaskError
-        ConfigError, SourceError, WorkloadError, StoreError, ClusterError: before any batch runs.
+        ConfigError, SourceError, WorkloadError, StoreError, ClusterError: before any batch runs; a
+        SourceError or InvalidInputError for bad data met mid-run, a StoreError when the store cannot be
+        written, a ClusterError when every worker is lost (the store keeps every finished batch).
+    KeyboardInterrupt
+        After marking the store ``interrupted`` (a rerun resumes it).
     """
     say = echo or (lambda _msg: None)
     cfg = config if isinstance(config, PipelineConfig) else load_config(config, overrides=overrides)
@@ -282,83 +327,118 @@ def run_pipeline(
     output_shape = _check_model_fits(workload, source, cfg.run.nan_policy)
     codes = build_codes(cfg)
     plans = build_plans(cfg, codes)
-    k = cfg.code.num_inputs
+    k, block = cfg.code.num_inputs, cfg.code.block_size
     latency_model = latency_model_from_config(cfg.stragglers.model_dump(), strict=False)
-
-    store = store_mod.RunStore.open_or_create(
-        path,
+    layout_kwargs = dict(
         fingerprint=cfg.fingerprint(),
-        overwrite=cfg.store.overwrite,
+        inputs_digest=_inputs_digest(source, workload),
         config_resolved=cfg.resolved(),
         schemes={s: codes[s].num_workers for s in cfg.schemes},
         num_samples=source.num_samples,
-        batch_size=k,
+        batch_size=k * block,
+        group_size=k,
         output_shape=output_shape,
         has_labels=source.has_labels,
         has_reference=cfg.run.reference,
         seed=cfg.seed,
         scheme_attrs={s: {"code": codes[s].params, "num_workers": codes[s].num_workers} for s in cfg.schemes},
+        attrs={"block_size": block, "composition": cfg.composition.policy},
     )
-    num_batches = store.num_batches
-    if cfg.run.limit_batches is not None:
-        num_batches = min(num_batches, cfg.run.limit_batches)
-    status = {s: store.batch_status(s)[:num_batches] for s in cfg.schemes}
-    work = [(b, [s for s in cfg.schemes if status[s][b] == 0]) for b in range(num_batches)]
-    work = [(b, ss) for b, ss in work if ss]
-    if store.resumed:
-        say(f"resuming {path}: {num_batches - len(work)} of {num_batches} batches already done")
-
-    wall = 0.0
-    if work:
-        spec = ClusterSpec(
-            address=cfg.cluster.address, scheduler_file=cfg.cluster.scheduler_file, n_workers=cfg.cluster.n_workers,
-            threads_per_worker=cfg.cluster.threads_per_worker,
-            processes=True if cfg.cluster.processes is None else cfg.cluster.processes,
-            connect_timeout=cfg.cluster.connect_timeout, gpu=cfg.cluster.gpu,
-        )
-        with connect(spec, client) as c:
-            say(f"dask dashboard: {c.dashboard_link}")
-            _wait_for_workers(c, cfg.cluster.connect_timeout)
-            _check_reachable(c, os.path.abspath(path))
-            has_gpu = cluster_has_gpu(c)
-            if cfg.cluster.gpu is True and not has_gpu:
-                raise ClusterError("cluster.gpu: got true, but no Dask worker advertises a GPU resource; start "
-                                   "workers with `--resources GPU=1` or set cluster.gpu: auto")
-            use_gpu = has_gpu and cfg.cluster.gpu is not False
-            plugin = RunPlugin(
-                name=f"gcc-dask-{uuid.uuid4().hex[:8]}", workload=workload, codes=codes, source=source,
-                sink=StoreSink(os.path.abspath(path)), batch_size=k, use_gpu=use_gpu,
-                cache_batches=cfg.run.max_batches_in_flight,
+    with StoreLock(path):
+        store = store_mod.RunStore.resume(path, overwrite=cfg.store.overwrite, **layout_kwargs)
+        work = None
+        if store is not None:
+            layout = _layout(cfg, source.num_samples, store.sample_index())
+            work = _pending(store, cfg.schemes, _limited(cfg, store.num_batches))
+            done = _limited(cfg, store.num_batches) - len(work)
+            say(f"resuming {path}: {done} of {_limited(cfg, store.num_batches)} batches already done")
+        wall = 0.0
+        if store is None or work:
+            spec = ClusterSpec(
+                address=cfg.cluster.address, scheduler_file=cfg.cluster.scheduler_file,
+                n_workers=cfg.cluster.n_workers, threads_per_worker=cfg.cluster.threads_per_worker,
+                processes=True if cfg.cluster.processes is None else cfg.cluster.processes,
+                connect_timeout=cfg.cluster.connect_timeout, gpu=cfg.cluster.gpu,
             )
-            runner = BatchRunner(
-                c, plugin, plans, latency_model=latency_model, seed=cfg.seed, num_samples=source.num_samples,
-                output_size=int(np.prod(output_shape)), max_in_flight=cfg.run.max_batches_in_flight,
-                reference=cfg.run.reference, use_gpu=use_gpu,
-            )
-            bar = _progress(len(work), cfg.run.progress and echo is not None, cfg.name)
-            records = RecordBuffer(store)
-
-            def done(batch: int, batch_records: list[dict]) -> None:
-                records.add(batch_records)
-                bar.update(1)
-
-            t0 = time.perf_counter()
-            try:
-                runner.run(work, on_batch_done=done)
-            except GccDaskError:  # bad data met on the way (e.g. NaN with nan_policy raise): stop, say so
-                records.flush()
-                store.finish(status="failed")
-                raise
-            finally:
-                records.flush()
-                bar.close()
-            wall = time.perf_counter() - t0
-
-    final = {s: store.batch_status(s)[:num_batches] for s in cfg.schemes}
-    complete = all((v > 0).all() for v in final.values()) and num_batches == store.num_batches
-    run_status = "complete" if complete else "incomplete"
-    store.finish(status=run_status)
+            with connect(spec, client) as c:
+                say(f"dask dashboard: {c.dashboard_link}")
+                _wait_for_workers(c, cfg.cluster.connect_timeout)
+                if store is None:
+                    t0 = time.perf_counter()
+                    order = _compose(cfg, source, c, say)
+                    layout = _layout(cfg, source.num_samples, order)
+                    store = store_mod.RunStore.create(
+                        path, overwrite=cfg.store.overwrite, sample_index=order,
+                        worker_points={s: codes[s].worker_points for s in cfg.schemes},
+                        **{**layout_kwargs, "attrs": {**layout_kwargs["attrs"],
+                                                      "composition_s": round(time.perf_counter() - t0, 3)}})
+                    work = _pending(store, cfg.schemes, _limited(cfg, store.num_batches))
+                wall = _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, latency_model,
+                                    output_shape, work, say, echo is not None)
+        num_batches = _limited(cfg, store.num_batches)
+        final = {s: store.batch_status(s)[:num_batches] for s in cfg.schemes}
+        complete = all((v > 0).all() for v in final.values()) and num_batches == store.num_batches
+        run_status = "complete" if complete else "incomplete"
+        store.finish(status=run_status)
     return RunResult(path=path, summary=summarize_run(path), status=run_status, config=cfg, wall_s=wall)
+
+
+def _limited(cfg: PipelineConfig, num_batches: int) -> int:
+    return num_batches if cfg.run.limit_batches is None else min(num_batches, cfg.run.limit_batches)
+
+
+def _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, latency_model, output_shape,
+                 work, say, progress) -> float:
+    """Run the pending batches on client `c`, writing records as they finish; the wall time taken (s).
+
+    Marks the store ``failed`` when the run stops on an error, ``interrupted`` on Ctrl-C (and re-raises).
+    """
+    _check_reachable(c, os.path.abspath(path))
+    has_gpu = cluster_has_gpu(c)
+    if cfg.cluster.gpu is True and not has_gpu:
+        raise ClusterError("cluster.gpu: got true, but no Dask worker advertises a GPU resource; start "
+                           "workers with `--resources GPU=1` or set cluster.gpu: auto")
+    use_gpu = has_gpu and cfg.cluster.gpu is not False
+    slots = thread_slots(c)
+    widest = max(p.num_workers for p in plans)
+    if 0 < slots < widest:
+        say(f"note: a batch has up to N = {widest} shards but the cluster has {slots} worker threads, so some "
+            "shards queue behind their own batch's stragglers and the cutoff waits for them; add threads "
+            "(cluster.threads_per_worker) or workers (see docs/cutoff.rst, 'Slots and placement')")
+    plugin = RunPlugin(
+        name=f"gcc-dask-{uuid.uuid4().hex[:8]}", workload=workload, codes=codes, source=source,
+        sink=StoreSink(os.path.abspath(path)), layout=layout, use_gpu=use_gpu,
+        cache_batches=cfg.run.max_batches_in_flight,
+    )
+    runner = BatchRunner(
+        c, plugin, plans, latency_model=latency_model, seed=cfg.seed, num_samples=source.num_samples,
+        output_size=int(np.prod(output_shape)), max_in_flight=cfg.run.max_batches_in_flight,
+        reference=cfg.run.reference, use_gpu=use_gpu,
+        work_per_shard=float(layout.block_size) if cfg.stragglers.unit == "sample" else 1.0,
+        worker_timeout=cfg.cluster.connect_timeout, echo=say,
+    )
+    bar = _progress(len(work), cfg.run.progress and progress, cfg.name)
+    records = RecordBuffer(store)
+
+    def done(batch: int, batch_records: list[dict]) -> None:
+        records.add(batch_records)
+        bar.update(1)
+
+    t0 = time.perf_counter()
+    try:
+        runner.run(work, on_batch_done=done)
+    except GccDaskError:  # bad data, an unwritable store, every worker lost: stop, say so
+        records.flush()
+        store.finish(status="failed")
+        raise
+    except KeyboardInterrupt:
+        records.flush()
+        store.finish(status="interrupted")
+        raise
+    finally:
+        records.flush()
+        bar.close()
+    return time.perf_counter() - t0
 
 
 def _progress(total: int, enabled: bool, name: str):

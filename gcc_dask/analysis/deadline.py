@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from gcc_dask import metrics
+from gcc_dask.composition import BatchLayout
 from gcc_dask.errors import GccDaskError, NotEnoughResultsError
 
 __all__ = ["deadline_curve", "deadline_table", "latency_cdf", "latency_table"]
@@ -127,7 +128,11 @@ class _Recomputer:
         wl = {k: v for k, v in cfg["workload"].items() if v is not None}
         wl.update(wl.pop("params", None) or {})
         self.f = make_workload(wl.pop("kind"), **wl).load()
-        self.k = int(attrs["batch_size"])
+        import zarr
+
+        order = np.asarray(zarr.open_group(path, mode="r")["inputs/sample"][:], dtype=np.int64)
+        self.layout = BatchLayout(int(attrs["num_samples"]), int(attrs.get("num_inputs", attrs["batch_size"])),
+                                  int(attrs.get("block_size", 1)), order)
         self.codes = {}
         for scheme in attrs["schemes"]:
             params = dict(_open(path, scheme).attrs.get("code") or {})
@@ -139,15 +144,14 @@ class _Recomputer:
         self._x: dict[int, np.ndarray] = {}
 
     def outputs(self, scheme: str, batch: int) -> np.ndarray:
-        """f on every coded input of `batch` for `scheme`: (N, m) float64."""
+        """f on every coded block of `batch` for `scheme`, one call per block as the shards do: (N, G, m)
+        float64."""
         if batch not in self._x:
-            start = batch * self.k
-            x, _ = self.source.read(start, min(start + self.k, self.source.num_samples))
-            if x.shape[0] < self.k:  # the runtime pads the last batch by repeating its last sample
-                x = np.concatenate([x, np.repeat(x[-1:], self.k - x.shape[0], axis=0)])
-            self._x = {batch: x}
-        y = np.asarray(self.f(self.codes[scheme].encode(self._x[batch])), dtype=np.float64)
-        return y.reshape(y.shape[0], -1)
+            x, _ = self.source.take(self.layout.samples(batch))
+            self._x = {batch: self.layout.to_blocks(x)}  # (K, G, ...), the last group padded as the runtime does
+        coded = self.codes[scheme].encode(self._x[batch])
+        y = np.stack([np.asarray(self.f(coded[w]), dtype=np.float64) for w in range(coded.shape[0])])
+        return y.reshape(y.shape[0], y.shape[1], -1)
 
     def decode(self, scheme: str, Y: np.ndarray, received: np.ndarray, n_real: int, m: int) -> np.ndarray:
         code = self.codes[scheme]
@@ -157,7 +161,7 @@ class _Recomputer:
             est = np.asarray(code.decode(Y[received], received), dtype=np.float64)
         except NotEnoughResultsError:
             return np.full((n_real, m), np.nan)
-        return est.reshape(est.shape[0], -1)[:n_real]
+        return BatchLayout.from_blocks(est, n_real).reshape(n_real, m)
 
 
 def deadline_curve(path: str | os.PathLike, deadlines=None, *, recompute: bool | str = "auto") -> pd.DataFrame:

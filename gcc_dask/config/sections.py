@@ -159,11 +159,33 @@ class WorkloadConfig(_Section):
 
 
 class CodeConfig(_Section):
-    """The batch geometry: K inputs per batch, N workers for the coded schemes."""
+    """The batch geometry: K inputs per coding group, N workers for the coded schemes, B groups per batch.
+
+    A batch is one *block* of ``block_size`` groups: K·B samples, N shard tasks that each evaluate f on B
+    samples at once, one cutoff and one decode (``docs/batch_model.rst``). ``block_size: 1`` is one sample
+    per shard.
+    """
 
     num_inputs: PosInt
     num_workers: PosInt
+    block_size: PosInt = 64
     points: Literal["chebyshev", "equispaced"] = "chebyshev"
+
+
+class CompositionConfig(_Section):
+    """Which K samples are coded together, in which order (:mod:`gcc_dask.composition`).
+
+    ``similarity`` (the default) chains similar inputs (greedy nearest neighbours on their leading principal
+    components, within windows of ``window`` samples) and cuts the chain into groups of K; ``pc1`` sorts by the
+    first principal component; ``random`` is a seeded permutation; ``as_stored`` keeps the source's order.
+    No policy looks at labels or at f. The composition is stored with the run and reused on resume.
+    """
+
+    policy: Literal["as_stored", "random", "pc1", "similarity"] = "similarity"
+    window: PosInt = 8192
+    dims: PosInt = 32
+    fit_samples: PosInt = 4096
+    seed: Annotated[int, Field(ge=0)] = 0
 
 
 def _lambda_dec(value: Any) -> Any:
@@ -197,7 +219,12 @@ class ReplicationConfig(_Section):
 
 
 class StragglersConfig(_Section):
-    """Injected worker latency (DESIGN.md "Straggler injection"); ``model: none`` uses the wall clock."""
+    """Injected worker latency (DESIGN.md "Straggler injection"); ``model: none`` uses the wall clock.
+
+    ``unit: shard`` draws ``shift`` and ``scale`` per shard, whatever its block size; ``unit: sample`` reads
+    them per sample, so a shard of B samples draws ``B·(shift + Exp(scale))`` (the classic model of coded
+    computing, where a task's run time scales with its load). Hangs (``hang_delay``) are per shard either way.
+    """
 
     model: Literal["none", "shifted_exponential", "pareto"] = "none"
     shift: Duration = 0.0
@@ -207,6 +234,7 @@ class StragglersConfig(_Section):
     hang_delay: Duration = 5.0
     slow_workers: Annotated[int, Field(ge=0)] = 0
     slow_factor: Annotated[float, Field(ge=1)] = 1.0
+    unit: Literal["shard", "sample"] = "shard"
     seed: Annotated[int, Field(ge=0)] = 0
 
     @model_validator(mode="after")
@@ -299,7 +327,7 @@ def _schemes(value: Any) -> Any:
     return value
 
 
-_SECTIONS = ("gcc", "lcc", "replication", "stragglers", "cutoff", "cluster", "store", "run")
+_SECTIONS = ("composition", "gcc", "lcc", "replication", "stragglers", "cutoff", "cluster", "store", "run")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -313,6 +341,7 @@ class PipelineConfig(_Section):
     source: SourceConfig
     workload: WorkloadConfig
     code: CodeConfig
+    composition: CompositionConfig = Field(default_factory=CompositionConfig)
     schemes: Annotated[list[str], BeforeValidator(_schemes)]
     gcc: GccConfig = Field(default_factory=GccConfig)
     lcc: LccConfig = Field(default_factory=LccConfig)

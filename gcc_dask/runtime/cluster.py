@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
+import threading
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -94,12 +96,17 @@ def connect(spec: ClusterSpec, client=None) -> Iterator:
         finally:
             c.close()
         return
-    # Our own cluster: a shard lost with its worker is an erasure, so never re-run it elsewhere.
+    # Our own cluster: a shard lost with its worker is an erasure, so never re-run it elsewhere. The
+    # statistical profiler is off: it walks the frames of running tasks and races with native extensions
+    # (a traceback "'InferenceSession' object has no attribute 'f_back'" from ONNX Runtime sessions); the
+    # dashboard's profile page stays empty. Worker processes ignore SIGINT: Ctrl-C reaches the driver, which
+    # stops the run and closes the cluster, instead of every worker printing its own traceback.
     gpu = spec.gpu is True or (spec.gpu == "auto" and gpu_available()[0])
     if spec.gpu is True and not gpu_available()[0]:
         raise ClusterError(f"cluster.gpu: got true, but this machine has no usable GPU ({gpu_available()[1]}); "
                            "use gpu: auto or false, or install the gpu extra on a machine with a CUDA GPU")
-    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0,
+                          "distributed.worker.profile.enabled": False}), _sigint_ignored():
         try:
             cluster = LocalCluster(
                 n_workers=spec.n_workers or _default_workers(),
@@ -118,6 +125,19 @@ def connect(spec: ClusterSpec, client=None) -> Iterator:
     finally:
         c.close()
         cluster.close()
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """Ignore SIGINT while worker processes start, so that they inherit it (only from the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 def cluster_has_gpu(client) -> bool:
@@ -145,3 +165,25 @@ def gpu_available() -> tuple[bool, str]:
         return True, name.decode() if isinstance(name, bytes) else str(name)
     except Exception as e:
         return False, f"{type(e).__name__}: {e}".splitlines()[0][:120]
+
+
+def map_on_cluster(client, func, items, *shared):
+    """``[func(*shared, item) for item in items]`` as Dask tasks, one per item, in item order.
+
+    The ``shared`` arguments (a source, a projection) are scattered once and passed to every task by
+    reference, never pickled per task. Used by :func:`gcc_dask.composition.compose` for its windows.
+    """
+    futures = client.scatter(list(shared), hash=False) if shared else []
+    tasks = client.map(func, *([f] * len(items) for f in futures), list(items), pure=False)
+    try:
+        return client.gather(tasks)
+    finally:
+        client.cancel([*tasks, *futures])
+
+
+def thread_slots(client) -> int:
+    """Worker threads of the cluster, all workers together (0 when it has none)."""
+    try:
+        return int(sum(client.nthreads().values()))
+    except Exception:  # pragma: no cover - a scheduler that cannot answer
+        return 0

@@ -1,17 +1,22 @@
 """The driver loop: submit coded batches, apply the cutoff, cancel stragglers, decode, bound the work in flight.
 
-Per batch ``b`` and scheme ``s`` (DESIGN.md, "The cutoff"): N shard futures with unique
+Per batch ``b`` and scheme ``s`` (``docs/cutoff.rst``): N shard futures with unique
 keys ``eval-b{b}-w{n}-{s}-{token}`` (``pure=False``, ``retries=0``; each reads and encodes the batch on its
 worker, once per worker: :meth:`~.tasks.RunPlugin.encoded`, so shards depend on no other task and no coded
 input moves between workers), then, once :func:`~.cutoff.decide`
 says the cutoff is final, one decode task over the kept shards; the other shards are cancelled and stop
-cooperatively. The driver never calls ``.result()`` per shard: futures report through
-``add_done_callback`` into one queue, which the loop drains with a timeout (for wall-clock deadlines).
+cooperatively. The uncoded reference (for MSE and RelAcc) is never an input of the decode: a score task
+joins the two afterwards, off the latency path. The driver never calls ``.result()`` per shard: futures
+report through ``add_done_callback`` into one queue, which the loop drains with a timeout (for wall-clock
+deadlines and the worker watchdog).
 
 Worker death: a shard lost with its worker is an erasure, never re-run (``allowed-failures: 0``). The
-batch's other tasks (reference, decode) are deterministic and are submitted again when they
-die with a worker (``KilledWorker``), at most :data:`MAX_ATTEMPTS` times; a batch's shards are spread over
-the workers round-robin, so one death erases about N/W of them, not all.
+batch's other tasks (reference, decode, score) are deterministic and are submitted again when they
+die with a worker (``KilledWorker``), at most :data:`MAX_ATTEMPTS` times; when a decode's kept shards were
+lost too, the scheme's batch is run again from its shards (on the virtual clock it keeps the same set).
+A batch's shards are spread over the workers round-robin, so one death erases about N/W of them, not all.
+When every worker is gone for longer than ``worker_timeout`` the run stops with a
+:class:`~gcc_dask.errors.ClusterError` (the store keeps what finished; a rerun resumes).
 
 Clocks: with a latency model the cutoff runs on the *virtual clock* (a shard's arrival time is its
 injected latency, seeded by run seed, batch and worker), so the kept set depends on the seed alone; without
@@ -32,7 +37,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 from distributed import KilledWorker
 
-from gcc_dask.errors import GccDaskError
+from gcc_dask.errors import ClusterError, GccDaskError
 from gcc_dask.runtime.cluster import _accepts_n_workers
 from gcc_dask.runtime.cutoff import CutoffPolicy, cutoff_time, decide
 from gcc_dask.runtime.tasks import (
@@ -41,7 +46,10 @@ from gcc_dask.runtime.tasks import (
     evaluate_shard,
     failed_record,
     is_bad_batch,
+    is_storage_error,
     reference_task,
+    score_task,
+    strip_record,
 )
 
 logger = logging.getLogger(__name__)
@@ -51,8 +59,10 @@ __all__ = ["SchemePlan", "BatchRunner"]
 INF = math.inf
 #: submissions of a batch's reference or decode task, in all, when they die with a worker
 MAX_ATTEMPTS = 3
-#: seconds between refreshes of the worker list that shards are spread over
+#: seconds between refreshes of the worker list that shards are spread over (and checks that any are left)
 WORKERS_TTL_S = 1.0
+#: the loop wakes at least this often (seconds) to check the workers and to stay responsive to Ctrl-C
+MAX_WAIT_S = 0.5
 
 
 def _error_of(fut) -> BaseException:
@@ -61,6 +71,20 @@ def _error_of(fut) -> BaseException:
         return fut.exception(timeout=30)
     except Exception as e:  # pragma: no cover - the scheduler is gone
         return e
+
+
+def _final(s: "_SchemeState"):
+    """The future whose result is the scheme's record: the score task when there is one, else the decode."""
+    return s.score if s.score is not None else s.decode
+
+
+def _samples_text(samples: np.ndarray, limit: int = 8) -> str:
+    """The dataset indices of a batch's samples, for an error line ("samples 8 to 11" when contiguous)."""
+    if samples.size > 1 and (np.diff(samples) == 1).all():
+        return f"samples {int(samples[0])} to {int(samples[-1])}"
+    shown = ", ".join(str(int(i)) for i in samples[:limit])
+    more = f", ... ({samples.size} in all)" if samples.size > limit else ""
+    return f"samples {shown}{more}"
 
 
 @dataclass(frozen=True)
@@ -83,9 +107,11 @@ class _SchemeState:
     known: np.ndarray = None  # type: ignore[assignment]
     failed: np.ndarray = None  # type: ignore[assignment]
     decode: Any = None
+    score: Any = None  # the score task joining the decode with the reference (runs with a reference only)
     done: bool = False
     result: dict | None = None
-    attempt: int = 0  # submissions of this scheme's decode lost with a worker so far
+    attempt: int = 0  # submissions of this scheme's decode (and score) lost with a worker so far
+    restarts: int = 0  # times this scheme's shards were run again because the kept ones were lost
     received: list | None = None  # the kept shards, once the cutoff is final
     meta: dict | None = None
     wake: float | None = None  # wall clock: when to look at the cutoff again (monotonic); None: now
@@ -130,9 +156,18 @@ class BatchRunner:
     max_in_flight : int
         Batches submitted but not finished, at most.
     reference : bool
-        Compute f(x_k) uncoded per batch (for MSE and RelAcc), and write it with the labels.
+        Compute f(x_k) uncoded per batch (for MSE and RelAcc), write it with the labels, and join it with
+        each scheme's decoded batch in a score task (never an input of the decode).
     use_gpu : bool
         Pin encode, shards and decode to workers with a ``GPU`` resource.
+    work_per_shard : float
+        Units of work of one shard, passed to the latency model (the block size with ``stragglers.unit:
+        sample``, else 1).
+    worker_timeout : float
+        Seconds the run waits for workers to come back when every worker is gone, before it stops with a
+        :class:`~gcc_dask.errors.ClusterError`.
+    echo : callable, optional
+        Where to say what the user should know while the run goes on (all workers lost, ...).
     """
 
     def __init__(
@@ -148,6 +183,9 @@ class BatchRunner:
         max_in_flight: int = 4,
         reference: bool = True,
         use_gpu: bool = False,
+        work_per_shard: float = 1.0,
+        worker_timeout: float = 10.0,
+        echo: Callable[[str], None] | None = None,
     ) -> None:
         self.client = client
         self.plugin = plugin
@@ -158,12 +196,17 @@ class BatchRunner:
         self.output_size = output_size
         self.max_in_flight = max(1, int(max_in_flight))
         self.reference = reference
+        self.work_per_shard = float(work_per_shard)
+        self.worker_timeout = float(worker_timeout)
+        self.echo = echo or (lambda _msg: None)
+        self.layout = plugin.layout
         self.token = uuid.uuid4().hex[:8]
         self._resources = {"resources": {"GPU": 1}} if use_gpu else {}
         self._events: queue.Queue = queue.Queue()
         self._inflight: dict[int, _BatchState] = {}
         self._workers: list[str] = []
         self._workers_at = -INF
+        self._no_workers_since: float | None = None
 
     # -- submission -------------------------------------------------------------------------------
     def _watch(self, fut, tag: tuple) -> None:
@@ -182,35 +225,67 @@ class BatchRunner:
         about N/W of a batch's shards, never all of them (shards depend on no task, so the scheduler would
         otherwise pack a batch onto whichever worker has free threads). Loose: the scheduler picks another
         worker when that one is gone."""
-        now = time.monotonic()
-        if now - self._workers_at > WORKERS_TTL_S:
-            self._workers_at = now
-            try:
-                client = self.client
-                info = client.scheduler_info(n_workers=-1) if _accepts_n_workers(client) else client.scheduler_info()
-                gpu = bool(self._resources)
-                self._workers = sorted(a for a, ws in info.get("workers", {}).items()
-                                       if not gpu or ws.get("resources", {}).get("GPU", 0) > 0)
-            except Exception:  # pragma: no cover - placement is an optimisation only
-                self._workers = []
+        self._refresh_workers()
         if len(self._workers) < 2:
             return {}
         return {"workers": [self._workers[(batch + w) % len(self._workers)]], "allow_other_workers": True}
+
+    def _refresh_workers(self, force: bool = False) -> None:
+        """Refresh the list of workers shards may run on (at most every ``WORKERS_TTL_S`` seconds)."""
+        now = time.monotonic()
+        if not force and now - self._workers_at <= WORKERS_TTL_S:
+            return
+        self._workers_at = now
+        try:
+            client = self.client
+            info = client.scheduler_info(n_workers=-1) if _accepts_n_workers(client) else client.scheduler_info()
+            gpu = bool(self._resources)
+            self._workers = sorted(a for a, ws in info.get("workers", {}).items()
+                                   if not gpu or ws.get("resources", {}).get("GPU", 0) > 0)
+        except Exception:  # pragma: no cover - the scheduler is unreachable: count it as no workers
+            self._workers = []
+
+    def _check_workers(self) -> None:
+        """Stop the run when no worker has been there for ``worker_timeout`` seconds (they were all lost)."""
+        self._refresh_workers()
+        if self._workers:
+            if self._no_workers_since is not None:
+                self.echo(f"{len(self._workers)} Dask worker(s) back; the run goes on")
+            self._no_workers_since = None
+            return
+        now = time.monotonic()
+        if self._no_workers_since is None:
+            self._no_workers_since = now
+            self.echo(f"every Dask worker is gone; waiting up to {self.worker_timeout:g} s for workers to come "
+                      "back (cluster.connect_timeout)")
+        elif now - self._no_workers_since > self.worker_timeout:
+            raise ClusterError(
+                f"cluster: every Dask worker was lost and none came back within {self.worker_timeout:g} s "
+                "(cluster.connect_timeout); finished batches are in the store: run the same command again "
+                "to resume")
 
     def _submit_reference(self, state: _BatchState) -> None:
         """(Re)submit the batch's reference task, if the run has one; attempts > 0 get new keys."""
         if self.reference:
             sfx = f"-a{state.attempt}" if state.attempt else ""
+            # below every shard: a reference is needed only for the metrics, never by a decode
             state.reference = self._submit(reference_task, self.plugin.name, state.batch,
-                                           key=f"reference-b{state.batch}{sfx}", priority=-state.batch)
+                                           key=f"reference-b{state.batch}{sfx}",
+                                           priority=-state.batch - self.max_in_flight - 1)
 
-    def _submit_scheme(self, state: _BatchState, plan: SchemePlan) -> None:
-        """Submit one scheme of a batch: its N shards (each encodes its batch on its worker)."""
+    def _submit_scheme(self, state: _BatchState, plan: SchemePlan, restarts: int = 0) -> None:
+        """Submit one scheme of a batch: its N shards (each encodes its batch on its worker).
+
+        ``restarts > 0`` runs the scheme's batch again (its kept shards were lost): new keys, same draws.
+        """
         name, batch = self.plugin.name, state.batch
         delays = None
         if self.latency_model is not None:
-            delays = np.asarray(self.latency_model.latencies(self.seed, batch, plan.num_workers), dtype=float)
-        s = _SchemeState(plan=plan, start_wall=time.time(), start_mono=time.monotonic(), delays=delays)
+            delays = np.asarray(self.latency_model.latencies(self.seed, batch, plan.num_workers,
+                                                             work=self.work_per_shard), dtype=float)
+        s = _SchemeState(plan=plan, start_wall=time.time(), start_mono=time.monotonic(), delays=delays,
+                         restarts=restarts)
+        sfx = f"-r{restarts}" if restarts else ""
         # one client.map per target worker, not one submit per shard: each submit is its own graph update
         # on the scheduler (bench: 3.6 vs 6.3 ms of driver+scheduler CPU per shard, BENCHMARKS.md)
         groups: dict[str, tuple[dict, list[int]]] = {}
@@ -222,7 +297,7 @@ class BatchRunner:
             futs = self.client.map(
                 evaluate_shard, [name] * len(ws), [plan.name] * len(ws), [batch] * len(ws), ws,
                 [0.0 if delays is None else float(delays[w]) for w in ws],
-                key=[f"eval-b{batch}-w{w}-{plan.name}-{self.token}" for w in ws],
+                key=[f"eval-b{batch}-w{w}-{plan.name}{sfx}-{self.token}" for w in ws],
                 pure=False, retries=0, priority=-batch, **self._resources, **place,
             )
             for w, fut in zip(ws, futs):
@@ -230,11 +305,14 @@ class BatchRunner:
         for w, fut in enumerate(s.shards):
             self._watch(fut, ("shard", batch, plan.name, w))
         state.schemes[plan.name] = s
+        if delays is not None:
+            # on the virtual clock the cutoff may be final before any shard reports (every injected latency
+            # beyond the deadline): decide now, not on the first arrival
+            s.wake = self._maybe_cut(state, s)
 
     def _submit_batch(self, batch: int, schemes: list[str]) -> None:
-        k = self.plugin.batch_size
-        n_real = min(k, self.num_samples - batch * k)
-        state = _BatchState(batch=batch, n_real=n_real, reference=None, schemes={})
+        start, stop = self.layout.batch_slots(batch)
+        state = _BatchState(batch=batch, n_real=stop - start, reference=None, schemes={})
         self._submit_reference(state)
         for plan in self.plans:
             if plan.name in schemes:
@@ -305,28 +383,39 @@ class BatchRunner:
             "failed": s.failed.copy(),
             "batch_start": s.start_wall,
             "output_size": self.output_size,
+            "score": self.reference,
         }
         self._submit_decode(state, s)
+
+    def _keys_suffix(self, s: _SchemeState) -> str:
+        return "".join(f"-{c}{n}" for c, n in (("r", s.restarts), ("a", s.attempt)) if n)
 
     def _submit_decode(self, state: _BatchState, s: _SchemeState) -> None:
         """Submit the decode of the kept shards (again, under a new key, when the last one died)."""
         plan = s.plan
-        reference = state.reference
-        if reference is not None and reference.status == "error":
-            if isinstance(_error_of(reference), KilledWorker) and state.attempt + 1 < MAX_ATTEMPTS:
-                state.attempt += 1
-                self._submit_reference(state)
-                reference = state.reference
-            else:  # f raised on the uncoded batch: no reference, no MSE for this batch
-                reference = None
-        sfx = f"-a{s.attempt}" if s.attempt else ""
         s.decode = self.client.submit(
             decode_task, self.plugin.name, plan.name, state.batch, state.n_real, s.received,
-            [s.shards[w] for w in s.received], reference, s.meta,
-            key=f"decode-b{state.batch}-{plan.name}{sfx}-{self.token}", pure=False, retries=0,
+            [s.shards[w] for w in s.received], s.meta,
+            key=f"decode-b{state.batch}-{plan.name}{self._keys_suffix(s)}-{self.token}", pure=False, retries=0,
             priority=-state.batch + 1, **self._resources,
         )
         self._watch(s.decode, ("decode", state.batch, plan.name, -1))
+
+    def _submit_score(self, state: _BatchState, s: _SchemeState) -> None:
+        """Join the scheme's decoded batch with the batch's reference (a reference lost with its worker is
+        submitted again first)."""
+        reference = state.reference
+        if reference.status == "error" and isinstance(_error_of(reference), KilledWorker) \
+                and state.attempt + 1 < MAX_ATTEMPTS:
+            state.attempt += 1
+            self._submit_reference(state)
+            reference = state.reference
+        s.score = self.client.submit(
+            score_task, s.decode, reference,
+            key=f"score-b{state.batch}-{s.plan.name}{self._keys_suffix(s)}-{self.token}", pure=False, retries=0,
+            priority=-state.batch - self.max_in_flight - 1,
+        )
+        self._watch(s.score, ("score", state.batch, s.plan.name, -1))
 
     def _raise_if_bad_data(self, state: _BatchState, s: _SchemeState) -> None:
         """Stop the run with one line when the batch's shards failed on its data, not on f or a worker.
@@ -342,8 +431,7 @@ class BatchRunner:
         first = int(np.flatnonzero(s.failed)[0])
         exc = _error_of(s.shards[first])
         if is_bad_batch(exc):
-            start = state.batch * self.plugin.batch_size
-            raise type(exc)(f"source: batch {state.batch} (samples {start} to {start + state.n_real - 1}): "
+            raise type(exc)(f"source: batch {state.batch} ({_samples_text(self.layout.samples(state.batch))}): "
                             f"{exc}") from None
 
     def _fail(self, state: _BatchState, s: _SchemeState, reason: str) -> None:
@@ -356,19 +444,60 @@ class BatchRunner:
     def _on_decode(self, batch: int, scheme: str, fut) -> None:
         state = self._inflight.get(batch)
         s = state.schemes[scheme] if state is not None else None
-        if s is None or fut is not s.decode or s.done:
+        if s is None or fut is not s.decode or s.done or s.score is not None:
             return
         if fut.status == "finished":
-            s.done = True  # its record is gathered with the batch's others, in one round trip
+            if self.reference and state.reference is not None:
+                self._submit_score(state, s)
+            else:
+                s.done = True  # its record is gathered with the batch's others, in one round trip
+            return
+        exc = _error_of(fut)
+        if is_storage_error(exc):  # the store cannot be written: stop the run with that one line
+            raise exc
+        if isinstance(exc, KilledWorker):
+            lost = [w for w in s.received if s.shards[w].status in ("error", "lost", "cancelled")]
+            if lost and s.restarts + 1 < MAX_ATTEMPTS:
+                # kept shards were lost with their workers: run this scheme's batch again
+                logger.warning("batch %d (%s): kept shards %s were lost; running the batch again", batch,
+                               scheme, lost)
+                self.client.cancel([f for f in s.shards if f is not None])
+                self._submit_scheme(state, s.plan, restarts=s.restarts + 1)
+                return
+            if s.attempt + 1 < MAX_ATTEMPTS:
+                # the decode died with its worker: decode the same shards again
+                logger.warning("decode of batch %d (%s): %r; submitting it again", batch, scheme, exc)
+                s.attempt += 1
+                self._submit_decode(state, s)
+                return
+        self._fail(state, s, f"decode failed: {exc!r}")
+
+    def _on_score(self, batch: int, scheme: str, fut) -> None:
+        state = self._inflight.get(batch)
+        s = state.schemes[scheme] if state is not None else None
+        if s is None or fut is not s.score or s.done:
+            return
+        if fut.status == "finished":
+            s.done = True
             return
         exc = _error_of(fut)
         if isinstance(exc, KilledWorker) and s.attempt + 1 < MAX_ATTEMPTS:
-            # the decode (or an input it needed) died with its worker: decode the same shards again
-            logger.warning("decode of batch %d (%s): %r; submitting it again", batch, scheme, exc)
+            # the score, the reference or the decode's record died with a worker: join them again
             s.attempt += 1
-            self._submit_decode(state, s)
-        else:
-            self._fail(state, s, f"decode failed: {exc!r}")
+            if s.decode.status != "finished":
+                self._submit_decode(state, s)  # its record was lost: decode again, then score
+                s.score = None
+            else:
+                self._submit_score(state, s)
+            return
+        # no reference for this batch (f raised on the uncoded batch): keep the record without metrics
+        logger.warning("batch %d (%s): no reference to score against (%r)", batch, scheme, exc)
+        try:
+            s.result = strip_record(s.decode.result())
+        except Exception as e:
+            s.result = dict(failed_record(s.plan.name, batch, s.plan.num_workers, s.start_wall),
+                            error=f"lost: {e!r}")
+        s.done = True
 
     def _redecode(self, state: _BatchState, s: _SchemeState) -> dict | None:
         """Decode the same kept shards again and wait for the record (a rare recovery path): the decode's
@@ -378,7 +507,11 @@ class BatchRunner:
             s.attempt += 1
             self._submit_decode(state, s)
             try:
-                return s.decode.result()
+                record = s.decode.result()
+                if self.reference and state.reference is not None:
+                    self._submit_score(state, s)
+                    return s.score.result()
+                return strip_record(record)
             except Exception as e:
                 logger.warning("batch %d (%s): decoding again failed (%r)", state.batch, s.plan.name, e)
         return None
@@ -388,7 +521,7 @@ class BatchRunner:
         pending = [s for s in state.schemes.values() if s.result is None]
         if pending:
             try:
-                fetched = self.client.gather([s.decode for s in pending])
+                fetched = self.client.gather([_final(s) for s in pending])
             except Exception as e:  # the worker holding a record died between finishing and the fetch
                 fetched = [None] * len(pending)
                 logger.warning("batch %d: lost decode results (%r)", state.batch, e)
@@ -406,7 +539,7 @@ class BatchRunner:
         (bench: 26 ms per gather, a third of the wall time of a no-op run at N = 16). The fetch runs in a
         thread of its own; its outcome comes back through the event queue as a ``("records", ...)`` event.
         """
-        pending = [s.decode for st in states for s in st.schemes.values() if s.result is None]
+        pending = [_final(s) for st in states for s in st.schemes.values() if s.result is None]
         fetch = self._fetcher.submit(self.client.gather, pending) if pending else None
         tag = ("records", -1, "", -1)
         if fetch is None:
@@ -446,6 +579,7 @@ class BatchRunner:
         fetching: list[_BatchState] | None = None  # the batches of the fetch under way
         todo = iter(work)
         exhausted = False
+        clean = False
         try:
             while True:
                 while not exhausted and len(self._inflight) < self.max_in_flight:
@@ -468,10 +602,11 @@ class BatchRunner:
                             if s.wake is None or s.wake <= time.monotonic():
                                 s.wake = self._maybe_cut(state, s)
                             wake = min(wake, s.wake)
-                timeout = None if not math.isfinite(wake) else max(0.0, wake - time.monotonic())
+                timeout = MAX_WAIT_S if not math.isfinite(wake) else min(MAX_WAIT_S, max(0.0, wake - time.monotonic()))
                 try:
                     t, tag, fut, status = self._events.get(timeout=timeout)
                 except queue.Empty:
+                    self._check_workers()
                     continue
                 kind, batch, scheme, w = tag
                 if kind == "records":
@@ -485,11 +620,14 @@ class BatchRunner:
                 try:
                     if kind == "shard":
                         self._on_shard(t, batch, scheme, w, fut, status)
-                    else:
+                    elif kind == "decode":
                         self._on_decode(batch, scheme, fut)
+                    else:
+                        self._on_score(batch, scheme, fut)
                 except GccDaskError:
-                    # bad data: the run stops, but batches that finished keep their records (else a resume
-                    # would redo them, and their status would stay 0 next to their written `decoded` rows)
+                    # bad data, or a store that cannot be written: the run stops, but batches that finished
+                    # keep their records (else a resume would redo them, and their status would stay 0 next to
+                    # their written `decoded` rows)
                     done = list(zip(fetching, self._fetched(fetching, self._fetch_future))) if fetching else []
                     others = ready + [st for st in self._inflight.values() if st.done]
                     done += [(st, self._gather(st)) for st in others]
@@ -504,15 +642,17 @@ class BatchRunner:
                 if state is not None and state.done:
                     del self._inflight[batch]
                     ready.append(state)
+            clean = True
         finally:
-            self._fetcher.shutdown(wait=True)
+            # after an error or Ctrl-C a fetch may hang on a lost cluster: never wait for it then
+            self._fetcher.shutdown(wait=clean, cancel_futures=not clean)
             leftovers = [f for st in self._inflight.values() for s in st.schemes.values()
-                         for f in [*s.shards, s.decode, st.reference] if f is not None]
-            if leftovers:
-                self.client.cancel(leftovers)
+                         for f in [*s.shards, s.decode, s.score, st.reference] if f is not None]
             self._inflight.clear()
             try:
+                if leftovers:
+                    self.client.cancel(leftovers)
                 self.client.unregister_worker_plugin(self.plugin.name)
             except Exception:  # pragma: no cover - the cluster may be gone already
-                logger.debug("could not unregister plugin %s", self.plugin.name, exc_info=True)
+                logger.debug("could not clean up plugin %s", self.plugin.name, exc_info=True)
         return results

@@ -1,4 +1,4 @@
-"""Code that runs on the Dask workers: the run plugin, and the reference/shard/decode tasks.
+"""Code that runs on the Dask workers: the run plugin, and the reference/shard/decode/score tasks.
 
 Task functions live in the package (never in ``__main__``) so that workers import them instead of
 receiving pickled closures. Every task takes the plugin's name and looks up the heavy state (the loaded
@@ -20,7 +20,7 @@ from distributed import WorkerPlugin, get_worker
 from distributed.worker import thread_state
 
 from gcc_dask import metrics
-from gcc_dask.errors import GccDaskError
+from gcc_dask.errors import GccDaskError, StoreError
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +44,8 @@ class RunPlugin(WorkerPlugin):
     sink : callable
         ``sink(kind, batch, **arrays)`` writes a batch's arrays from a worker: ``kind="inputs"`` with
         ``labels`` and ``reference``, or a scheme name with ``decoded``.
-    batch_size : int
-        K, the samples per batch.
+    layout : gcc_dask.composition.BatchLayout
+        Which samples each batch holds, in which groups and positions (K = ``layout.group_size``).
     use_gpu : bool
         Move inputs to CuPy before encoding.
     cache_batches : int
@@ -53,13 +53,13 @@ class RunPlugin(WorkerPlugin):
         flight.
     """
 
-    def __init__(self, name, workload, codes, source, sink, batch_size, use_gpu=False, cache_batches=4):
+    def __init__(self, name, workload, codes, source, sink, layout, use_gpu=False, cache_batches=4):
         self.name = name
         self.workload = workload
         self.codes = codes
         self.source = source
         self.sink = sink
-        self.batch_size = batch_size
+        self.layout = layout
         self.use_gpu = use_gpu
         self.cache_batches = max(1, int(cache_batches))
         self.fn: Callable | None = None
@@ -110,22 +110,26 @@ class RunPlugin(WorkerPlugin):
         return slot.get(build)
 
     def load(self, batch: int) -> Loaded:
-        """Batch ``batch`` read from the source, padded to K rows (once per worker, see :meth:`_memo`).
+        """Batch ``batch``'s samples read from the source, in slot order (once per worker, see :meth:`_memo`).
 
         A :class:`~gcc_dask.errors.GccDaskError` raised here (or in :meth:`encoded`) is marked as the
         batch's own (:func:`is_bad_batch`): the driver stops the run on it, where an error of f is an erasure.
         """
-        return self._memo(batch, "", _marking(lambda: _read_batch(self.source, batch, self.batch_size)))
+        return self._memo(batch, "", _marking(lambda: _read_batch(self.source, self.layout, batch)))
 
     def encoded(self, batch: int, scheme: str) -> Any:
-        """The coded inputs of ``batch`` for ``scheme``: (N, *shape), CuPy when the run uses a GPU.
+        """The coded blocks of ``batch`` for ``scheme``: (N, G, *shape), CuPy when the run uses a GPU.
+
+        The batch's samples are laid out as the encoder's (K, G, *shape) input
+        (:meth:`~gcc_dask.composition.BatchLayout.to_blocks`: G groups, position k of every group on α_k),
+        and encoded along K: coded input n is a block of G samples, evaluated by one shard.
 
         Computed on each worker that runs shards of the batch (once per worker, see :meth:`_memo`), so no
         coded input ever moves between workers: a batch costs N shard tasks and a decode, nothing more.
         It is the same ``code.encode`` on the same data everywhere, so every worker holds the same bits.
         """
         def build():
-            x = self.load(batch).x
+            x = self.layout.to_blocks(self.load(batch).x)
             if self.use_gpu:
                 import cupy
 
@@ -154,6 +158,24 @@ def _marking(build: Callable[[], Any]) -> Callable[[], Any]:
 def is_bad_batch(exc: BaseException) -> bool:
     """True for an error raised while reading or encoding a batch (bad data), not by f or a dead worker."""
     return isinstance(exc, GccDaskError) and getattr(exc, _BAD_BATCH, False)
+
+
+def is_storage_error(exc: BaseException) -> bool:
+    """True for the :class:`~gcc_dask.errors.StoreError` a task raises when it cannot write the store."""
+    return isinstance(exc, StoreError)
+
+
+def _write(p: "RunPlugin", kind: str, batch: int, **arrays: Any) -> None:
+    """``p.sink(...)``, turning a file-system failure (``OSError``) into one :class:`StoreError` line naming what
+    failed."""
+    try:
+        p.sink(kind, batch, **arrays)
+    except OSError as e:
+        where = getattr(p.sink, "path", "the store")
+        arrays_text = ", ".join(f"{kind}/{name}" for name in arrays)
+        raise StoreError(f"store: cannot write {arrays_text} of batch {batch} to {where!r} "
+                         f"({type(e).__name__}: {e}); fix the store's file system and run the same command "
+                         "again to resume") from None
 
 
 class _Slot:
@@ -229,32 +251,26 @@ def cooperative_sleep(seconds: float, plugin: RunPlugin | None = None) -> bool:
 
 @dataclass(frozen=True)
 class Loaded:
-    """A batch read from the source, padded to K rows by repeating its last sample."""
+    """A batch's samples read from the source, in slot order (see :class:`~gcc_dask.composition.BatchLayout`)."""
 
-    x: np.ndarray  # (K, *sample_shape)
+    x: np.ndarray  # (n_real, *sample_shape)
     labels: np.ndarray | None  # (n_real,)
     n_real: int
 
 
-def _read_batch(source, batch: int, k: int) -> Loaded:
-    """Read batch ``batch`` (samples ``batch*K`` to ``(batch+1)*K``) from ``source``, padded to K rows."""
-    start = batch * k
-    stop = min(start + k, source.num_samples)
-    x, labels = source.read(start, stop)
-    n_real = x.shape[0]
-    if n_real < k:
-        x = np.concatenate([x, np.repeat(x[-1:], k - n_real, axis=0)])
-    return Loaded(x=x, labels=None if labels is None else np.asarray(labels), n_real=n_real)
+def _read_batch(source, layout, batch: int) -> Loaded:
+    """Read the samples of ``batch`` (``layout.samples(batch)``, dataset indices in slot order)."""
+    x, labels = source.take(layout.samples(batch))
+    return Loaded(x=x, labels=None if labels is None else np.asarray(labels), n_real=x.shape[0])
 
 
 def reference_task(name: str, batch: int, write: bool = True) -> np.ndarray:
-    """Compute f(x_k) uncoded for the batch's real samples; write labels and reference; return it."""
+    """Compute f(x) uncoded for the batch's samples (slot order); write labels and reference; return it."""
     p = _plugin(name)
     loaded = p.load(batch)
-    x = loaded.x[: loaded.n_real]
-    ref = to_host(p.fn(x)).reshape(loaded.n_real, -1)
+    ref = to_host(p.fn(loaded.x)).reshape(loaded.n_real, -1)
     if write:
-        p.sink("inputs", batch, reference=ref, labels=loaded.labels)
+        _write(p, "inputs", batch, reference=ref, labels=loaded.labels)
     return ref
 
 
@@ -263,15 +279,16 @@ class ShardResult:
     """What a shard sends back: its output, and when it started and finished (``time.time()``)."""
 
     worker: int
-    output: Any  # (*out,) numpy or cupy
+    output: Any  # (G, *out) numpy or cupy: f on the shard's coded block of G samples
     started: float
     finished: float
 
 
 def evaluate_shard(name: str, scheme: str, batch: int, worker: int, delay_s: float = 0.0) -> ShardResult | None:
-    """Evaluate f on coded input ``worker`` of ``batch`` for ``scheme``, after an injected (cooperative) delay.
+    """Evaluate f on coded block ``worker`` of ``batch`` for ``scheme``, after an injected (cooperative) delay.
 
-    The coded inputs come from :meth:`RunPlugin.encoded` (encoded once per worker). Returns None when the
+    One call of f on the block's G samples. The coded blocks come from :meth:`RunPlugin.encoded` (encoded
+    once per worker). Returns None when the
     shard was cancelled during its delay: it frees its thread at once. An exception raised by f, or by
     reading or encoding the batch, propagates: the driver records the shard as an erasure, never retries
     it (and stops the run with one line when every shard of a batch failed on bad data).
@@ -281,8 +298,8 @@ def evaluate_shard(name: str, scheme: str, batch: int, worker: int, delay_s: flo
     coded = p.encoded(batch, scheme)
     if delay_s > 0 and not cooperative_sleep(delay_s, p):
         return None
-    y = p.fn(coded[worker : worker + 1])
-    return ShardResult(worker=worker, output=y[0], started=started, finished=time.time())
+    y = p.fn(coded[worker])
+    return ShardResult(worker=worker, output=y, started=started, finished=time.time())
 
 
 def decode_task(
@@ -292,13 +309,14 @@ def decode_task(
     n_real: int,
     received: list[int],
     results: list[ShardResult],
-    reference: np.ndarray | None,
     meta: dict,
 ) -> dict:
-    """Decode the kept shard results, score them, write ``decoded``, and return the batch's record.
+    """Decode the kept shard results, write ``decoded``, and return the batch's record.
 
-    ``meta`` carries what the driver decided: ``status`` (int), ``cutoff_s``, ``latency_s`` (N,),
-    ``failed`` (N,) bool, ``batch_start`` (``time.time()`` at submission). The record (status, metrics,
+    Nothing but the kept shards is an input: the uncoded reference is joined later (:func:`score_task`),
+    off the latency path. ``meta`` carries what the driver decided: ``status`` (int), ``cutoff_s``,
+    ``latency_s`` (N,), ``failed`` (N,) bool, ``batch_start`` (``time.time()`` at submission), and
+    ``score`` (bool: keep the decoded rows in the record for :func:`score_task`). The record (status,
     received/failed masks, latencies) goes back to the driver, which writes it to the store after this
     task has written ``decoded``: the status is always written last.
     """
@@ -330,26 +348,45 @@ def decode_task(
     if decoded is None:
         if status != 4:
             status = 3
-        out_dim = reference.shape[1] if reference is not None else meta["output_size"]
-        decoded = np.full((n_real, out_dim), np.nan, dtype=np.float32)
+        decoded = np.full((n_real, meta["output_size"]), np.nan, dtype=np.float32)
     else:
-        decoded = decoded.reshape(decoded.shape[0], -1)[:n_real]
+        decoded = p.layout.from_blocks(decoded, n_real)
+        decoded = decoded.reshape(n_real, -1)
         if status in (1, 2) and not metrics.decodable_rows(decoded).any():
             status = 3
-    mse = rel = float("nan")
-    if reference is not None and status in (1, 2):
-        mse = metrics.mse(decoded, reference)
-        rel = metrics.rel_acc(decoded, reference)
     received_mask = np.zeros(code.num_workers, dtype=bool)
     received_mask[np.asarray(received, dtype=np.int64)] = True
-    p.sink(scheme, batch, decoded=decoded.astype(np.float32))
-    return {
-        "scheme": scheme, "batch": batch, "status": status, "mse": mse, "rel_acc": rel,
+    decoded = decoded.astype(np.float32)
+    _write(p, scheme, batch, decoded=decoded)
+    record = {
+        "scheme": scheme, "batch": batch, "status": status, "mse": float("nan"), "rel_acc": float("nan"),
         "cutoff_s": float(meta["cutoff_s"]), "batch_latency_s": time.time() - meta["batch_start"],
         "error_estimate": error_estimate, "received_mask": received_mask,
         "latency_s": np.asarray(meta["latency_s"], dtype=np.float64),
         "failed_mask": np.asarray(meta["failed"], dtype=bool),
     }
+    if meta.get("score"):
+        record["decoded"] = decoded
+    return record
+
+
+def score_task(record: dict, reference: np.ndarray) -> dict:
+    """Join a decoded batch with its uncoded reference: the record with ``mse`` and ``rel_acc`` filled in.
+
+    Runs after :func:`decode_task` and the batch's :func:`reference_task`, so the reference never delays a
+    decode. Drops the record's ``decoded`` rows (they are in the store already).
+    """
+    record = dict(record)
+    decoded = record.pop("decoded", None)
+    if decoded is not None and record["status"] in (1, 2):
+        record["mse"] = metrics.mse(decoded, reference)
+        record["rel_acc"] = metrics.rel_acc(decoded, reference)
+    return record
+
+
+def strip_record(record: dict) -> dict:
+    """A record without the decoded rows that :func:`decode_task` keeps for scoring."""
+    return {k: v for k, v in record.items() if k != "decoded"}
 
 
 def failed_record(scheme: str, batch: int, num_workers: int, batch_start: float) -> dict:

@@ -185,37 +185,105 @@ def _check_layout(schemes: Mapping[str, int], num_samples: int, batch_size: int,
             raise InvalidInputError(f"schemes[{scheme!r}]: got {workers!r}; expected a worker count >= 1")
 
 
+#: long_name and units of every data array (``attributes`` of the Zarr array, ``attrs`` in xarray)
+VARIABLES: dict[str, dict[str, str]] = {
+    "labels": {"long_name": "ground-truth label (-1 where unknown)"},
+    "reference": {"long_name": "f(x) computed uncoded"},
+    "decoded": {"long_name": "decoded estimate of f(x); NaN where it could not be estimated"},
+    "received": {"long_name": "the worker's result was used to decode (the set F)"},
+    "failed": {"long_name": "the worker's shard raised, or its worker died (an erasure)"},
+    "latency_s": {"long_name": "shard start to result (injected latency on the virtual clock); NaN if not "
+                               "received", "units": "s"},
+    "cutoff_s": {"long_name": "when the cutoff fired, after the batch start", "units": "s"},
+    "batch_latency_s": {"long_name": "batch start to decoded written", "units": "s"},
+    "mse": {"long_name": "MSE of the batch's decoded outputs against the reference"},
+    "rel_acc": {"long_name": "RelAcc: fraction of the batch's samples with argmax decoded = argmax "
+                             "reference", "units": "1"},
+    "error_estimate": {"long_name": "leave-one-out estimate of the decoding MSE (gcc/letcc only)"},
+    "n_received": {"long_name": "results used to decode (-1 until written)", "units": "workers"},
+    "n_failed": {"long_name": "shards that failed (-1 until written)", "units": "workers"},
+    "status": {"long_name": "0 pending, 1 decoded, 2 deadline-decoded, 3 undecodable, 4 failed"},
+}
+
+
+def _coordinate(group: Any, name: str, values: np.ndarray, dims: tuple[str, ...], attrs: Mapping[str, Any]) -> None:
+    """A coordinate array written whole by the driver at creation (one large chunk: never rewritten)."""
+    values = np.asarray(values)
+    chunk = (max(1, min(values.shape[0], 1 << 20)),)
+    arr = group.create_array(name, shape=values.shape, chunks=chunk, dtype=values.dtype,
+                             dimension_names=dims, attributes=dict(attrs))
+    arr[...] = values
+
+
 def _create_arrays(root: Any, schemes: Mapping[str, int], n: int, k: int, num_batches: int,
                    output_shape: tuple[int, ...], dtype: np.dtype, has_labels: bool,
-                   has_reference: bool, scheme_attrs: Mapping[str, Mapping[str, Any]]) -> None:
+                   has_reference: bool, scheme_attrs: Mapping[str, Mapping[str, Any]],
+                   sample_index: np.ndarray | None = None, group_size: int | None = None,
+                   worker_points: Mapping[str, Any] | None = None) -> None:
+    """Every array of a new store: coordinates (written here, once) and data arrays (fill values).
+
+    `sample_index` (n,) is the dataset index of each slot (the composition; default the identity); slot s is
+    position ``s % group_size`` of group ``s // group_size``. `worker_points` gives each scheme's β (N,).
+    """
     out_dims = _output_dims(output_shape)
     sample_spec = ((n, *output_shape), (k, *output_shape), ("sample", *out_dims))
+    slots = np.arange(n, dtype=np.int64)
+    sample = slots if sample_index is None else np.asarray(sample_index, dtype=np.int64)
+    g = int(group_size or k)
+    composition = {
+        "sample": (sample, {"long_name": "the dataset's own index of the sample in this slot"}),
+        "group": (slots // g, {"long_name": "coding group of the sample (K samples coded together)"}),
+        "position": ((slots % g).astype(np.int32), {"long_name": "position k of the sample in its group "
+                                                                 "(it sits on the data point alpha_k)"}),
+    }
 
     bchunk = min(num_batches, BATCH_CHUNK)
 
-    def batch_array(group, name, dtype_, fill, chunk=bchunk):
+    def batch_array(group, name, dtype_, fill, chunk=bchunk, attrs=None):
         group.create_array(name, shape=(num_batches,), chunks=(chunk,), dtype=dtype_, fill_value=fill,
-                           dimension_names=("batch",))
+                           dimension_names=("batch",), attributes=attrs or VARIABLES.get(name, {}))
 
-    inputs = root.create_group(INPUTS, attributes={"description": "ground truth for evaluation"})
+    def coordinates(group, workers=None):
+        for name, (values, attrs) in composition.items():
+            _coordinate(group, name, values, ("sample",), attrs)
+        _coordinate(group, "batch", np.arange(num_batches, dtype=np.int64), ("batch",), {"long_name": "batch index"})
+        for i, (dim, size) in enumerate(zip(out_dims, output_shape)):
+            _coordinate(group, dim, np.arange(size, dtype=np.int64), (dim,),
+                        {"long_name": "output index (the class index for a classifier's logits)"})
+        if workers is not None:
+            w, beta = workers
+            _coordinate(group, "worker", np.arange(w, dtype=np.int64), ("worker",), {"long_name": "worker index"})
+            _coordinate(group, "worker_point", np.asarray(beta, dtype=np.float64), ("worker",),
+                        {"long_name": "worker point beta_n on [-1, 1]"})
+
+    inputs = root.create_group(INPUTS, attributes={"description": "ground truth for evaluation",
+                                                    "coordinates": "group position"})
+    coordinates(inputs)
     if has_labels:
         inputs.create_array("labels", shape=(n,), chunks=(k,), dtype="int64", fill_value=-1,
-                            dimension_names=("sample",))
+                            dimension_names=("sample",), attributes=VARIABLES["labels"])
     if has_reference:
         inputs.create_array("reference", shape=sample_spec[0], chunks=sample_spec[1], dtype=dtype,
-                            fill_value=np.nan, dimension_names=sample_spec[2])
-    batch_array(inputs, "status", "int8", 0, chunk=1)  # written by workers: one chunk per batch
+                            fill_value=np.nan, dimension_names=sample_spec[2], attributes=VARIABLES["reference"])
+    batch_array(inputs, "status", "int8", 0, chunk=1,  # written by workers: one chunk per batch
+                attrs={"long_name": "1 once the batch's labels and reference are written"})
     for scheme, workers in schemes.items():
         workers = int(workers)
-        group = root.create_group(scheme, attributes={"scheme": scheme, "num_inputs": k,
+        beta = (worker_points or {}).get(scheme)
+        beta = np.full(workers, np.nan) if beta is None else np.asarray(beta, dtype=np.float64)
+        if beta.shape != (workers,):
+            raise InvalidInputError(f"worker_points[{scheme!r}]: got shape {beta.shape}; expected ({workers},)")
+        group = root.create_group(scheme, attributes={"scheme": scheme, "num_inputs": g,
                                                       "num_workers": workers,
+                                                      "coordinates": "group position worker_point",
                                                       **dict(scheme_attrs.get(scheme, {}))})
+        coordinates(group, (workers, beta))
         group.create_array("decoded", shape=sample_spec[0], chunks=sample_spec[1], dtype=dtype,
-                           fill_value=np.nan, dimension_names=sample_spec[2])
+                           fill_value=np.nan, dimension_names=sample_spec[2], attributes=VARIABLES["decoded"])
         for name, dtype_, fill in (("received", "bool", False), ("failed", "bool", False),
                                    ("latency_s", "float64", np.nan)):
             group.create_array(name, shape=(num_batches, workers), chunks=(bchunk, workers), dtype=dtype_,
-                               fill_value=fill, dimension_names=("batch", "worker"))
+                               fill_value=fill, dimension_names=("batch", "worker"), attributes=VARIABLES[name])
         for name in _BATCH_FLOATS:
             batch_array(group, name, "float64", np.nan)
         batch_array(group, "n_received", "int32", -1)

@@ -32,7 +32,8 @@ def open_scheme(path: str | os.PathLike, scheme: str, *, inputs: bool = False, *
     ds = xr.open_zarr(str(path), group=scheme, **kwargs)
     if inputs and scheme != INPUTS:
         extra = xr.open_zarr(str(path), group=INPUTS, **kwargs).drop_vars("status")
-        ds = ds.merge(extra)
+        extra = extra.drop_vars([c for c in extra.coords if c not in extra.dims])  # the same as ds's
+        ds = ds.merge(extra, compat="override", join="exact")
     return ds
 
 

@@ -55,7 +55,9 @@ class RunStore:
                output_shape: Iterable[int], has_labels: bool, has_reference: bool, seed: int,
                overwrite: bool = False, dtype: Any = "float32",
                scheme_attrs: Mapping[str, Mapping[str, Any]] | None = None,
-               attrs: Mapping[str, Any] | None = None) -> RunStore:
+               attrs: Mapping[str, Any] | None = None, sample_index: Any = None,
+               group_size: int | None = None, worker_points: Mapping[str, Any] | None = None,
+               inputs_digest: str | None = None) -> RunStore:
         """Create an empty store with every array of the layout (all batches pending).
 
         Parameters
@@ -71,7 +73,8 @@ class RunStore:
         num_samples : int
             Length of the ``sample`` axis (>= 1).
         batch_size : int
-            K, samples per batch; ``num_batches = ceil(num_samples / K)``.
+            Samples per batch (K·B, one chunk of every ``sample`` array); ``num_batches = ceil(num_samples /
+            batch_size)``.
         output_shape : tuple of int
             Shape of one f(x) (the trailing axes of ``decoded`` and ``reference``).
         has_labels, has_reference : bool
@@ -84,6 +87,16 @@ class RunStore:
             dtype of ``decoded`` and ``reference``.
         scheme_attrs, attrs : mapping, optional
             Extra JSON-able attributes per scheme group / for the root.
+        sample_index : array of int, shape (num_samples,), optional
+            The composition: the dataset index of the sample in each slot (the ``sample`` coordinate), a
+            permutation of ``range(num_samples)``. Default: the identity.
+        group_size : int, optional
+            K, samples per coding group (slot s is position ``s % K`` of group ``s // K``); default
+            `batch_size`.
+        worker_points : mapping of str to array, optional
+            Each scheme's worker points β, shape (N,) (the ``worker_point`` coordinate); default NaN.
+        inputs_digest : str, optional
+            A digest of the model and data files the run reads; a resume with another digest is refused.
 
         Raises
         ------
@@ -105,6 +118,11 @@ class RunStore:
             _remove_store(path)
         k, n = int(batch_size), int(num_samples)
         num_batches = -(-n // k)
+        if sample_index is not None:
+            sample_index = np.asarray(sample_index, dtype=np.int64)
+            if sample_index.shape != (n,) or not np.array_equal(np.sort(sample_index), np.arange(n)):
+                raise InvalidInputError(f"sample_index: expected a permutation of range({n}); got an array of "
+                                        f"shape {sample_index.shape}")
         root_attrs = {
             _MARKER: STORE_FORMAT,
             "gcc_dask_version": _versions().get("gcc-dask", "unknown"),
@@ -113,12 +131,14 @@ class RunStore:
             "status": "running",
             "config": dict(config_resolved),
             "config_fingerprint": str(fingerprint),
+            "inputs_digest": inputs_digest,
             "git_sha": _git_sha(),
             "versions": _versions(),
             "seed": int(seed),
             "num_samples": n,
             "batch_size": k,
             "num_batches": num_batches,
+            "num_inputs": int(group_size or k),
             "output_shape": list(output_shape),
             "schemes": {str(s): int(w) for s, w in schemes.items()},
             "has_labels": bool(has_labels),
@@ -134,7 +154,8 @@ class RunStore:
             path.parent.mkdir(parents=True, exist_ok=True)
             root = _zarr().open_group(str(tmp), mode="w-", attributes=root_attrs)
             _create_arrays(root, schemes, n, k, num_batches, output_shape, np.dtype(dtype),
-                           has_labels, has_reference, scheme_attrs or {})
+                           has_labels, has_reference, scheme_attrs or {}, sample_index=sample_index,
+                           group_size=group_size, worker_points=worker_points)
             os.rename(tmp, path)
         except (OSError, PermissionError) as exc:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -150,12 +171,15 @@ class RunStore:
         return cls(path)
 
     @classmethod
-    def open_or_create(cls, path: str | os.PathLike, *, fingerprint: str, overwrite: bool = False,
-                       **create_kwargs: Any) -> RunStore:
-        """Resume the store at `path` if it was made by the same config, else create it.
+    def resume(cls, path: str | os.PathLike, *, fingerprint: str, overwrite: bool = False,
+               inputs_digest: str | None = None, **expected: Any) -> RunStore | None:
+        """The store at `path` ready to resume (status "running"), or None when a new one must be created.
 
-        Takes the arguments of :meth:`create`. With ``overwrite=True`` an existing gcc-dask store is
-        replaced. The returned store has ``resumed=True`` when existing batches were kept.
+        None when `path` does not exist, is an empty directory, or `overwrite` is true. Takes the layout
+        arguments of :meth:`create` as `expected` (``num_samples``, ``batch_size``, ``output_shape``,
+        ``schemes``, ``has_labels``, ``has_reference``, ``dtype``; others are ignored) and checks them
+        against the store, and `inputs_digest` (when given) against the digest of the model and data files
+        the store was made with. The returned store has ``resumed=True``.
 
         Raises
         ------
@@ -165,20 +189,25 @@ class RunStore:
         """
         path = _local(path)
         if overwrite or not path.exists() or (path.is_dir() and not any(path.iterdir())):
-            return cls.create(path, fingerprint=fingerprint, overwrite=overwrite, **create_kwargs)
+            return None
         store = cls(path)
         old = store.attrs.get("config_fingerprint")
         if old != fingerprint:
             raise StoreError(f"store path: got {str(path)!r}, a run made by a different configuration "
                              f"(fingerprint {str(old)[:12]}, this config {fingerprint[:12]}); pass "
                              "--overwrite (store.overwrite: true) to replace it, or choose another --out")
-        want = {"num_samples": int(create_kwargs.get("num_samples", store.num_samples)),
-                "batch_size": int(create_kwargs.get("batch_size", store.batch_size)),
-                "output_shape": [int(s) for s in create_kwargs.get("output_shape", store.output_shape)],
-                "schemes": {str(s): int(w) for s, w in create_kwargs.get("schemes", store.schemes).items()},
-                "has_labels": bool(create_kwargs.get("has_labels", store.attrs["has_labels"])),
-                "has_reference": bool(create_kwargs.get("has_reference", store.attrs["has_reference"])),
-                "dtype": np.dtype(create_kwargs.get("dtype", store.attrs["dtype"])).name}
+        old_inputs = store.attrs.get("inputs_digest")
+        if inputs_digest is not None and old_inputs is not None and old_inputs != inputs_digest:
+            raise StoreError(f"store path: got {str(path)!r}, a run made with other model or data files (their "
+                             f"content changed since: digest {str(old_inputs)[:12]}, now {inputs_digest[:12]}); "
+                             "pass --overwrite (store.overwrite: true) to start over, or choose another --out")
+        want = {"num_samples": int(expected.get("num_samples", store.num_samples)),
+                "batch_size": int(expected.get("batch_size", store.batch_size)),
+                "output_shape": [int(s) for s in expected.get("output_shape", store.output_shape)],
+                "schemes": {str(s): int(w) for s, w in expected.get("schemes", store.schemes).items()},
+                "has_labels": bool(expected.get("has_labels", store.attrs["has_labels"])),
+                "has_reference": bool(expected.get("has_reference", store.attrs["has_reference"])),
+                "dtype": np.dtype(expected.get("dtype", store.attrs["dtype"])).name}
         for key, value in want.items():
             if store.attrs.get(key) != value:
                 raise StoreError(f"store path: got {str(path)!r} with {key}={store.attrs.get(key)!r}; this "
@@ -188,6 +217,24 @@ class RunStore:
                            resumed_at=[*store.attrs.get("resumed_at", []), _now()])
         store.resumed = True
         return store
+
+    @classmethod
+    def open_or_create(cls, path: str | os.PathLike, *, fingerprint: str, overwrite: bool = False,
+                       **create_kwargs: Any) -> RunStore:
+        """Resume the store at `path` if it was made by the same config (:meth:`resume`), else create it.
+
+        Takes the arguments of :meth:`create`. With ``overwrite=True`` an existing gcc-dask store is
+        replaced. The returned store has ``resumed=True`` when existing batches were kept.
+
+        Raises
+        ------
+        StoreError
+            As :meth:`resume` and :meth:`create`.
+        """
+        store = cls.resume(path, fingerprint=fingerprint, overwrite=overwrite, **create_kwargs)
+        if store is not None:
+            return store
+        return cls.create(path, fingerprint=fingerprint, overwrite=overwrite, **create_kwargs)
 
     # ------------------------------------------------------------------------------------ queries
     @property
@@ -215,6 +262,10 @@ class RunStore:
     def schemes(self) -> dict[str, int]:
         """Scheme name -> number of workers."""
         return dict(self._root.attrs["schemes"])
+
+    def sample_index(self) -> np.ndarray:
+        """The stored composition: the dataset index of the sample in each slot, int64 of shape (num_samples,)."""
+        return np.asarray(self._root[INPUTS]["sample"][:], dtype=np.int64)
 
     def batch_rows(self, batch: int) -> tuple[int, int]:
         """The ``[start, stop)`` sample rows of `batch`."""

@@ -58,13 +58,19 @@ def picky(X):
 
 
 # ------------------------------------------------------------------------------------------ configs
-def synthetic_config(path, *, batches: int, k: int = 4, n: int = 8, schemes=("gcc",), shape=(6,), **sections):
-    """A cheap pipeline: synthetic inputs, the analytic ``smooth`` network, injected stragglers."""
+def synthetic_config(path, *, batches: int, k: int = 4, n: int = 8, schemes=("gcc",), shape=(6,), block: int = 1,
+                     composition: str = "as_stored", **sections):
+    """A cheap pipeline: synthetic inputs, the analytic ``smooth`` network, injected stragglers.
+
+    By default one sample per shard (``block_size: 1``) in the source's order, so that a batch is K samples
+    and ``flaky`` (which raises on single-sample calls) makes shards fail; `block` and `composition` change it.
+    """
     cfg = {
         "name": "reliability",
-        "source": {"kind": "synthetic", "num_samples": batches * k, "shape": list(shape), "seed": 3},
+        "source": {"kind": "synthetic", "num_samples": batches * k * block, "shape": list(shape), "seed": 3},
         "workload": {"kind": "analytic", "name": "smooth", "params": {"out_dim": 3}},
-        "code": {"num_inputs": k, "num_workers": n},
+        "code": {"num_inputs": k, "num_workers": n, "block_size": block},
+        "composition": {"policy": composition},
         "schemes": list(schemes),
         "stragglers": {"model": "shifted_exponential", "shift": "20ms", "scale": "10ms", "seed": 7},
         "cutoff": {"stragglers": 2, "deadline": "1s", "on_shortfall": "decode"},
@@ -73,7 +79,7 @@ def synthetic_config(path, *, batches: int, k: int = 4, n: int = 8, schemes=("gc
         "run": {"max_batches_in_flight": 4, "progress": False},
     }
     for key, value in sections.items():  # these sections are updated, the others (source, workload) replaced
-        if key in ("stragglers", "cutoff", "cluster", "store", "run") and isinstance(value, dict):
+        if key in ("code", "stragglers", "cutoff", "cluster", "store", "run") and isinstance(value, dict):
             cfg[key] = {**cfg[key], **value}
         else:
             cfg[key] = value

@@ -36,12 +36,14 @@ MNIST_LIKE = [1, 28, 28]
 
 
 def _base(tmp_path, **sections) -> dict:
-    """A small LeNet-5 pipeline on synthetic 28x28 images, run by an embedded in-process cluster."""
+    """A small LeNet-5 pipeline on synthetic 28x28 images, run by an embedded in-process cluster; one sample
+    per shard in the source's order, so batch b holds samples 4b to 4b + 3."""
     cfg = {
         "name": "bad-input",
         "source": {"kind": "synthetic", "num_samples": 16, "shape": MNIST_LIKE},
         "workload": {"kind": "onnx", "path": MODEL},
-        "code": {"num_inputs": 4, "num_workers": 8},
+        "code": {"num_inputs": 4, "num_workers": 8, "block_size": 1},
+        "composition": {"policy": "as_stored"},
         "schemes": ["gcc", "uncoded"],
         "cutoff": {"stragglers": 2},
         "cluster": {"n_workers": 1, "threads_per_worker": 8, "processes": False},

@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import zarr
+
+from run_helpers import direct_decode, stored_layout
 from distributed import Client, LocalCluster
 
 import gcc_dask as gd
@@ -61,21 +63,16 @@ def test_wall_clock_store_records_received_sets_that_redecode_exactly(client, tm
     cfg = load_config(SMOKE, ["stragglers.model=none", "cutoff.deadline=null"])
     codes = build_codes(cfg)
     source, f = _worker_inputs(cfg)
-    k = cfg.code.num_inputs
+    layout = stored_layout(run.path)
     root = zarr.open_group(str(run.path), mode="r")
     compared = 0
     for scheme in SCHEMES:
-        code = codes[scheme]
-        received = root[f"{scheme}/received"][:]
         decoded = root[f"{scheme}/decoded"][:]
         assert (root[f"{scheme}/status"][:] == 1).all()
-        for b in range(received.shape[0]):
-            x, _ = source.read(b * k, (b + 1) * k)
-            coded = code.encode(x)
-            idx = np.flatnonzero(received[b])
-            # as a worker does: f on one coded input at a time
-            y = np.stack([np.asarray(f(coded[w : w + 1]))[0] for w in idx])
-            again = np.asarray(code.decode(y, idx)).reshape(k, -1).astype(np.float32)
-            np.testing.assert_array_equal(again, decoded[b * k : (b + 1) * k], err_msg=f"{scheme} batch {b}")
+        for b in range(layout.num_batches):
+            # as the workers do: the stored composition's blocks, f on one coded block at a time
+            again = direct_decode(run.path, scheme, b, codes[scheme], f, source).astype(np.float32)
+            start, stop = layout.batch_slots(b)
+            np.testing.assert_array_equal(again, decoded[start:stop], err_msg=f"{scheme} batch {b}")
             compared += 1
     assert compared == 4 * 8

@@ -66,9 +66,9 @@ def test_a_read_lost_in_a_shard_is_one_erasure(client, tmp_path):
 
 
 def test_a_record_lost_after_its_decode_finished_is_decoded_again(client, tmp_path, clean, monkeypatch):
-    """The worker holding a finished decode's result dies before the driver fetches it, and Dask cannot
-    recompute it (here: the fetch fails for batch 4, twice). The driver decodes the same kept shards again
-    instead of writing the batch off as failed (status 4, final: a resume would never redo it)."""
+    """The worker holding a finished decode's record (scored against the reference) dies before the driver
+    fetches it, and Dask cannot recompute it (here: the fetch fails for batch 4, twice). The driver decodes
+    the same kept shards again instead of writing the batch off as failed (status 4)."""
     from distributed import KilledWorker
 
     from rel_helpers import GoneWorker
@@ -78,7 +78,7 @@ def test_a_record_lost_after_its_decode_finished_is_decoded_again(client, tmp_pa
 
     def gather(futures, *args, **kwargs):
         keys = [str(f.key) for f in futures]
-        if any(k.startswith("decode-b4-gcc-") and "-a1-" not in k for k in keys) and len(failures) < 2:
+        if any(k.startswith("score-b4-gcc-") and "-a1-" not in k for k in keys) and len(failures) < 2:
             failures.append(keys)
             raise KilledWorker("decode-b4-gcc", GoneWorker(), 0)
         return real_gather(futures, *args, **kwargs)

@@ -18,20 +18,14 @@ class _Identity:
         return lambda x: x
 
 
-class _Rows:
-    """A source of one batch: the rows 0..5 as a (2, 3) float64 array."""
-
-    num_samples = 2
-
-    def read(self, start, stop):
-        return np.arange(6.0).reshape(2, 3)[start:stop], None
-
-
 def _plugin(name):
+    """A run of one batch: the rows 0..5 as a (2, 3) float64 array, K = 2 uncoded, one sample per shard."""
     from gcc_dask.coding import make_code
+    from gcc_dask.composition import BatchLayout
+    from gcc_dask.sources import make_source
 
-    return RunPlugin(name, _Identity(), {"uncoded": make_code("uncoded", num_inputs=2, num_workers=2)}, _Rows(),
-                     None, batch_size=2)
+    return RunPlugin(name, _Identity(), {"uncoded": make_code("uncoded", num_inputs=2, num_workers=2)},
+                     make_source("array", array=np.arange(6.0).reshape(2, 3)), None, layout=BatchLayout(2, 2, 1))
 
 
 def _stamp(_):
@@ -75,5 +69,5 @@ def test_task_state_check_is_false_while_running(client):
     fut = client.submit(evaluate_shard, plugin.name, "uncoded", 0, 1, 0.05, pure=False)
     res = fut.result(timeout=10)
     assert res is not None and res.worker == 1
-    np.testing.assert_array_equal(res.output, [3.0, 4.0, 5.0])
+    np.testing.assert_array_equal(res.output, [[3.0, 4.0, 5.0]])  # a block of G = 1 sample
     client.unregister_worker_plugin(plugin.name)

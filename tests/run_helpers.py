@@ -1,0 +1,33 @@
+"""Helpers shared by the pipeline tests: rebuild a run's batches from its store, and decode them directly."""
+
+from __future__ import annotations
+
+import numpy as np
+import zarr
+
+from gcc_dask.composition import BatchLayout
+
+
+def stored_layout(path) -> BatchLayout:
+    """The run's batch layout, read back from its store (composition, K, block size)."""
+    root = zarr.open_group(str(path), mode="r")
+    attrs = root.attrs
+    order = np.asarray(root["inputs/sample"][:], dtype=np.int64)
+    return BatchLayout(int(attrs["num_samples"]), int(attrs["num_inputs"]), int(attrs["block_size"]), order)
+
+
+def direct_decode(path, scheme: str, batch: int, code, f, source) -> np.ndarray:
+    """What batch `batch` of `scheme` decodes to, computed here: encode the stored composition's blocks, apply f
+    to the coded blocks of the stored received set, decode (the same calls as the pipeline's tasks).
+
+    Returns (n_batch, *out) in slot order: compare with ``decoded`` rows ``batch_slots(batch)``.
+    """
+    layout = stored_layout(path)
+    root = zarr.open_group(str(path), mode="r")
+    received = np.flatnonzero(root[f"{scheme}/received"][batch])
+    x, _ = source.take(layout.samples(batch))
+    coded = code.encode(layout.to_blocks(x))  # (N, G, *shape)
+    y = np.stack([np.asarray(f(coded[w])) for w in received])  # one call of f per shard block, as the shards
+    decoded = code.decode(y, received)
+    n = x.shape[0]
+    return np.asarray(BatchLayout.from_blocks(decoded, n)).reshape(n, -1)
