@@ -24,12 +24,15 @@ from .fields import (
     CODED_SCHEMES,
     SCHEMES,
     Duration,
+    InputCount,
     OptionalDuration,
     PathStr,
     PosInt,
+    WorkerCount,
     _as_list,
     _Invalid,
     _Section,
+    check_sizes,
 )
 
 _SOURCE_KEYS: dict[str, tuple[str, ...]] = {
@@ -161,8 +164,8 @@ class WorkloadConfig(_Section):
 class CodeConfig(_Section):
     """The batch geometry: K inputs per batch, N workers for the coded schemes."""
 
-    num_inputs: PosInt
-    num_workers: PosInt
+    num_inputs: InputCount
+    num_workers: WorkerCount
     points: Literal["chebyshev", "equispaced"] = "chebyshev"
 
 
@@ -342,6 +345,7 @@ class PipelineConfig(_Section):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> PipelineConfig:
+        check_sizes(self)
         k, n = self.code.num_inputs, self.code.num_workers
         coded = [s for s in self.schemes if s in CODED_SCHEMES]
         if coded and n < k:
