@@ -34,7 +34,9 @@ from array_api_compat import array_namespace, device
 from gcc_dask.errors import ConfigError, InvalidInputError, NotEnoughResultsError
 
 from . import points as _points
-from .validation import check_choice, check_int, index_array
+from gcc_dask.limits import MAX_INPUTS, MAX_WORKERS
+
+from .validation import check_choice, check_code_size, check_int, index_array
 
 __all__ = ["CodingScheme", "CoincidenceWarning"]
 
@@ -91,9 +93,10 @@ class CodingScheme:
     Parameters (shared by every scheme; build schemes with :func:`make_code`)
     ----------
     num_inputs : int
-        K ≥ 1, inputs per batch.
+        K, 1 ≤ K ≤ 65,536, inputs per batch.
     num_workers : int
-        N ≥ 1, coded inputs (one per worker).
+        N, 1 ≤ N ≤ 65,536, coded inputs (one per worker); also K·N ≤ 2**26, so that the (N, K) encoder
+        matrix stays under 512 MiB (``gcc_dask.limits``).
     points : {"chebyshev", "equispaced"}
         Placement of α and β on Ω = [-1, 1] (:mod:`gcc_dask.coding.points`, METHODS.md §2).
     nan_policy : {"raise", "propagate"}
@@ -148,8 +151,10 @@ class CodingScheme:
         nan_policy: str = "raise",
         on_coincidence: str = "warn",
     ) -> None:
-        self.num_inputs = check_int("num_inputs", num_inputs, 1)
-        self.num_workers = check_int("num_workers", num_workers, 1)
+        self.num_inputs = check_int("num_inputs", num_inputs, 1, MAX_INPUTS, "inputs per batch")
+        self.num_workers = check_int("num_workers", num_workers, 1, MAX_WORKERS,
+                                     "one Dask task per worker per batch; no cluster runs more")
+        check_code_size(self.num_inputs, self.num_workers)
         self.points = check_choice("points", points, _points.POINTS)
         self.nan_policy = check_choice("nan_policy", nan_policy, NAN_POLICIES)
         self.on_coincidence = check_choice("on_coincidence", on_coincidence, ON_COINCIDENCE)

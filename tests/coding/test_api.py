@@ -104,7 +104,7 @@ def test_register_code_adds_a_scheme():
 
 BAD_PARAMS = [
     ("nope", {"num_inputs": 4, "num_workers": 8}, "unknown code 'nope'"),
-    ("gcc", {"num_inputs": 0, "num_workers": 8}, "num_inputs must be an integer >= 1; got num_inputs=0"),
+    ("gcc", {"num_inputs": 0, "num_workers": 8}, r"num_inputs must be an integer in \[1, 65536\]; got num_inputs=0"),
     ("gcc", {"num_inputs": 2.5, "num_workers": 8}, "num_inputs=2.5"),
     ("gcc", {"num_inputs": 4, "num_workers": True}, "num_workers=True"),
     ("gcc", {"num_inputs": 4, "num_workers": 1}, "min_received=2"),
@@ -145,6 +145,39 @@ def test_make_code_rejects(name, params, match):
     with pytest.raises(ConfigError, match=match) as info:
         make_code(name, **params)
     assert isinstance(info.value, GccDaskError) and isinstance(info.value, ValueError)
+
+
+TOO_LARGE = [
+    ("gcc", {"num_inputs": 8, "num_workers": 100_000},
+     r"num_workers must be an integer in \[1, 65536\] \(one Dask task per worker per batch.*num_workers=100000"),
+    ("bacc", {"num_inputs": 8, "num_workers": 2 * 10**9}, r"num_workers=2000000000$"),
+    ("bacc", {"num_inputs": 100_000, "num_workers": 8}, r"num_inputs must be an integer in \[1, 65536\]"),
+    ("bacc", {"num_inputs": 8192, "num_workers": 16384},
+     r"num_inputs \* num_workers must be at most 67,108,864 .* would take 1.0 GiB"),
+    ("uncoded", {"num_inputs": 16384, "num_workers": 16384}, r"num_inputs \* num_workers must be at most"),
+    ("replication", {"num_inputs": 8, "num_workers": 8 * 10**6}, r"num_workers=8000000$"),
+]
+
+
+@pytest.mark.parametrize(("name", "params", "match"), TOO_LARGE,
+                         ids=["gcc-1e5-workers", "bacc-2e9-workers", "bacc-1e5-inputs", "bacc-encoder-1GiB",
+                              "uncoded-encoder-2GiB", "replication-8e6-workers"])
+def test_make_code_refuses_sizes_no_cluster_meets_before_allocating(name, params, match):
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(ConfigError, match=match):
+            make_code(name, **params)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**20, f"allocated {peak} bytes before refusing"
+
+
+def test_make_code_accepts_the_largest_sizes():
+    code = make_code("bacc", num_inputs=8, num_workers=65_536)
+    assert code.encoder_matrix.shape == (65_536, 8)
 
 
 # -- bad data ------------------------------------------------------------------------------------------
