@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from gcc_dask import metrics
+from gcc_dask.analysis.stores import names_corrupt_chunks
 from gcc_dask.errors import GccDaskError, NotEnoughResultsError
 
 __all__ = ["deadline_curve", "deadline_table", "latency_cdf", "latency_table"]
@@ -52,6 +53,7 @@ def _done(ds) -> np.ndarray:
     return ds["status"].values > 0
 
 
+@names_corrupt_chunks
 def latency_cdf(path: str | os.PathLike, *, variable: str = "cutoff_s") -> pd.DataFrame:
     """Empirical CDF per scheme of a run's per-batch (or per-shard) times.
 
@@ -75,6 +77,7 @@ def latency_cdf(path: str | os.PathLike, *, variable: str = "cutoff_s") -> pd.Da
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=["scheme", "seconds", "cdf"])
 
 
+@names_corrupt_chunks
 def latency_table(path: str | os.PathLike) -> pd.DataFrame:
     """Per scheme: p50/p90/p99 of the cutoff time, the batch latency and the received shards' latency (s).
 
@@ -160,6 +163,7 @@ class _Recomputer:
         return est.reshape(est.shape[0], -1)[:n_real]
 
 
+@names_corrupt_chunks
 def deadline_curve(path: str | os.PathLike, deadlines=None, *, recompute: bool | str = "auto") -> pd.DataFrame:
     """What each deadline would have given: one row per (scheme, deadline) (see the module docstring).
 
