@@ -22,6 +22,7 @@ from scipy.interpolate import BarycentricInterpolator
 from gcc_dask.errors import ConfigError
 
 from .base import CodingScheme
+from .points import at_node
 from .registry import register_code
 from .validation import check_int
 
@@ -87,7 +88,12 @@ class LCC(CodingScheme):
         K = self.num_inputs
         if K == 1:
             return np.ones((z.size, 1))
-        return np.atleast_2d(BarycentricInterpolator(self.data_points, np.eye(K))(z))
+        interp = BarycentricInterpolator(self.data_points, np.eye(K))
+        z = np.atleast_1d(z)
+        node = at_node(self.data_points, z, interp.wi)  # w_j / (z - α_j) overflows: z is α_j to every digit
+        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+            E = np.atleast_2d(interp(np.where(node >= 0, self.data_points[np.maximum(node, 0)], z)))
+        return E
 
     def _decoder_map(self, rs: np.ndarray, z: np.ndarray) -> np.ndarray:
         # D = T(z) V⁺ with V = T(β_F) the (|F|, R) Chebyshev–Vandermonde matrix, R = deg + 1 ≤ |F|: with the

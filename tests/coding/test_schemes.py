@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from scipy.interpolate import make_smoothing_spline
@@ -149,6 +151,42 @@ def test_berrut_exact_node_hits():
     assert np.all(np.isfinite(W))
     code = make_code("bacc", num_inputs=4, num_workers=9, on_coincidence="ignore")
     np.testing.assert_array_equal(code.decoder_at([0, 3, 4, 8], code.worker_points[[0, 3, 4, 8]]), np.eye(4))
+
+
+# A query a subnormal distance from a node: 1/(z - node) overflows, and the barycentric formula gave
+# inf/inf = NaN. The nodes at 0 (odd N or odd K, Chebyshev points) are where this happens.
+NEAR_NODE = [
+    (lambda: make_code("bacc", num_inputs=4, num_workers=9, on_coincidence="ignore").decoder_at(range(9), [1e-310]),
+     4),
+    (lambda: make_code("bacc", num_inputs=4, num_workers=9, on_coincidence="ignore").decoder_at(range(9), [-5e-324]),
+     4),
+    (lambda: make_code("bacc", num_inputs=4, num_workers=9, on_coincidence="ignore").decoder_at([8, 4, 0, 2], [1e-310]),
+     1),
+    (lambda: make_code("bacc", num_inputs=5, num_workers=16).encoder_at([1e-310]), 2),
+    (lambda: make_code("lcc", num_inputs=5, num_workers=9, degree=1).encoder_at([1e-310]), 2),
+    (lambda: make_code("lcc", num_inputs=5, num_workers=9, degree=1).encoder_at([-5e-324]), 2),
+    (lambda: berrut_matrix(np.array([-1.0, 0.0, 1.0]), np.array([2e-320])), 1),
+]
+
+
+@pytest.mark.parametrize(("weights", "node"), NEAR_NODE,
+                         ids=["bacc-decoder", "bacc-decoder-smallest-subnormal", "bacc-decoder-unsorted-subset",
+                              "bacc-encoder", "lcc-encoder", "lcc-encoder-negative", "berrut-matrix"])
+def test_barycentric_row_at_a_subnormal_offset_is_the_node(weights, node):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        W = weights()
+    expected = np.zeros_like(W)
+    expected[0, node] = 1.0
+    np.testing.assert_array_equal(W, expected)
+
+
+def test_barycentric_rows_near_a_node_keep_the_formula():
+    code = make_code("bacc", num_inputs=4, num_workers=9, on_coincidence="ignore")
+    W = code.decoder_at(range(9), [1e-300])  # 1/1e-300 is finite: the formula's value, not a snapped row
+    assert W[0, 4] == 1.0 and 0 < abs(W[0, 3]) < 1e-299
+    lcc = make_code("lcc", num_inputs=5, num_workers=9, degree=1)
+    np.testing.assert_allclose(lcc.encoder_at([0.3]).sum(), 1.0)
 
 
 def test_bspline_reproduces_cubics_and_needs_four():
