@@ -252,18 +252,47 @@ def test_huge_finite_values_are_not_mistaken_for_nan():
     np.testing.assert_array_equal(out, np.vstack([X, X]))
 
 
-def test_an_overflowing_probe_row_is_rechecked_not_rejected():
-    """The check reads one output row; where that row overflows float32 on finite data, the data are
-    scanned and nothing is raised (the overflow is the caller's result, as with a bare matmul)."""
-    code = make_code("gcc", num_inputs=4, num_workers=10)
-    X = np.full((4, 3), 3.3e38, dtype=np.float32)
-    X[1] = -3.3e38  # rows of E mix neighbours with coefficients of both signs and |sum| > 1
+def _near_max(shape, dtype, flip):
+    A = np.full(shape, 0.97 * np.finfo(dtype).max, dtype=dtype)
+    A[flip] *= -1  # rows of E and D mix neighbours with coefficients of both signs and |sum| > 1
+    return A
+
+
+OVERFLOW = [
+    ("gcc", "encode", _near_max((4, 3), np.float32, 1), "X is finite but encoding it overflows float32 with code "
+     r"'gcc' \(largest \|X\| 3.3e\+38, largest float32 3.4e\+38; the code's weights amplify it\): cast X to float64 "
+     r"or scale it down"),
+    ("gcc", "encode", _near_max((4, 3), np.float16, 1), "X is finite but encoding it overflows float16"),
+    ("bacc", "decode", _near_max((10, 3), np.float32, slice(None, None, 2)),
+     "Y is finite but decoding it overflows float32 with code 'bacc'"),
+]
+
+
+@pytest.mark.parametrize(("name", "method", "A", "match"), OVERFLOW,
+                         ids=["gcc-encode-float32", "gcc-encode-float16", "bacc-decode-float32"])
+def test_coded_values_that_overflow_the_dtype_raise_unless_propagate(name, method, A, match):
+    """Finite data whose coded values overflow the dtype: an error with nan_policy='raise' (not a silent inf),
+    the bare matmul's inf with nan_policy='propagate'."""
+    args = (A,) if method == "encode" else (A, np.arange(10))
+    with pytest.raises(InvalidInputError, match=match):
+        getattr(make_code(name, num_inputs=4, num_workers=10), method)(*args)
+    code = make_code(name, num_inputs=4, num_workers=10, nan_policy="propagate")
+    M = code.encoder_matrix if method == "encode" else code.decoder_matrix(np.arange(10))
     with np.errstate(over="ignore", invalid="ignore"):
-        expected = code.encoder_matrix.astype(np.float32) @ X
-    assert not np.isfinite(expected).all()  # the probe does overflow here
-    with np.errstate(over="ignore", invalid="ignore"):
-        out = code.encode(X)
-    np.testing.assert_array_equal(np.isfinite(out), np.isfinite(expected))
+        expected = M.astype(A.dtype) @ A
+        out = getattr(code, method)(*args)
+    assert not np.isfinite(expected).all()
+    np.testing.assert_array_equal(out, expected)
+
+
+def test_an_overflowing_row_of_ones_alone_is_no_error():
+    """The fallback probe (a row of ones) sums the inputs and may overflow where no output does."""
+    import array_api_compat.numpy as xp
+
+    code = make_code("gcc", num_inputs=2, num_workers=4)
+    A = np.full((2, 3), 3e38, dtype=np.float32)
+    out = code._apply(xp, np.eye(2), A, {}, "X")  # no row weighs both inputs: the row of ones is the probe
+    np.testing.assert_array_equal(out, A)
 
 
 SCHEMES_AND_SIZES = [("gcc", 4, 10), ("gcc", 8, 256), ("letcc", 4, 10), ("bacc", 4, 10), ("bspline", 4, 10),
