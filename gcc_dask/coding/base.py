@@ -40,7 +40,7 @@ from gcc_dask.limits import MAX_INPUTS, MAX_WORKERS
 
 from .validation import check_choice, check_code_size, check_int, index_array
 
-__all__ = ["CodingScheme", "CoincidenceWarning"]
+__all__ = ["CodingScheme", "CoincidenceWarning", "ConditioningWarning"]
 
 NAN_POLICIES = ("raise", "propagate")
 ON_COINCIDENCE = ("warn", "nudge", "ignore")
@@ -63,10 +63,16 @@ class CoincidenceWarning(UserWarning):
     """A worker point equals a data point, so the scheme is partly systematic (METHODS.md §2)."""
 
 
+class ConditioningWarning(UserWarning):
+    """The encoder amplifies the data's scale (LCC on equispaced points: the Runge phenomenon)."""
+
+
 def _rebuild(cls: type[CodingScheme], params: dict) -> CodingScheme:
-    """Unpickle: rebuild from the constructor parameters (matrices are cheap to rebuild)."""
+    """Unpickle: rebuild from the constructor parameters (matrices are cheap to rebuild). The warnings
+    were given where the scheme was built, not again on every worker."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CoincidenceWarning)
+        warnings.simplefilter("ignore", ConditioningWarning)
         return cls(**params)
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import pickle
 import warnings
 
 import numpy as np
 import pytest
 from scipy.interpolate import make_smoothing_spline
 
-from gcc_dask.coding import berrut_matrix, make_code
+from gcc_dask.coding import ConditioningWarning, berrut_matrix, make_code
 from gcc_dask.errors import ConfigError, NotEnoughResultsError
 
 RNG = np.random.default_rng(1234)
@@ -226,6 +227,53 @@ def test_lcc_exact_at_threshold_and_raises_below(K, D):
         with pytest.raises(NotEnoughResultsError, match=f"at least {R}"):
             code.decode(Yall[F], F)
         assert not code.decodable(F).any()
+
+
+LCC_AMPLIFICATION = [  # (points, K, N, ‖E‖_∞, warns)
+    ("equispaced", 8, 16, 59.5, True),
+    ("equispaced", 5, 9, 10.4, True),
+    ("equispaced", 4, 12, 6.0, False),
+    ("chebyshev", 8, 16, 2.29, False),
+    ("chebyshev", 32, 64, 3.17, False),
+]
+
+
+@pytest.mark.parametrize(("points", "K", "N", "factor", "warns"), LCC_AMPLIFICATION,
+                         ids=["equispaced-K8", "equispaced-K5", "equispaced-K4", "chebyshev-K8", "chebyshev-K32"])
+def test_lcc_warns_when_the_encoder_amplifies_the_data(points, K, N, factor, warns):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        code = make_code("lcc", num_inputs=K, num_workers=N, degree=1, points=points)
+    assert code.encoder_amplification == pytest.approx(factor, rel=1e-2)
+    X = np.ones((K, 1))
+    X[::2] = -1  # alternating data: the coded inputs reach the amplification
+    assert np.abs(code.encode(X)).max() == pytest.approx(factor, rel=1e-2)
+    found = [w for w in caught if issubclass(w.category, ConditioningWarning)]
+    assert len(found) == int(warns)
+    if warns:
+        assert str(found[0].message).startswith(
+            f"code 'lcc' with points='equispaced', num_inputs={K}, num_workers={N}: the encoder amplifies the "
+            f"data up to {code.encoder_amplification:.3g} times")
+        assert "use points='chebyshev'" in str(found[0].message)
+        assert found[0].filename == __file__  # points at the caller of make_code
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ConditioningWarning)
+            pickle.loads(pickle.dumps(code))  # warned once, where it was built: not again on each worker
+
+
+def test_lcc_sweep_and_pipeline_codes_do_not_warn():
+    from gcc_dask.config import load_config
+    from gcc_dask.sweep_config import load_sweep_config
+
+    cfg = load_sweep_config("pipelines/lcc_polynomial.yaml")
+    pipe = load_config("pipelines/smoke.yaml", ["schemes=[lcc]"], check_paths=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConditioningWarning)
+        for spec in cfg.schemes:
+            for K in cfg.code.num_inputs:
+                for N in cfg.code.num_workers:
+                    make_code(spec.code, num_inputs=K, num_workers=N, **cfg.code_params(spec))
+        make_code("lcc", num_inputs=pipe.code.num_inputs, num_workers=pipe.code.num_workers, **pipe.code_params("lcc"))
 
 
 # -- replication / uncoded ------------------------------------------------------------------------------
