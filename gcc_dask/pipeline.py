@@ -24,7 +24,7 @@ from gcc_dask.config import PipelineConfig, load_config
 from gcc_dask.errors import (
     ClusterError, GccDaskError, InvalidInputError, SourceError, StoreError, WorkloadError,
 )
-from gcc_dask.runtime.cluster import ClusterSpec, cluster_has_gpu, connect
+from gcc_dask.runtime.cluster import ClusterSpec, check_gpu_workers, cluster_has_gpu, connect
 from gcc_dask.runtime.cutoff import CutoffPolicy
 from gcc_dask.runtime.executor import BatchRunner, SchemePlan
 from gcc_dask.runtime.tasks import RunPlugin
@@ -325,6 +325,8 @@ def run_pipeline(
                 raise ClusterError("cluster.gpu: got true, but no Dask worker advertises a GPU resource; start "
                                    "workers with `--resources GPU=1` or set cluster.gpu: auto")
             use_gpu = has_gpu and cfg.cluster.gpu is not False
+            if use_gpu:
+                check_gpu_workers(c)  # GPU=1 without CuPy would fail every shard
             plugin = RunPlugin(
                 name=f"gcc-dask-{uuid.uuid4().hex[:8]}", workload=workload, codes=codes, source=source,
                 sink=StoreSink(os.path.abspath(path)), batch_size=k, use_gpu=use_gpu,
