@@ -29,7 +29,9 @@ from gcc_dask.config import PipelineConfig, load_config
 from gcc_dask.errors import (
     ClusterError, GccDaskError, InvalidInputError, SourceError, StoreError, WorkloadError,
 )
-from gcc_dask.runtime.cluster import ClusterSpec, cluster_has_gpu, connect, map_on_cluster, thread_slots
+from gcc_dask.runtime.cluster import (
+    ClusterSpec, check_gpu_workers, cluster_has_gpu, connect, map_on_cluster, thread_slots,
+)
 from gcc_dask.runtime.cutoff import CutoffPolicy
 from gcc_dask.runtime.executor import BatchRunner, SchemePlan
 from gcc_dask.runtime.tasks import RunPlugin
@@ -399,6 +401,8 @@ def _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, la
         raise ClusterError("cluster.gpu: got true, but no Dask worker advertises a GPU resource; start "
                            "workers with `--resources GPU=1` or set cluster.gpu: auto")
     use_gpu = has_gpu and cfg.cluster.gpu is not False
+    if use_gpu:
+        check_gpu_workers(c)  # GPU=1 without CuPy would fail every shard
     slots = thread_slots(c)
     widest = max(p.num_workers for p in plans)
     if 0 < slots < widest:

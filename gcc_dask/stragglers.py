@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from gcc_dask.errors import ConfigError, NotEnoughResultsError
+from gcc_dask.limits import parse_seconds
 
 __all__ = [
     "Bernoulli",
@@ -72,21 +73,12 @@ def _check_positive(name: str, value: Any) -> float:
 
 
 def _duration(name: str, value: Any) -> float:
-    """Seconds (float64) from a number of seconds or a string such as ``"50ms"``."""
-    valid = "a non-negative finite number of seconds or a duration string such as '50ms'"
-    seconds = math.nan
-    if isinstance(value, str) and not value.strip().startswith("-"):
-        from dask.utils import parse_timedelta
-
-        try:
-            seconds = float(parse_timedelta(value))
-        except (ValueError, KeyError, TypeError):
-            pass
-    elif isinstance(value, _NUMBER) and not isinstance(value, bool):
-        seconds = float(value)
-    if not 0 <= seconds < math.inf:
-        raise ConfigError(f"{name} must be {valid}; got {name}={value!r}")
-    return seconds
+    """Seconds (float64) from a number of seconds or a string such as ``"50ms"``, at most one day
+    (:func:`gcc_dask.limits.parse_seconds`: a string needs a unit, no underscores)."""
+    try:
+        return parse_seconds(value)
+    except ValueError as exc:
+        raise ConfigError(f"{name} must be {exc}; got {name}={value!r}") from None
 
 
 def _as_generator(rng: Any) -> np.random.Generator:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -35,7 +36,9 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr,
 from pydantic import model_validator
 
 from gcc_dask.config import SCHEMES, ClusterConfig, SourceConfig, WorkloadConfig
+from gcc_dask.config.fields import InputCount, WorkerCount
 from gcc_dask.errors import ConfigError
+from gcc_dask.limits import MAX_CODE_ENTRIES, MAX_SWEEP_ENTRIES, MAX_TRIALS, MAX_WORKERS
 
 __all__ = ["FunctionConfig", "SchemeSpec", "SweepConfig", "load_sweep_config"]
 
@@ -164,8 +167,8 @@ def _schemes(value: Any) -> Any:
 class GridConfig(_Section):
     """Batch geometry grid: every K × every N; ``points`` and ``on_coincidence`` go to every code."""
 
-    num_inputs: Annotated[list[PosInt], BeforeValidator(_as_list), Field(min_length=1)]
-    num_workers: Annotated[list[PosInt], BeforeValidator(_as_list), Field(min_length=1)]
+    num_inputs: Annotated[list[InputCount], BeforeValidator(_as_list), Field(min_length=1)]
+    num_workers: Annotated[list[WorkerCount], BeforeValidator(_as_list), Field(min_length=1)]
     points: Literal["chebyshev", "equispaced"] = "chebyshev"
     on_coincidence: Literal["warn", "nudge", "ignore"] = "warn"
 
@@ -174,7 +177,7 @@ class StragglerGridConfig(_Section):
     """Received-set model: ``fixed_count`` over S values (random|contiguous|adversarial) or ``bernoulli`` over p."""
 
     model: Literal["fixed_count", "bernoulli"]
-    S: Annotated[list[Annotated[int, Field(ge=0)]], BeforeValidator(_as_list)] | None = None
+    S: Annotated[list[Annotated[int, Field(ge=0, le=MAX_WORKERS)]], BeforeValidator(_as_list)] | None = None
     p: Annotated[list[Annotated[float, Field(ge=0, lt=1)]], BeforeValidator(_as_list)] | None = None
     pattern: Literal["random", "contiguous", "adversarial"] = "random"
     exhaustive_limit: PosInt = 2000
@@ -224,7 +227,7 @@ class StoreSection(_Section):
 class RunSection(_Section):
     """Execution knobs (not part of the fingerprint)."""
 
-    trials_per_task: PosInt | None = None
+    trials_per_task: Annotated[int, Field(ge=1, le=MAX_TRIALS)] | None = None
     progress: bool = True
 
 
@@ -237,7 +240,7 @@ class SweepConfig(_Section):
     params: dict[str, dict[str, Any]] = Field(default_factory=dict)
     code: GridConfig
     stragglers: StragglerGridConfig
-    trials: PosInt = 10
+    trials: Annotated[int, Field(ge=1, le=MAX_TRIALS)] = 10
     seed: Annotated[int, Field(ge=0)] = 0
     store: StoreSection = Field(default_factory=StoreSection)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
@@ -259,6 +262,7 @@ class SweepConfig(_Section):
             json.dumps(self.params, allow_nan=False)
         except (TypeError, ValueError):
             raise _Bad("params", self.params, "JSON-compatible values") from None
+        _check_sizes(self)
         return self
 
     def code_params(self, spec: SchemeSpec) -> dict[str, Any]:
@@ -286,6 +290,25 @@ class SweepConfig(_Section):
         data = {k: v for k, v in self.resolved().items() if k not in _FINGERPRINT_EXCLUDE}
         blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(("gcc-dask-sweep-v1\n" + blob).encode()).hexdigest()
+
+
+def _check_sizes(cfg: SweepConfig) -> None:
+    """Refuse a grid no machine holds (``gcc_dask.limits``): an (N, K) encoder of more than 2**26 entries,
+    or result arrays (schemes x K x N x S|p x trials, built in memory with the store) of more than 2**24."""
+    k_max, n_max = max(cfg.code.num_inputs), max(cfg.code.num_workers)
+    if k_max * n_max > MAX_CODE_ENTRIES:
+        raise _Bad("code.num_workers", cfg.code.num_workers,
+                   f"values with num_inputs * num_workers <= {MAX_CODE_ENTRIES:,}: here K = {k_max:,} and "
+                   f"N = {n_max:,}, so the (N, K) encoder matrix alone would take "
+                   f"{k_max * n_max * 8 / 2**30:.1f} GiB")
+    shape = (len(cfg.schemes), len(cfg.code.num_inputs), len(cfg.code.num_workers),
+             len(cfg.stragglers.values), cfg.trials)
+    entries = math.prod(shape)
+    if entries > MAX_SWEEP_ENTRIES:
+        raise _Bad("trials", cfg.trials,
+                   f"a grid of at most {MAX_SWEEP_ENTRIES:,} results per metric (schemes x num_inputs x "
+                   f"num_workers x {cfg.stragglers.dim} x trials = {' x '.join(map(str, shape))} = "
+                   f"{entries:,}); use fewer trials or split the sweep")
 
 
 # ------------------------------------------------------------------------------------------- loading

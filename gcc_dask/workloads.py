@@ -97,9 +97,12 @@ def resolve_model_path(path: str | os.PathLike, base_dir: str | os.PathLike | No
 
     Raises
     ------
+    ConfigError
+        If `path` is not a str or os.PathLike (an ``onnxruntime.InferenceSession``, say).
     WorkloadError
         If no candidate exists; the message lists every path tried.
     """
+    _check_path_type(path)
     p = Path(os.fspath(path)).expanduser()
     tried = [p if p.is_absolute() else Path.cwd() / p]
     if not p.is_absolute() and base_dir is not None:
@@ -110,6 +113,15 @@ def resolve_model_path(path: str | os.PathLike, base_dir: str | os.PathLike | No
             return cand.resolve()
     raise WorkloadError(f"model file not found: {os.fspath(path)!r}; tried "
                         f"{[str(c) for c in dict.fromkeys(tried)]}")
+
+
+def _check_path_type(path: Any) -> None:
+    """Refuse a `path` that is not a path (an ``onnxruntime.InferenceSession``, a torch module, bytes)."""
+    if not isinstance(path, (str, os.PathLike)):
+        text = repr(path)
+        text = text if len(text) <= 80 else text[:77] + "..."
+        raise ConfigError(f"workload.path: got {text}; expected a model file path (str or os.PathLike), not "
+                          f"{type(path).__name__!r}: the workers load the model from the file themselves")
 
 
 def _is_cupy(x: Any) -> bool:

@@ -96,7 +96,8 @@ def test_frozen():
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("50ms", 0.05), ("2s", 2.0), (3, 3.0), (0.5, 0.5),
-                                               ("1 minute", 60.0), (" 3 ms ", 0.003)])
+                                               ("1 minute", 60.0), (" 3 ms ", 0.003), (".5s", 0.5),
+                                               ("1e3ms", 1.0), ("1d", 86400.0), (86400, 86400.0)])
 def test_parse_duration(text, seconds):
     assert parse_duration(text) == pytest.approx(seconds)
 
@@ -159,6 +160,35 @@ BAD = [
     ("bad-analytic-name", "workload.name", "sin", "workload.name: got 'sin'; expected one of 'xsinx'"),
     ("params-not-json", "workload.params", {"x": math.inf}, "workload.params: got {'x': inf}"),
     ("bad-name", "name", "my run!", "name: got 'my run!'"),
+    # bounds no cluster meets (gcc_dask.limits): refused up front, not after allocating or sleeping
+    ("workers-1e5", "code.num_workers", 100_000,
+     "code.num_workers: got 100000; expected an integer from 1 to 65,536 (one Dask task per worker per batch"),
+    ("workers-2e9", "code.num_workers", 2 * 10**9, "code.num_workers: got 2000000000; expected an integer from 1"),
+    ("inputs-1e5", "code.num_inputs", 100_000,
+     "code.num_inputs: got 100000; expected an integer from 1 to 65,536 (inputs per batch)"),
+    ("encoder-1GiB", "code", {"num_inputs": 8192, "num_workers": 16384},
+     "code.num_workers: got 16384; expected num_inputs * num_workers <= 67,108,864 for scheme 'gcc': here "
+     "K = 8,192 and N = 16,384, so its (N, K) encoder matrix alone would take 1.0 GiB"),
+    ("replication-1e6-copies", "replication.copies", 10**6,
+     "replication.copies: got 1000000; expected an integer >= 2 with copies * code.num_inputs <= 65,536"),
+    ("hang-delay-1e12", "stragglers.hang_delay", 1e12,
+     "stragglers.hang_delay: got 1000000000000.0; expected a duration such as '50ms' or '2s' (a number and a "
+     "unit), or a number of seconds, from 0 to 86400 (1 day); no run should wait longer"),
+    ("deadline-2-days", "cutoff.deadline", "2 days", "cutoff.deadline: got '2 days'; expected a duration"),
+    ("timeout-huge-int", "cluster.connect_timeout", 10**400, "cluster.connect_timeout: got 1000000000"),
+    ("duration-underscore", "stragglers.shift", "1_000",
+     "stragglers.shift: got '1_000'; expected a duration such as '50ms' or '2s' (a number and a unit), or a "
+     "number of seconds, from 0 to 86400 (1 day); a string without '_' (such as '1000s')"),
+    ("duration-no-unit", "stragglers.scale", "10", "stragglers.scale: got '10'; expected a duration such as "
+     "'50ms' or '2s' (a number and a unit), or a number of seconds, from 0 to 86400 (1 day); a string needs a "
+     "unit (such as '10s' for seconds, or a number without quotes)"),
+    ("duration-yaml-exponent", "cutoff.deadline", "1e-3", "cutoff.deadline: got '1e-3'; expected a duration such "
+     "as '50ms' or '2s' (a number and a unit), or a number of seconds, from 0 to 86400 (1 day); a string needs a "
+     "unit (such as '1e-3s' for seconds, or a number without quotes; YAML reads 1e-3 as a string, 1.0e-3 as a "
+     "number)"),
+    ("duration-signed", "cutoff.min_runtime", "+1s", "cutoff.min_runtime: got '+1s'; expected a duration"),
+    ("duration-unit-only", "cutoff.min_runtime", "s", "cutoff.min_runtime: got 's'; expected a duration"),
+    ("duration-split-digits", "cutoff.deadline", "3 0s", "cutoff.deadline: got '3 0s'; expected a duration"),
 ]
 
 

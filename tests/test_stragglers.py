@@ -436,9 +436,11 @@ BAD = [
     pytest.param(lambda: Bernoulli(1.0), r"p must be a number in \[0.0, 1.0\); got p=1.0", id="p-one"),
     pytest.param(lambda: Bernoulli(-0.1), r"p must be a number in \[0.0, 1.0\)", id="p-negative"),
     pytest.param(lambda: Bernoulli("0.1"), "p must be a number", id="p-string"),
-    pytest.param(
-        lambda: ShiftedExponential(shift=-0.01), "shift must be a non-negative", id="shift-negative"
-    ),
+    pytest.param(lambda: ShiftedExponential(shift=-0.01), "shift must be a duration", id="shift-negative"),
+    pytest.param(lambda: ShiftedExponential(hang_delay=1e12), r"from 0 to 86400 \(1 day\); no run should wait "
+                 r"longer; got hang_delay=1000000000000.0", id="hang-delay-1e12"),
+    pytest.param(lambda: ShiftedExponential(shift="1_000"), "without '_'.*got shift='1_000'", id="shift-underscore"),
+    pytest.param(lambda: Pareto("5", 2), "a string needs a unit.*got scale='5'", id="scale-no-unit"),
     pytest.param(lambda: ShiftedExponential(scale="-5ms"), "scale must be", id="scale-negative-string"),
     pytest.param(lambda: ShiftedExponential(scale="5 parsecs"), "scale must be", id="scale-bad-unit"),
     pytest.param(lambda: ShiftedExponential(hang_delay=math.nan), "hang_delay", id="hang-delay-nan"),

@@ -73,6 +73,24 @@ def test_onnx_bad_path(tmp_path):
         wl.load()
 
 
+def _session():
+    ort = pytest.importorskip("onnxruntime")
+    return ort.InferenceSession(str(MODEL), providers=["CPUExecutionProvider"])
+
+
+@pytest.mark.parametrize(("kind", "path", "match"), [
+    ("onnx", _session, r"^workload\.path: got <onnxruntime\..*\.\.\.; expected a model file path \(str or "
+                       r"os\.PathLike\), not 'InferenceSession': the workers load the model from the file themselves$"),
+    ("onnx", lambda: str(MODEL).encode(), r"^workload\.path: got b'.*; expected a model file path \(str or "
+                                          r"os\.PathLike\), not 'bytes'"),
+    ("torch", lambda: object(), r"^workload\.path: got <object object at .*>; expected a model file path \(str or "
+                                r"os\.PathLike\), not 'object'"),
+], ids=["onnx-session", "onnx-bytes", "torch-object"])
+def test_model_path_must_be_a_path(kind, path, match):
+    with pytest.raises(ConfigError, match=match):
+        make_workload(kind, path=path())
+
+
 def test_resolve_model_path(tmp_path, monkeypatch):
     (tmp_path / "pipelines").mkdir()
     (tmp_path / "models").mkdir()

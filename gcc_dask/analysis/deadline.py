@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from gcc_dask import metrics
+from gcc_dask.analysis.stores import names_corrupt_chunks
 from gcc_dask.composition import BatchLayout
 from gcc_dask.errors import GccDaskError, NotEnoughResultsError
 
@@ -53,6 +54,7 @@ def _done(ds) -> np.ndarray:
     return ds["status"].values > 0
 
 
+@names_corrupt_chunks
 def latency_cdf(path: str | os.PathLike, *, variable: str = "cutoff_s") -> pd.DataFrame:
     """Empirical CDF per scheme of a run's per-batch (or per-shard) times.
 
@@ -76,6 +78,7 @@ def latency_cdf(path: str | os.PathLike, *, variable: str = "cutoff_s") -> pd.Da
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=["scheme", "seconds", "cdf"])
 
 
+@names_corrupt_chunks
 def latency_table(path: str | os.PathLike) -> pd.DataFrame:
     """Per scheme: p50/p90/p99 of the cutoff time, the batch latency and the received shards' latency (s).
 
@@ -164,6 +167,7 @@ class _Recomputer:
         return BatchLayout.from_blocks(est, n_real).reshape(n_real, m)
 
 
+@names_corrupt_chunks
 def deadline_curve(path: str | os.PathLike, deadlines=None, *, recompute: bool | str = "auto") -> pd.DataFrame:
     """What each deadline would have given: one row per (scheme, deadline) (see the module docstring).
 

@@ -15,6 +15,8 @@ import warnings
 import numpy as np
 import pandas as pd
 
+from gcc_dask.analysis.stores import names_corrupt_chunks
+
 __all__ = ["comparison_table", "format_pm", "run_table", "straggler_dim", "sweep_table"]
 
 _STAT_VARS = ("mse", "rmse", "rel_acc", "accuracy", "decodable_frac")
@@ -130,6 +132,7 @@ def comparison_table(ds, *, metrics: tuple[str, ...] = ("rmse", "rel_acc")) -> p
     return result.sort_index()
 
 
+@names_corrupt_chunks
 def run_table(path: str | os.PathLike) -> pd.DataFrame:
     """Per-scheme table of a pipeline run store: :func:`~gcc_dask.analysis.summary.summarize_run` plus
     the spread over batches of the per-batch metrics.

@@ -22,7 +22,7 @@ import pandas as pd
 from gcc_dask.analysis import plots
 from gcc_dask.analysis.metrics import comparison_table, format_pm, run_table, straggler_dim, sweep_table
 from gcc_dask.analysis.rates import dominance, rate_table
-from gcc_dask.analysis.stores import open_sweep, root_attrs, store_kind
+from gcc_dask.analysis.stores import names_corrupt_chunks, open_sweep, root_attrs, store_kind
 
 __all__ = ["Report", "make_report", "mse_pivot"]
 
@@ -172,6 +172,7 @@ def _finish(rep: Report, md: list[str]) -> Report:
     return rep
 
 
+@names_corrupt_chunks
 def make_report(store: str | os.PathLike, out: str | os.PathLike | None = None, *,
                 recompute: bool | str = "auto", n_boot: int = 2000) -> Report:
     """Write the tables and figures of a run or sweep store (see the module docstring for the files).
@@ -195,7 +196,7 @@ def make_report(store: str | os.PathLike, out: str | os.PathLike | None = None, 
     Raises
     ------
     StoreError
-        If `store` is neither kind of store.
+        If `store` is neither kind of store, or a chunk of it cannot be decoded (named in the message).
     """
     path = Path(os.fspath(store)).expanduser().absolute()
     kind = store_kind(path)

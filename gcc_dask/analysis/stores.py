@@ -7,15 +7,21 @@ a *sweep store* (``gcc-dask sweep``, :mod:`gcc_dask.sweep`) is one flat Dataset 
 
 from __future__ import annotations
 
+import functools
+import inspect
+import itertools
 import json
 import os
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from gcc_dask.errors import StoreError
+from gcc_dask.errors import GccDaskError, StoreError
 
-__all__ = ["open_sweep", "root_attrs", "store_kind"]
+__all__ = ["corrupt_chunk", "corrupt_chunk_error", "names_corrupt_chunks", "open_sweep", "root_attrs", "store_kind"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 RUN_MARKER = "gcc_dask_store"
 SWEEP_MARKER = "gcc_dask_sweep"
@@ -85,3 +91,99 @@ def open_sweep(path: str | os.PathLike):
         ds = xr.open_zarr(str(path), consolidated=_consolidated(path))
     return ds.assign_coords(scheme=np.asarray(ds["scheme"].values, dtype=object).astype(str),
                             code=("scheme", np.asarray(ds["code"].values, dtype=object).astype(str)))
+
+
+# ------------------------------------------------------------------------------------- damaged chunks
+def corrupt_chunk(path: str | os.PathLike) -> tuple[str, tuple[int, ...], BaseException] | None:
+    """The first chunk of the store that cannot be read back, or None if every chunk reads.
+
+    Reads every stored chunk of every array, one at a time: meant for the error path only, to name what a
+    codec error (``RuntimeError: Zstd decompression error``) was about.
+
+    Returns
+    -------
+    (array, chunk, error) or None
+        The array's path in the store (``"gcc/decoded"``), the chunk's grid index and the error it raised.
+    """
+    import zarr
+
+    def arrays(group, prefix):
+        for name, arr in sorted(group.arrays(), key=lambda item: item[0]):
+            yield f"{prefix}{name}", arr
+        for name, sub in sorted(group.groups(), key=lambda item: item[0]):
+            yield from arrays(sub, f"{prefix}{name}/")
+
+    root = zarr.open_group(os.fspath(path), mode="r", use_consolidated=False)
+    for name, arr in arrays(root, ""):
+        for index in itertools.product(*(range(n) for n in arr.cdata_shape)):
+            region = tuple(slice(i * c, min((i + 1) * c, size)) for i, c, size in zip(index, arr.chunks, arr.shape))
+            try:
+                arr[region]
+            except Exception as exc:  # any codec or I/O error: this chunk is what cannot be read
+                return name, index, exc
+    return None
+
+
+def _chunk_rows(arr: Any, index: tuple[int, ...], batch_size: Any) -> str:
+    """``"sample 24-31, batch 3"``: what a chunk covers, by dimension name (batches where they are known)."""
+    dims = arr.metadata.dimension_names or tuple(f"dim_{i}" for i in range(len(index)))
+    parts = []
+    for dim, i, c, size in zip(dims, index, arr.chunks, arr.shape):
+        lo, hi = i * c, min((i + 1) * c, size) - 1
+        if dim != "batch":
+            parts.append(f"{dim} {lo}" if lo == hi else f"{dim} {lo}-{hi}")
+        k = batch_size if dim == "sample" and isinstance(batch_size, int) and batch_size > 0 else None
+        if dim == "batch" or k:
+            b_lo, b_hi = (lo // k, hi // k) if k else (lo, hi)
+            parts.append(f"batch {b_lo}" if b_lo == b_hi else f"batches {b_lo}-{b_hi}")
+    return ", ".join(parts)
+
+
+def corrupt_chunk_error(path: str | os.PathLike) -> StoreError | None:
+    """A :class:`StoreError` naming the store, the array and the chunk (and its batch) that cannot be read,
+    or None when every chunk reads (then the error being handled is not about damaged data)."""
+    import zarr
+
+    path = Path(os.fspath(path)).expanduser().absolute()
+    try:
+        found = corrupt_chunk(path)
+    except Exception:  # the store cannot even be listed: let the original error speak
+        return None
+    if found is None:
+        return None
+    name, index, exc = found
+    arr = zarr.open_array(str(path / name), mode="r")
+    key = arr.metadata.encode_chunk_key(index)
+    try:
+        batch_size = root_attrs(path).get("batch_size")
+    except StoreError:
+        batch_size = None
+    cause = (str(exc).splitlines() or [""])[0]
+    return StoreError(
+        f"store path: got {str(path)!r}; its array {name!r} has a damaged chunk {key} "
+        f"({_chunk_rows(arr, index, batch_size)}) that cannot be read ({type(exc).__name__}: {cause}): restore "
+        f"{str(path / name / key)!r} from a copy, or rerun into a new store"
+    )
+
+
+def names_corrupt_chunks(func: _F) -> _F:
+    """Decorate a reader whose first argument is a store path: an error while it reads (a codec error such as
+    ``RuntimeError: Zstd decompression error`` names nothing) becomes a :class:`StoreError` naming the store,
+    array and chunk when a chunk of the store cannot be read; any other error passes through unchanged."""
+
+    first = next(iter(inspect.signature(func).parameters))
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except GccDaskError:
+            raise
+        except Exception as exc:
+            store = args[0] if args else kwargs.get(first)
+            error = corrupt_chunk_error(store) if isinstance(store, (str, os.PathLike)) else None
+            if error is None:
+                raise
+            raise error from exc
+
+    return wrapper  # type: ignore[return-value]

@@ -12,6 +12,7 @@ import xarray as xr
 import zarr
 
 from gcc_dask import metrics
+from gcc_dask.analysis.stores import names_corrupt_chunks
 
 __all__ = ["summarize_run", "format_summary"]
 
@@ -20,6 +21,7 @@ def _schemes(path: str) -> list[str]:
     return sorted(name for name, _ in root.groups() if name != "inputs")
 
 
+@names_corrupt_chunks
 def summarize_run(path: str) -> pd.DataFrame:
     """Summarise a run store: one row per scheme, indexed by scheme name.
 
@@ -32,7 +34,8 @@ def summarize_run(path: str) -> pd.DataFrame:
     Raises
     ------
     gcc_dask.errors.StoreError
-        If ``path`` is not a readable run store.
+        If ``path`` is not a readable run store, or a chunk of it cannot be decoded (the message names the
+        array, the chunk and its batch).
     """
     from gcc_dask.errors import StoreError
 

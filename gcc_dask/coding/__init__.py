@@ -13,7 +13,7 @@ matplotlib.
 
 from __future__ import annotations
 
-from .base import CodingScheme, CoincidenceWarning
+from .base import CodingScheme, CoincidenceWarning, ConditioningWarning
 from .berrut import BACC, berrut_matrix
 from .bspline import BSplineCode
 from .gcc import GCC, LeTCC
@@ -26,6 +26,7 @@ __all__ = [
     "BSplineCode",
     "CodingScheme",
     "CoincidenceWarning",
+    "ConditioningWarning",
     "GCC",
     "LCC",
     "LeTCC",

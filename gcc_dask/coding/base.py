@@ -12,8 +12,10 @@ coefficients are all non-zero (a *probe row*) is scanned, since a NaN or Inf any
 input makes entry j of that row non-finite. That scans 1/p of the output (p = N for encode, K for decode)
 where the earlier version's extra row of ones made the matmul itself 1/p larger: at K = 8 that row cost
 up to 26% of a decode in the BLAS, not 1/8. A matrix without such a row (some B-spline decoders) still gets
-the extra row of ones. Only when the probe is non-finite (or a float overflow) is the input scanned to
-confirm.
+the extra row of ones. Only when the probe is non-finite is the input scanned: NaN/Inf there raise, and
+finite input whose output overflowed the dtype (float16/float32 data near the dtype's maximum, times the
+code's weights) raises an overflow error rather than returning inf. An overflow confined to rows the probe
+does not read is not seen: finding it would take a pass over the whole output.
 
 Selection schemes (``replication``, ``uncoded``) have one-hot matrices: they are applied as a gather of
 rows, never as a matmul, so a NaN in one input stays in that input's output (in a matmul 0·NaN = NaN
@@ -34,9 +36,11 @@ from array_api_compat import array_namespace, device
 from gcc_dask.errors import ConfigError, InvalidInputError, NotEnoughResultsError
 
 from . import points as _points
-from .validation import check_choice, check_int, index_array
+from gcc_dask.limits import MAX_INPUTS, MAX_WORKERS
 
-__all__ = ["CodingScheme", "CoincidenceWarning"]
+from .validation import check_choice, check_code_size, check_int, index_array
+
+__all__ = ["CodingScheme", "CoincidenceWarning", "ConditioningWarning"]
 
 NAN_POLICIES = ("raise", "propagate")
 ON_COINCIDENCE = ("warn", "nudge", "ignore")
@@ -59,10 +63,16 @@ class CoincidenceWarning(UserWarning):
     """A worker point equals a data point, so the scheme is partly systematic (METHODS.md §2)."""
 
 
+class ConditioningWarning(UserWarning):
+    """The encoder amplifies the data's scale (LCC on equispaced points: the Runge phenomenon)."""
+
+
 def _rebuild(cls: type[CodingScheme], params: dict) -> CodingScheme:
-    """Unpickle: rebuild from the constructor parameters (matrices are cheap to rebuild)."""
+    """Unpickle: rebuild from the constructor parameters (matrices are cheap to rebuild). The warnings
+    were given where the scheme was built, not again on every worker."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CoincidenceWarning)
+        warnings.simplefilter("ignore", ConditioningWarning)
         return cls(**params)
 
 
@@ -91,14 +101,16 @@ class CodingScheme:
     Parameters (shared by every scheme; build schemes with :func:`make_code`)
     ----------
     num_inputs : int
-        K ≥ 1, inputs per batch.
+        K, 1 ≤ K ≤ 65,536, inputs per batch.
     num_workers : int
-        N ≥ 1, coded inputs (one per worker).
+        N, 1 ≤ N ≤ 65,536, coded inputs (one per worker); also K·N ≤ 2**26, so that the (N, K) encoder
+        matrix stays under 512 MiB (``gcc_dask.limits``).
     points : {"chebyshev", "equispaced"}
         Placement of α and β on Ω = [-1, 1] (:mod:`gcc_dask.coding.points`, METHODS.md §2).
     nan_policy : {"raise", "propagate"}
         ``"raise"``: NaN/Inf in X or Y raise :class:`InvalidInputError` (found at no extra pass over
-        the data, see the module docs). ``"propagate"``: they flow through the matmul.
+        the data, see the module docs), and so do coded values that overflow the dtype where the check
+        sees them. ``"propagate"``: they flow through the matmul.
     on_coincidence : {"warn", "nudge", "ignore"}
         When some β_n equals some α_k the scheme is partly systematic (exact while worker n survives),
         which is good for accuracy but makes measured convergence rates optimistic. ``"warn"`` (the
@@ -148,8 +160,10 @@ class CodingScheme:
         nan_policy: str = "raise",
         on_coincidence: str = "warn",
     ) -> None:
-        self.num_inputs = check_int("num_inputs", num_inputs, 1)
-        self.num_workers = check_int("num_workers", num_workers, 1)
+        self.num_inputs = check_int("num_inputs", num_inputs, 1, MAX_INPUTS, "inputs per batch")
+        self.num_workers = check_int("num_workers", num_workers, 1, MAX_WORKERS,
+                                     "one Dask task per worker per batch; no cluster runs more")
+        check_code_size(self.num_inputs, self.num_workers)
         self.points = check_choice("points", points, _points.POINTS)
         self.nan_policy = check_choice("nan_policy", nan_policy, NAN_POLICIES)
         self.on_coincidence = check_choice("on_coincidence", on_coincidence, ON_COINCIDENCE)
@@ -357,13 +371,13 @@ class CodingScheme:
             with np.errstate(over="ignore", invalid="ignore"):
                 out = Mx @ A2
             seen = out[probe] if type(probe) is int else out[list(probe)]
-            bad = not np.isfinite(seen).all() and not np.isfinite(A2).all()
+            bad = not np.isfinite(seen).all()
         else:
             out = Mx @ A2
             seen = out[probe, :] if type(probe) is int else xp.take(out, xp.asarray(probe, device=dev), axis=0)
-            bad = not bool(xp.all(xp.isfinite(seen))) and not bool(xp.all(xp.isfinite(A2)))
+            bad = not bool(xp.all(xp.isfinite(seen)))
         if bad:
-            raise self._non_finite(name)
+            self._raise_non_finite(xp, A2, out[:p, ...], name)
         if out.shape[0] > p:  # the fallback's extra row of ones
             out = out[:p, ...]
         return xp.reshape(out, (p, *shape))
@@ -400,6 +414,25 @@ class CodingScheme:
             return Mx, probes[0] if len(probes) == 1 else tuple(sorted(probes))
         host = np.vstack([host, np.ones((1, host.shape[1]))])
         return xp.asarray(host, dtype=dtype, device=dev), host.shape[0] - 1
+
+    def _raise_non_finite(self, xp, A2, out, name: str) -> None:
+        """The slow path of the check, when a probe row is not finite: NaN/Inf in the input raise; so does
+        an output that overflowed the dtype on finite input; a probe that overflowed alone (the fallback's
+        row of ones sums the inputs) is no error."""
+        if not bool(xp.all(xp.isfinite(A2))):
+            raise self._non_finite(name)
+        if not bool(xp.all(xp.isfinite(out))):
+            raise self._overflow(name, A2.dtype, float(xp.max(xp.abs(A2))))
+
+    def _overflow(self, name: str, dtype, largest: float) -> InvalidInputError:
+        host = _host_dtype(dtype)
+        verb = "encoding" if name == "X" else "decoding"
+        return InvalidInputError(
+            f"{name} is finite but {verb} it overflows {host.name} with code {self.name!r} (largest |{name}| "
+            f"{largest:.3g}, largest {host.name} {float(np.finfo(host).max):.3g}; the code's weights amplify "
+            f"it): cast {name} to float64 or scale it down (nan_policy='raise'; nan_policy='propagate' returns "
+            "the inf instead)"
+        )
 
     def _non_finite(self, name: str) -> InvalidInputError:
         return InvalidInputError(

@@ -7,7 +7,8 @@ Encoder and decoder are Berrut's rational interpolant (METHODS.md §4; arXiv 200
 over the data points α (encoder, evaluated at β) and over the *sorted* surviving worker points β_F
 (decoder, evaluated at α). The sign (−1)^j runs over positions in the sorted list of nodes, never over
 the original worker index: original-index signs put poles inside Ω (mean MSE 4.1 against 1.7e-3 on
-x·sin x, METHODS.md §4). A query that equals a node returns that node's value. Berrut's interpolant has
+x·sin x, METHODS.md §4). A query that equals a node, or is so close to one that 1/(z − z_j) overflows
+(a subnormal offset), returns that node's value (:func:`~gcc_dask.coding.points.at_node`). Berrut's interpolant has
 no poles on the real line for any node set, so any |F| ≥ 1 decodes, and each row of weights sums to 1.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from .base import CodingScheme
+from .points import at_node
 from .registry import register_code
 
 __all__ = ["BACC", "berrut_matrix"]
@@ -29,19 +31,21 @@ def berrut_matrix(nodes: np.ndarray, queries: np.ndarray) -> np.ndarray:
     nodes : ndarray of shape (n,), float64
         Interpolation nodes, strictly ascending (the signs alternate over this order).
     queries : ndarray of shape (q,), float64
-        Evaluation points. A query equal to a node gets the unit row of that node.
+        Evaluation points. A query equal to a node gets the unit row of that node, and so does a query
+        so close to a node that ``1 / (z - z_j)`` overflows (it would give inf/inf = NaN).
     """
     nodes = np.asarray(nodes, dtype=np.float64)
     queries = np.asarray(queries, dtype=np.float64)
     signs = np.where(np.arange(nodes.size) % 2 == 0, 1.0, -1.0)
     diff = queries[:, None] - nodes[None, :]
-    hit = diff == 0.0
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         C = signs / diff
         W = C / C.sum(axis=1, keepdims=True)
-    rows = hit.any(axis=1)
-    if rows.any():
-        W[rows] = hit[rows].astype(np.float64)
+    node = at_node(nodes, queries)
+    rows = np.flatnonzero(node >= 0)
+    if rows.size:
+        W[rows] = 0.0
+        W[rows, node[rows]] = 1.0
     return W
 
 

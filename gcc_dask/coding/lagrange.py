@@ -9,10 +9,15 @@ for exact data when |F| > R, better conditioned than a monomial Vandermonde) and
 Below ``R`` results the code raises: it never guesses.
 
 Over the reals LCC is ill-conditioned as K·D grows even with Chebyshev points: see
-:meth:`LCC.condition_number`.
+:meth:`LCC.condition_number`. On equispaced points the encoder itself amplifies the data (the Runge
+phenomenon: coded inputs up to 60 times the data's scale at K = 8): `encoder_amplification` records
+``‖E‖_∞``, and a :class:`~gcc_dask.coding.ConditioningWarning` is given above
+:data:`AMPLIFICATION_WARN_AT`.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 from numpy.polynomial import chebyshev
@@ -21,11 +26,15 @@ from scipy.interpolate import BarycentricInterpolator
 
 from gcc_dask.errors import ConfigError
 
-from .base import CodingScheme
+from .base import CodingScheme, ConditioningWarning
+from .points import at_node
 from .registry import register_code
 from .validation import check_int
 
 __all__ = ["LCC"]
+
+#: Encoder amplification ‖E‖_∞ above which LCC warns (Chebyshev points stay near 2-3 up to K = 32).
+AMPLIFICATION_WARN_AT = 10.0
 
 
 @register_code("lcc")
@@ -44,6 +53,13 @@ class LCC(CodingScheme):
     on_coincidence : {"warn", "nudge", "ignore"}
         Default ``"ignore"``: coincidences do not matter to an exact code; they are still recorded in
         `coincident_points`.
+
+    Attributes
+    ----------
+    encoder_amplification : float
+        ``‖E‖_∞ = max_n Σ_k |E_nk|``, the most a coded input can exceed the largest input in magnitude
+        (a Lebesgue constant over the worker points). Above 10 a
+        :class:`~gcc_dask.coding.ConditioningWarning` is given at construction.
 
     Notes
     -----
@@ -78,6 +94,22 @@ class LCC(CodingScheme):
                 f"degree={self.degree}. Increase num_workers or lower num_inputs/degree."
             )
         self._finish()
+        self.encoder_amplification = self._check_amplification()
+
+    def _check_amplification(self) -> float:
+        """``‖E‖_∞``, with a :class:`ConditioningWarning` when it exceeds :data:`AMPLIFICATION_WARN_AT`."""
+        factor = float(np.abs(self.encoder_matrix).sum(axis=1).max())
+        if factor > AMPLIFICATION_WARN_AT:
+            warnings.warn(
+                f"code 'lcc' with points={self.points!r}, num_inputs={self.num_inputs}, "
+                f"num_workers={self.num_workers}: the encoder amplifies the data up to {factor:.3g} times "
+                "(max row abs-sum of the encoder matrix, the Runge phenomenon), so coded inputs leave the "
+                "data's range and rounding errors grow as much; use points='chebyshev' (under 3.2 for "
+                "num_inputs <= 32) or fewer inputs per batch",
+                ConditioningWarning,
+                stacklevel=4,
+            )
+        return factor
 
     def _scheme_params(self) -> dict:
         return {"degree": self.degree}
@@ -87,7 +119,12 @@ class LCC(CodingScheme):
         K = self.num_inputs
         if K == 1:
             return np.ones((z.size, 1))
-        return np.atleast_2d(BarycentricInterpolator(self.data_points, np.eye(K))(z))
+        interp = BarycentricInterpolator(self.data_points, np.eye(K))
+        z = np.atleast_1d(z)
+        node = at_node(self.data_points, z, interp.wi)  # w_j / (z - α_j) overflows: z is α_j to every digit
+        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+            E = np.atleast_2d(interp(np.where(node >= 0, self.data_points[np.maximum(node, 0)], z)))
+        return E
 
     def _decoder_map(self, rs: np.ndarray, z: np.ndarray) -> np.ndarray:
         # D = T(z) V⁺ with V = T(β_F) the (|F|, R) Chebyshev–Vandermonde matrix, R = deg + 1 ≤ |F|: with the
@@ -104,3 +141,4 @@ class LCC(CodingScheme):
         r = self._validated(self._key(received))
         V = chebyshev.chebvander(self.worker_points[r], self.recovery_threshold - 1)
         return float(np.linalg.cond(V))
+

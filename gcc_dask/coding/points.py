@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["POINTS", "coincidences", "data_points", "nudge", "worker_points"]
+__all__ = ["POINTS", "at_node", "coincidences", "data_points", "nudge", "worker_points"]
 
 POINTS = ("chebyshev", "equispaced")
 
@@ -55,6 +55,23 @@ def worker_points(kind: str, num_workers: int) -> np.ndarray:
     if kind == "chebyshev":
         return _symmetrise(np.cos(n * np.pi / (num_workers - 1)))
     return _symmetrise(np.linspace(-1.0, 1.0, num_workers))
+
+
+def at_node(nodes: np.ndarray, queries: np.ndarray, weights: np.ndarray | float = 1.0) -> np.ndarray:
+    """For barycentric formulas: the node each query sits at, or -1; shape (q,), int64.
+
+    A query sits at node j when ``z == x_j``, or when it is so close that the barycentric term
+    ``w_j / (z - x_j)`` overflows (a subnormal offset such as ``x_j + 1e-310``): the formula then gives
+    inf/inf = NaN, while its limit, and its value to every digit a float64 holds, is the node's own
+    value. Callers put the unit row of that node there. No tolerance is involved: a query whose term
+    is finite keeps the formula's value.
+    """
+    diff = queries[:, None] - nodes[None, :]
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        term = np.asarray(weights, dtype=np.float64) / diff
+    hit = (diff == 0.0) | np.isinf(term)
+    nearest = np.argmin(np.abs(diff), axis=1) if nodes.size else np.zeros(queries.size, dtype=np.int64)
+    return np.where(hit.any(axis=1), nearest, -1).astype(np.int64)
 
 
 def coincidences(alpha: np.ndarray, beta: np.ndarray, tol: float = COINCIDENCE_TOL) -> np.ndarray:

@@ -12,16 +12,33 @@ from typing import Any
 import numpy as np
 
 from gcc_dask.errors import ConfigError, InvalidInputError
+from gcc_dask.limits import MAX_CODE_ENTRIES
 
-__all__ = ["check_choice", "check_int", "check_nonneg", "check_positive", "index_array", "to_numpy"]
+__all__ = ["check_choice", "check_code_size", "check_int", "check_nonneg", "check_positive", "index_array",
+           "to_numpy"]
 
 
-
-
-def check_int(name: str, value: Any, minimum: int) -> int:
+def check_int(name: str, value: Any, minimum: int, maximum: int | None = None, why: str = "") -> int:
+    """`value` as an int in ``[minimum, maximum]``; `why` says where the maximum comes from."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ConfigError(f"{name} must be an integer >= {minimum}; got {name}={value!r}")
+        bound = f"in [{minimum}, {maximum}]" if maximum is not None else f">= {minimum}"
+        raise ConfigError(f"{name} must be an integer {bound}; got {name}={value!r}")
+    if maximum is not None and value > maximum:
+        reason = f" ({why})" if why else ""
+        raise ConfigError(f"{name} must be an integer in [{minimum}, {maximum}]{reason}; got {name}={value!r}")
     return int(value)
+
+
+def check_code_size(num_inputs: int, num_workers: int) -> None:
+    """Refuse an (N, K) encoder matrix of more than ``gcc_dask.limits.MAX_CODE_ENTRIES`` entries, before
+    anything is allocated."""
+    entries = num_inputs * num_workers
+    if entries > MAX_CODE_ENTRIES:
+        raise ConfigError(
+            f"num_inputs * num_workers must be at most {MAX_CODE_ENTRIES:,} (the (N, K) float64 encoder "
+            f"matrix); got num_inputs={num_inputs!r}, num_workers={num_workers!r}, whose encoder alone "
+            f"would take {entries * 8 / 2**30:.1f} GiB"
+        )
 
 
 def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:

@@ -7,7 +7,7 @@ The sections mirror DESIGN.md "Configuration"::
 :func:`load_config` reads a YAML file (or takes a mapping), applies ``--set key.sub=value`` overrides and
 validates. Every problem becomes one :class:`~gcc_dask.errors.ConfigError` line of the form
 ``"<key.path>: got <value!r>; expected <what is valid>"``. Durations accept ``"50ms"``/``"2s"`` strings
-or numbers of seconds (:func:`dask.utils.parse_timedelta`) and are stored as float seconds.
+or numbers of seconds up to one day (:func:`gcc_dask.limits.parse_seconds`), stored as float seconds.
 
 Modules, imported one way: :mod:`.fields` (scheme names, error lines, durations, the base section) ←
 :mod:`.sections` (one pydantic model per section, :class:`PipelineConfig`) ← :mod:`.loading` (YAML,

@@ -2,20 +2,20 @@
 
 Every problem becomes one :class:`~gcc_dask.errors.ConfigError` line of the form
 ``"<key.path>: got <value!r>; expected <what is valid>"``; durations accept ``"50ms"``/``"2s"`` strings or
-numbers of seconds (:func:`dask.utils.parse_timedelta`) and are stored as float seconds.
+numbers of seconds up to one day (:func:`gcc_dask.limits.parse_seconds`) and are stored as float seconds.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from collections.abc import Sequence
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from gcc_dask.errors import ConfigError
+from gcc_dask.limits import MAX_CODE_ENTRIES, MAX_INPUTS, MAX_WORKERS, parse_seconds
 
 #: Every scheme name a config may list (kept equal to ``gcc_dask.coding.list_codes()`` by a test).
 SCHEMES: tuple[str, ...] = ("bacc", "bspline", "gcc", "lcc", "letcc", "replication", "uncoded")
@@ -55,28 +55,23 @@ def _fail(key: str, value: Any, expected: str) -> ConfigError:
 def parse_duration(value: Any, *, allow_none: bool = False) -> float | None:
     """Parse a duration (``"50ms"``, ``"2s"``, or a number of seconds) into float seconds.
 
+    Strings are a decimal number and a unit (:func:`gcc_dask.limits.parse_seconds`): a string without
+    a unit such as ``"5"`` is refused rather than guessed (write ``"5s"`` or the number ``5``), and so
+    are underscores (``"1_000"``), signs and anything :func:`dask.utils.parse_timedelta` would read
+    surprisingly. Every duration is at most one day (``gcc_dask.limits.MAX_DURATION``).
+
     Raises
     ------
     ValueError
-        If the value is not a finite, non-negative duration (a ``ValueError`` subclass that
+        If the value is not a finite duration in [0, 86400] s (a ``ValueError`` subclass that
         :func:`load_config` reports as one ConfigError line).
     """
-    from dask.utils import parse_timedelta
-
-    expected = "a duration such as '50ms' or '2s', or a number of seconds >= 0"
-    if value is None:
-        if allow_none:
-            return None
-        raise _Invalid(None, value, expected)
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise _Invalid(None, value, expected)
+    if value is None and allow_none:
+        return None
     try:
-        seconds = float(parse_timedelta(value.strip() if isinstance(value, str) else value))
-    except Exception:
-        raise _Invalid(None, value, expected) from None
-    if not math.isfinite(seconds) or seconds < 0:
-        raise _Invalid(None, value, expected)
-    return seconds
+        return parse_seconds(value)
+    except ValueError as exc:
+        raise _Invalid(None, value, str(exc)) from None
 
 
 def _duration(value: Any) -> float:
@@ -95,10 +90,44 @@ def _as_path_str(value: Any) -> Any:
     return os.fspath(value) if isinstance(value, os.PathLike) else value
 
 
+def _at_most(limit: int, why: str):
+    def check(value: int) -> int:
+        if value > limit:
+            raise _Invalid(None, value, f"an integer from 1 to {limit:,} ({why})")
+        return value
+
+    return check
+
+
+def check_sizes(cfg: Any) -> None:
+    """Refuse a batch geometry no cluster can run (``gcc_dask.limits``), for a :class:`PipelineConfig`.
+
+    `num_inputs` and `num_workers` are bounded by their types; here: replication's ``copies * K`` workers,
+    and ``K * N`` per scheme (every scheme builds its (N, K) float64 encoder matrix).
+    """
+    k = cfg.code.num_inputs
+    for scheme in cfg.schemes:
+        n = cfg.workers_for(scheme)
+        if scheme == "replication" and n > MAX_WORKERS:
+            raise _Invalid("replication.copies", cfg.replication.copies,
+                           f"an integer >= 2 with copies * code.num_inputs <= {MAX_WORKERS:,} (the "
+                           f"workers of one replication batch; here {n:,})")
+        if k * n > MAX_CODE_ENTRIES:
+            key, value = ("code.num_workers", n) if scheme in CODED_SCHEMES and k * k <= MAX_CODE_ENTRIES \
+                else ("code.num_inputs", k)
+            raise _Invalid(key, value, f"num_inputs * num_workers <= {MAX_CODE_ENTRIES:,} for scheme "
+                                       f"{scheme!r}: here K = {k:,} and N = {n:,}, so its (N, K) encoder "
+                                       f"matrix alone would take {k * n * 8 / 2**30:.1f} GiB")
+
+
 Duration = Annotated[float, BeforeValidator(_duration)]
 OptionalDuration = Annotated[float | None, BeforeValidator(_optional_duration)]
 PathStr = Annotated[str, BeforeValidator(_as_path_str)]
 PosInt = Annotated[int, Field(ge=1)]
+#: K and N of a batch, bounded by ``gcc_dask.limits`` (65,536 each).
+InputCount = Annotated[int, Field(ge=1), AfterValidator(_at_most(MAX_INPUTS, "inputs per batch"))]
+WorkerCount = Annotated[int, Field(ge=1), AfterValidator(
+    _at_most(MAX_WORKERS, "one Dask task per worker per batch; no cluster runs more"))]
 
 
 class _Section(BaseModel):

@@ -24,12 +24,15 @@ from .fields import (
     CODED_SCHEMES,
     SCHEMES,
     Duration,
+    InputCount,
     OptionalDuration,
     PathStr,
     PosInt,
+    WorkerCount,
     _as_list,
     _Invalid,
     _Section,
+    check_sizes,
 )
 
 _SOURCE_KEYS: dict[str, tuple[str, ...]] = {
@@ -166,9 +169,9 @@ class CodeConfig(_Section):
     per shard.
     """
 
-    num_inputs: PosInt
-    num_workers: PosInt
-    block_size: PosInt = 64
+    num_inputs: InputCount
+    num_workers: WorkerCount
+    block_size: Annotated[int, Field(ge=1, le=65536)] = 64
     points: Literal["chebyshev", "equispaced"] = "chebyshev"
 
 
@@ -371,6 +374,7 @@ class PipelineConfig(_Section):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> PipelineConfig:
+        check_sizes(self)
         k, n = self.code.num_inputs, self.code.num_workers
         coded = [s for s in self.schemes if s in CODED_SCHEMES]
         if coded and n < k:

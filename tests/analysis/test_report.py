@@ -123,6 +123,54 @@ def test_deadline_curve_store_only_on_known_arrivals(tmp_path):
     assert "store-only" in rep.markdown
 
 
+def _summarize(path):
+    from gcc_dask.analysis.summary import summarize_run
+
+    return summarize_run(str(path))
+
+
+DAMAGED = [
+    ("gcc/decoded/c/1/0", _summarize,
+     r"its array 'gcc/decoded' has a damaged chunk c/1/0 \(sample 2-3, batch 1, output 0\) that cannot be read "
+     r"\(RuntimeError: Zstd decompression error"),
+    ("gcc/status/c/0", _summarize,
+     r"its array 'gcc/status' has a damaged chunk c/0 \(batches 0-2\)"),
+    ("inputs/reference/c/2/0", lambda p: deadline_curve(p, recompute=False),
+     r"its array 'inputs/reference' has a damaged chunk c/2/0 \(sample 4-5, batch 2, output 0\)"),
+    ("gcc/latency_s/c/0/0", latency_table, r"its array 'gcc/latency_s' has a damaged chunk c/0/0 \(batches 0-2, "
+                                           r"worker 0-3\)"),
+    ("gcc/cutoff_s/c/0", lambda p: make_report(p, p.parent / "rep", recompute=False),
+     r"its array 'gcc/cutoff_s' has a damaged chunk c/0 \(batches 0-2\)"),
+]
+
+
+@pytest.mark.parametrize(("chunk", "read", "match"), DAMAGED,
+                         ids=["decoded-summary", "status-summary", "reference-deadline", "latency-table", "report"])
+def test_damaged_chunk_names_store_array_and_batch(tmp_path, chunk, read, match):
+    from gcc_dask.errors import StoreError
+
+    path = _synthetic_run(tmp_path / "run.zarr")
+    (path / chunk).write_bytes(np.random.default_rng(0).bytes(64))
+    with pytest.raises(StoreError, match=match) as info:
+        read(path)
+    text = str(info.value)
+    assert "\n" not in text and text.startswith(f"store path: got {str(path)!r}; ")
+    assert text.endswith(f"restore {str(path / chunk)!r} from a copy, or rerun into a new store")
+
+
+def test_damaged_sweep_chunk_is_named_and_other_errors_pass_through(tmp_path):
+    from gcc_dask.analysis.stores import names_corrupt_chunks
+    from gcc_dask.errors import StoreError
+
+    store = synthetic_sweep(tmp_path / "s.zarr", lambda sc, K, N, s, t: N**-3.0)
+    with pytest.raises(ZeroDivisionError):  # a bug, not damage: unchanged
+        names_corrupt_chunks(lambda p: 1 / 0)(store)
+    (store / "mse" / "c" / "0" / "0" / "0" / "0" / "0").write_bytes(b"\x00" * 32)
+    with pytest.raises(StoreError, match=r"its array 'mse' has a damaged chunk c/0/0/0/0/0 \(scheme 0-1, "
+                                         r"num_inputs 0, num_workers 0-3, S 0-1, trial 0-3\)"):
+        make_report(store, tmp_path / "rep")
+
+
 # --------------------------------------------------------------------------------------------- CLI
 def test_cli_report_and_user_errors(tmp_path):
     store = synthetic_sweep(tmp_path / "s.zarr", lambda sc, K, N, s, t: N**-3.0)

@@ -32,8 +32,24 @@ def _cfg(**over):
     ({"trials": 0}, r"trials: got 0; expected a number greater than or equal to 1"),
     ({"params": {"lcc": {"degree": 2}}}, r"params\.lcc"),
     ({"bogus": 1}, "unknown key 'bogus'"),
+    # bounds no machine meets (gcc_dask.limits)
+    ({"code": {"num_inputs": [6], "num_workers": [13, 100_000]}},
+     r"^code\.num_workers\.1: got 100000; expected an integer from 1 to 65,536 \(one Dask task per worker"),
+    ({"code": {"num_inputs": [100_000], "num_workers": [13]}},
+     r"^code\.num_inputs\.0: got 100000; expected an integer from 1 to 65,536 \(inputs per batch\)$"),
+    ({"code": {"num_inputs": [8192], "num_workers": [8192, 16384]}},
+     r"^code\.num_workers: got \[8192, 16384\]; expected values with num_inputs \* num_workers <= 67,108,864: "
+     r"here K = 8,192 and N = 16,384, so the \(N, K\) encoder matrix alone would take 1\.0 GiB$"),
+    ({"stragglers": {"model": "fixed_count", "S": [1, 10**6]}},
+     r"^stragglers\.S\.1: got 1000000; expected a number less than or equal to 65536$"),
+    ({"trials": 10**9}, r"^trials: got 1000000000; expected a number less than or equal to 1000000$"),
+    ({"run": {"trials_per_task": 10**9}}, r"^run\.trials_per_task: got 1000000000; expected a number less than"),
+    ({"trials": 10**6, "stragglers": {"model": "fixed_count", "S": [1, 2, 3, 4, 5]}},
+     r"^trials: got 1000000; expected a grid of at most 16,777,216 results per metric \(schemes x num_inputs x "
+     r"num_workers x S x trials = 2 x 1 x 2 x 5 x 1000000 = 20,000,000\); use fewer trials or split the sweep$"),
 ], ids=["kind", "source-on-analytic", "duplicate", "unknown-scheme", "S-missing", "p-range", "pattern",
-        "duplicate-N", "trials", "params-unlisted", "unknown-key"])
+        "duplicate-N", "trials", "params-unlisted", "unknown-key", "N-1e5", "K-1e5", "encoder-1GiB", "S-1e6",
+        "trials-1e9", "trials-per-task-1e9", "grid-2e7"])
 def test_sweep_config_rejects(over, match):
     with pytest.raises(ConfigError, match=match):
         load_sweep_config(_cfg(**over))

@@ -104,7 +104,7 @@ def test_register_code_adds_a_scheme():
 
 BAD_PARAMS = [
     ("nope", {"num_inputs": 4, "num_workers": 8}, "unknown code 'nope'"),
-    ("gcc", {"num_inputs": 0, "num_workers": 8}, "num_inputs must be an integer >= 1; got num_inputs=0"),
+    ("gcc", {"num_inputs": 0, "num_workers": 8}, r"num_inputs must be an integer in \[1, 65536\]; got num_inputs=0"),
     ("gcc", {"num_inputs": 2.5, "num_workers": 8}, "num_inputs=2.5"),
     ("gcc", {"num_inputs": 4, "num_workers": True}, "num_workers=True"),
     ("gcc", {"num_inputs": 4, "num_workers": 1}, "min_received=2"),
@@ -145,6 +145,39 @@ def test_make_code_rejects(name, params, match):
     with pytest.raises(ConfigError, match=match) as info:
         make_code(name, **params)
     assert isinstance(info.value, GccDaskError) and isinstance(info.value, ValueError)
+
+
+TOO_LARGE = [
+    ("gcc", {"num_inputs": 8, "num_workers": 100_000},
+     r"num_workers must be an integer in \[1, 65536\] \(one Dask task per worker per batch.*num_workers=100000"),
+    ("bacc", {"num_inputs": 8, "num_workers": 2 * 10**9}, r"num_workers=2000000000$"),
+    ("bacc", {"num_inputs": 100_000, "num_workers": 8}, r"num_inputs must be an integer in \[1, 65536\]"),
+    ("bacc", {"num_inputs": 8192, "num_workers": 16384},
+     r"num_inputs \* num_workers must be at most 67,108,864 .* would take 1.0 GiB"),
+    ("uncoded", {"num_inputs": 16384, "num_workers": 16384}, r"num_inputs \* num_workers must be at most"),
+    ("replication", {"num_inputs": 8, "num_workers": 8 * 10**6}, r"num_workers=8000000$"),
+]
+
+
+@pytest.mark.parametrize(("name", "params", "match"), TOO_LARGE,
+                         ids=["gcc-1e5-workers", "bacc-2e9-workers", "bacc-1e5-inputs", "bacc-encoder-1GiB",
+                              "uncoded-encoder-2GiB", "replication-8e6-workers"])
+def test_make_code_refuses_sizes_no_cluster_meets_before_allocating(name, params, match):
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(ConfigError, match=match):
+            make_code(name, **params)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**20, f"allocated {peak} bytes before refusing"
+
+
+def test_make_code_accepts_the_largest_sizes():
+    code = make_code("bacc", num_inputs=8, num_workers=65_536)
+    assert code.encoder_matrix.shape == (65_536, 8)
 
 
 # -- bad data ------------------------------------------------------------------------------------------
@@ -219,18 +252,47 @@ def test_huge_finite_values_are_not_mistaken_for_nan():
     np.testing.assert_array_equal(out, np.vstack([X, X]))
 
 
-def test_an_overflowing_probe_row_is_rechecked_not_rejected():
-    """The check reads one output row; where that row overflows float32 on finite data, the data are
-    scanned and nothing is raised (the overflow is the caller's result, as with a bare matmul)."""
-    code = make_code("gcc", num_inputs=4, num_workers=10)
-    X = np.full((4, 3), 3.3e38, dtype=np.float32)
-    X[1] = -3.3e38  # rows of E mix neighbours with coefficients of both signs and |sum| > 1
+def _near_max(shape, dtype, flip):
+    A = np.full(shape, 0.97 * np.finfo(dtype).max, dtype=dtype)
+    A[flip] *= -1  # rows of E and D mix neighbours with coefficients of both signs and |sum| > 1
+    return A
+
+
+OVERFLOW = [
+    ("gcc", "encode", _near_max((4, 3), np.float32, 1), "X is finite but encoding it overflows float32 with code "
+     r"'gcc' \(largest \|X\| 3.3e\+38, largest float32 3.4e\+38; the code's weights amplify it\): cast X to float64 "
+     r"or scale it down"),
+    ("gcc", "encode", _near_max((4, 3), np.float16, 1), "X is finite but encoding it overflows float16"),
+    ("bacc", "decode", _near_max((10, 3), np.float32, slice(None, None, 2)),
+     "Y is finite but decoding it overflows float32 with code 'bacc'"),
+]
+
+
+@pytest.mark.parametrize(("name", "method", "A", "match"), OVERFLOW,
+                         ids=["gcc-encode-float32", "gcc-encode-float16", "bacc-decode-float32"])
+def test_coded_values_that_overflow_the_dtype_raise_unless_propagate(name, method, A, match):
+    """Finite data whose coded values overflow the dtype: an error with nan_policy='raise' (not a silent inf),
+    the bare matmul's inf with nan_policy='propagate'."""
+    args = (A,) if method == "encode" else (A, np.arange(10))
+    with pytest.raises(InvalidInputError, match=match):
+        getattr(make_code(name, num_inputs=4, num_workers=10), method)(*args)
+    code = make_code(name, num_inputs=4, num_workers=10, nan_policy="propagate")
+    M = code.encoder_matrix if method == "encode" else code.decoder_matrix(np.arange(10))
     with np.errstate(over="ignore", invalid="ignore"):
-        expected = code.encoder_matrix.astype(np.float32) @ X
-    assert not np.isfinite(expected).all()  # the probe does overflow here
-    with np.errstate(over="ignore", invalid="ignore"):
-        out = code.encode(X)
-    np.testing.assert_array_equal(np.isfinite(out), np.isfinite(expected))
+        expected = M.astype(A.dtype) @ A
+        out = getattr(code, method)(*args)
+    assert not np.isfinite(expected).all()
+    np.testing.assert_array_equal(out, expected)
+
+
+def test_an_overflowing_row_of_ones_alone_is_no_error():
+    """The fallback probe (a row of ones) sums the inputs and may overflow where no output does."""
+    import array_api_compat.numpy as xp
+
+    code = make_code("gcc", num_inputs=2, num_workers=4)
+    A = np.full((2, 3), 3e38, dtype=np.float32)
+    out = code._apply(xp, np.eye(2), A, {}, "X")  # no row weighs both inputs: the row of ones is the probe
+    np.testing.assert_array_equal(out, A)
 
 
 SCHEMES_AND_SIZES = [("gcc", 4, 10), ("gcc", 8, 256), ("letcc", 4, 10), ("bacc", 4, 10), ("bspline", 4, 10),

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pickle
+import warnings
+
 import numpy as np
 import pytest
 from scipy.interpolate import make_smoothing_spline
 
-from gcc_dask.coding import berrut_matrix, make_code
+from gcc_dask.coding import ConditioningWarning, berrut_matrix, make_code
 from gcc_dask.errors import ConfigError, NotEnoughResultsError
 
 RNG = np.random.default_rng(1234)
@@ -151,6 +154,42 @@ def test_berrut_exact_node_hits():
     np.testing.assert_array_equal(code.decoder_at([0, 3, 4, 8], code.worker_points[[0, 3, 4, 8]]), np.eye(4))
 
 
+# A query a subnormal distance from a node: 1/(z - node) overflows, and the barycentric formula gave
+# inf/inf = NaN. The nodes at 0 (odd N or odd K, Chebyshev points) are where this happens.
+NEAR_NODE = [
+    (lambda: make_code("bacc", num_inputs=4, num_workers=9, on_coincidence="ignore").decoder_at(range(9), [1e-310]),
+     4),
+    (lambda: make_code("bacc", num_inputs=4, num_workers=9, on_coincidence="ignore").decoder_at(range(9), [-5e-324]),
+     4),
+    (lambda: make_code("bacc", num_inputs=4, num_workers=9, on_coincidence="ignore").decoder_at([8, 4, 0, 2], [1e-310]),
+     1),
+    (lambda: make_code("bacc", num_inputs=5, num_workers=16).encoder_at([1e-310]), 2),
+    (lambda: make_code("lcc", num_inputs=5, num_workers=9, degree=1).encoder_at([1e-310]), 2),
+    (lambda: make_code("lcc", num_inputs=5, num_workers=9, degree=1).encoder_at([-5e-324]), 2),
+    (lambda: berrut_matrix(np.array([-1.0, 0.0, 1.0]), np.array([2e-320])), 1),
+]
+
+
+@pytest.mark.parametrize(("weights", "node"), NEAR_NODE,
+                         ids=["bacc-decoder", "bacc-decoder-smallest-subnormal", "bacc-decoder-unsorted-subset",
+                              "bacc-encoder", "lcc-encoder", "lcc-encoder-negative", "berrut-matrix"])
+def test_barycentric_row_at_a_subnormal_offset_is_the_node(weights, node):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        W = weights()
+    expected = np.zeros_like(W)
+    expected[0, node] = 1.0
+    np.testing.assert_array_equal(W, expected)
+
+
+def test_barycentric_rows_near_a_node_keep_the_formula():
+    code = make_code("bacc", num_inputs=4, num_workers=9, on_coincidence="ignore")
+    W = code.decoder_at(range(9), [1e-300])  # 1/1e-300 is finite: the formula's value, not a snapped row
+    assert W[0, 4] == 1.0 and 0 < abs(W[0, 3]) < 1e-299
+    lcc = make_code("lcc", num_inputs=5, num_workers=9, degree=1)
+    np.testing.assert_allclose(lcc.encoder_at([0.3]).sum(), 1.0)
+
+
 def test_bspline_reproduces_cubics_and_needs_four():
     code = make_code("bspline", num_inputs=6, num_workers=20)
     F = random_received(20, 14, 5)
@@ -188,6 +227,53 @@ def test_lcc_exact_at_threshold_and_raises_below(K, D):
         with pytest.raises(NotEnoughResultsError, match=f"at least {R}"):
             code.decode(Yall[F], F)
         assert not code.decodable(F).any()
+
+
+LCC_AMPLIFICATION = [  # (points, K, N, ‖E‖_∞, warns)
+    ("equispaced", 8, 16, 59.5, True),
+    ("equispaced", 5, 9, 10.4, True),
+    ("equispaced", 4, 12, 6.0, False),
+    ("chebyshev", 8, 16, 2.29, False),
+    ("chebyshev", 32, 64, 3.17, False),
+]
+
+
+@pytest.mark.parametrize(("points", "K", "N", "factor", "warns"), LCC_AMPLIFICATION,
+                         ids=["equispaced-K8", "equispaced-K5", "equispaced-K4", "chebyshev-K8", "chebyshev-K32"])
+def test_lcc_warns_when_the_encoder_amplifies_the_data(points, K, N, factor, warns):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        code = make_code("lcc", num_inputs=K, num_workers=N, degree=1, points=points)
+    assert code.encoder_amplification == pytest.approx(factor, rel=1e-2)
+    X = np.ones((K, 1))
+    X[::2] = -1  # alternating data: the coded inputs reach the amplification
+    assert np.abs(code.encode(X)).max() == pytest.approx(factor, rel=1e-2)
+    found = [w for w in caught if issubclass(w.category, ConditioningWarning)]
+    assert len(found) == int(warns)
+    if warns:
+        assert str(found[0].message).startswith(
+            f"code 'lcc' with points='equispaced', num_inputs={K}, num_workers={N}: the encoder amplifies the "
+            f"data up to {code.encoder_amplification:.3g} times")
+        assert "use points='chebyshev'" in str(found[0].message)
+        assert found[0].filename == __file__  # points at the caller of make_code
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ConditioningWarning)
+            pickle.loads(pickle.dumps(code))  # warned once, where it was built: not again on each worker
+
+
+def test_lcc_sweep_and_pipeline_codes_do_not_warn():
+    from gcc_dask.config import load_config
+    from gcc_dask.sweep_config import load_sweep_config
+
+    cfg = load_sweep_config("pipelines/lcc_polynomial.yaml")
+    pipe = load_config("pipelines/smoke.yaml", ["schemes=[lcc]"], check_paths=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConditioningWarning)
+        for spec in cfg.schemes:
+            for K in cfg.code.num_inputs:
+                for N in cfg.code.num_workers:
+                    make_code(spec.code, num_inputs=K, num_workers=N, **cfg.code_params(spec))
+        make_code("lcc", num_inputs=pipe.code.num_inputs, num_workers=pipe.code.num_workers, **pipe.code_params("lcc"))
 
 
 # -- replication / uncoded ------------------------------------------------------------------------------
