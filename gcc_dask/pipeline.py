@@ -1,4 +1,4 @@
-"""Wire a pipeline: config -> source -> encode -> evaluate/cutoff -> decode -> store (DESIGN.md).
+"""Wire a pipeline: config -> source -> encode -> evaluate/cutoff -> decode -> store (docs/pipeline.rst).
 
 :func:`run_pipeline` is what ``gcc-dask run`` calls. It validates everything it can before touching the
 cluster (config, source, model against the data's shape, the store), resumes an existing store made by
@@ -248,7 +248,7 @@ def run_pipeline(
     Parameters
     ----------
     config : path, mapping or PipelineConfig
-        The pipeline (YAML file path or an equivalent mapping; see DESIGN.md "Configuration").
+        The pipeline (YAML file path or an equivalent mapping; see docs/configuration.rst).
     client : distributed.Client, optional
         Use this client (never closed here). Otherwise ``cluster.address``/``DASK_SCHEDULER_ADDRESS`` or
         an embedded LocalCluster.

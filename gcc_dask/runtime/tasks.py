@@ -118,7 +118,7 @@ class RunPlugin(WorkerPlugin):
         return self._memo(batch, "", _marking(lambda: _read_batch(self.source, batch, self.batch_size)))
 
     def encoded(self, batch: int, scheme: str) -> Any:
-        """The coded inputs of ``batch`` for ``scheme``: (N, *shape), CuPy when the run uses a GPU.
+        """The coded inputs of ``batch`` for ``scheme``: ``(N, *shape)``, CuPy when the run uses a GPU.
 
         Computed on each worker that runs shards of the batch (once per worker, see :meth:`_memo`), so no
         coded input ever moves between workers: a batch costs N shard tasks and a decode, nothing more.
