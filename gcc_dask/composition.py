@@ -1,6 +1,6 @@
 """Which samples are coded together, and in which order: the composition of coding groups, and the batch layout.
 
-The batch model (``docs/batch_model.rst``):
+The batch model (docs/pipeline.rst, section 'Batches, groups and blocks'):
 
 * a **group** is K samples coded together; position k of the group sits on the data point α_k (α ascending);
 * a **block** stacks B groups: coded input n of a batch is the (B, ...) array of the n-th coded sample of
@@ -145,7 +145,7 @@ class BatchLayout:
         return s // self.group_size, (s % self.group_size).astype(np.int32)
 
     def to_blocks(self, x: np.ndarray) -> np.ndarray:
-        """A batch's samples in slot order, (n_b, *shape), as the encoder's input (K, G, *shape).
+        """A batch's samples in slot order, ``(n_b, *shape)``, as the encoder's input ``(K, G, *shape)``.
 
         ``blocks[k, g]`` is position k of group g; a short last group is padded by repeating its last
         sample (the padded outputs are dropped by :meth:`from_blocks`).
@@ -159,7 +159,7 @@ class BatchLayout:
 
     @staticmethod
     def from_blocks(y: Any, n_real: int) -> Any:
-        """The inverse of :meth:`to_blocks` on outputs: (K, G, *out) -> (n_real, *out) in slot order.
+        """The inverse of :meth:`to_blocks` on outputs: ``(K, G, *out)`` -> ``(n_real, *out)`` in slot order.
 
         Works on NumPy and CuPy arrays alike (``swapaxes``/``reshape`` only).
         """
@@ -207,7 +207,7 @@ def fit_projection(x: np.ndarray, dims: int = DEFAULT_DIMS, seed: int = 0) -> Pr
 
     Parameters
     ----------
-    x : ndarray of shape (m, *shape)
+    x : ndarray of shape ``(m, *shape)``
         The samples to fit on (m >= 1), any real dtype.
     dims : int
         Components to keep (fewer when ``min(m, d)`` is smaller).

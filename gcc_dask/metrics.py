@@ -1,6 +1,6 @@
-"""Per-batch accuracy metrics (METHODS.md §7), shared by the runtime and the analysis.
+"""Per-batch accuracy metrics (docs/concepts.rst, section 'Metrics'), shared by the runtime and the analysis.
 
-All functions take host NumPy arrays of shape (n, *out); rows that could not be decoded are NaN.
+All functions take host NumPy arrays of shape ``(n, *out)``; rows that could not be decoded are NaN.
 """
 
 from __future__ import annotations

@@ -291,7 +291,7 @@ def run_pipeline(
     Parameters
     ----------
     config : path, mapping or PipelineConfig
-        The pipeline (YAML file path or an equivalent mapping; see ``docs/configuration.rst``).
+        The pipeline (YAML file path or an equivalent mapping; see docs/configuration.rst).
     client : distributed.Client, optional
         Use this client (never closed here). Otherwise ``cluster.address``/``DASK_SCHEDULER_ADDRESS`` or
         an embedded LocalCluster.
@@ -408,7 +408,7 @@ def _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, la
     if 0 < slots < widest:
         say(f"note: a batch has up to N = {widest} shards but the cluster has {slots} worker threads, so some "
             "shards queue behind their own batch's stragglers and the cutoff waits for them; add threads "
-            "(cluster.threads_per_worker) or workers (see docs/cutoff.rst, 'Slots and placement')")
+            "(cluster.threads_per_worker) or workers (docs/pipeline.rst, section 'Slots and placement')")
     plugin = RunPlugin(
         name=f"gcc-dask-{uuid.uuid4().hex[:8]}", workload=workload, codes=codes, source=source,
         sink=StoreSink(os.path.abspath(path)), layout=layout, use_gpu=use_gpu,

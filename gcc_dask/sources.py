@@ -177,7 +177,7 @@ class Source(ABC):
 
         Returns
         -------
-        X : numpy.ndarray of shape (stop - start, *sample_shape), dtype ``self.dtype``
+        X : numpy.ndarray of shape ``(stop - start, *sample_shape)``, dtype ``self.dtype``
             A fresh array (the caller may modify it).
         labels : numpy.ndarray of shape (stop - start,), int64, or None
             None when the source has no labels.
@@ -217,7 +217,7 @@ class Source(ABC):
 
         Returns
         -------
-        X : numpy.ndarray of shape (m, *sample_shape), dtype ``self.dtype``
+        X : numpy.ndarray of shape ``(m, *sample_shape)``, dtype ``self.dtype``
         labels : numpy.ndarray of shape (m,), int64, or None
 
         Raises

@@ -1,6 +1,6 @@
 """Straggler models: which workers are missing, and how long each worker takes (pure, seeded).
 
-Two kinds of model (DESIGN.md "Straggler injection", METHODS.md §1):
+Two kinds of model (docs/pipeline.rst, section 'Straggler injection'; docs/concepts.rst, section 'Stragglers'):
 
 * **Received-set models** draw the set ``F`` of surviving workers directly, for accuracy sweeps that need
   no cluster timing: :class:`FixedCount` (exactly ``S`` stragglers: random, a contiguous window, or
@@ -135,7 +135,7 @@ class SearchResult:
 
 
 class FixedCount:
-    """Exactly ``S`` of the ``N`` workers straggle: the worst-case model (METHODS.md §1).
+    """Exactly ``S`` of the ``N`` workers straggle: the worst-case model (docs/concepts.rst, section 'Stragglers').
 
     Parameters
     ----------
@@ -205,7 +205,7 @@ class FixedCount:
             Randomness (an int is a seed): same seed, same draw.
         code : CodingScheme, optional
             Orders the workers for ``contiguous``; required for ``adversarial``.
-        X : array of shape (K, *shape), optional
+        X : array of shape ``(K, *shape)``, optional
             The batch (``adversarial``).
         f : callable, optional
             ``f((n, *shape)) -> (n, *out)`` (``adversarial``).
@@ -253,7 +253,7 @@ class FixedCount:
         code : CodingScheme
             Uses ``num_workers``, ``encode``, ``decode`` (and, when present, ``worker_points``,
             ``decoder_matrix``, ``decodable``).
-        X : array of shape (K, *shape)
+        X : array of shape ``(K, *shape)``
             The batch (NumPy or CuPy).
         f : callable
             ``f((n, *shape)) -> (n, *out)``.
@@ -351,7 +351,7 @@ class _Scorer:
         return mse if math.isfinite(mse) else math.inf
 
     def _matrix(self, received: np.ndarray) -> np.ndarray | None:
-        """``D_F`` (K, |F|) float64, or None when F cannot be decoded."""
+        """``D_F`` ``(K, |F|)`` float64, or None when F cannot be decoded."""
         try:
             if not np.all(self.code.decodable(received)):
                 return None
@@ -405,7 +405,7 @@ def _refine(score: _Scorer, best: np.ndarray, mse: float, order: np.ndarray) -> 
 
 
 class Bernoulli:
-    """Each worker straggles independently with probability ``p`` (METHODS.md §1).
+    """Each worker straggles independently with probability ``p`` (docs/concepts.rst, section 'Stragglers').
 
     Parameters
     ----------

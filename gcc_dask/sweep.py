@@ -24,8 +24,11 @@ Store layout (Zarr v3, every array has dimension names; ``xr.open_zarr(path)`` i
       n_received      same  int32     |F|; -1 not run
       search_exhaustive same int8     adversarial only: 1 true worst case, 0 heuristic lower bound
       accuracy_uncoded (num_inputs, trial) float64   f's own accuracy on the trial's inputs
-      coincident_points (scheme, num_inputs, num_workers) int32   α/β coincidences (METHODS.md §2)
+      coincident_points (scheme, num_inputs, num_workers) int32   α/β coincidences (see below)
       status          (scheme, num_inputs, num_workers, S|p) int8  0 pending, 1 done, 2 skipped
+
+``coincident_points`` counts the worker points equal to a data point, which make a scheme partly
+systematic (docs/methods.rst, section 'Point placement').
 """
 
 from __future__ import annotations
@@ -64,7 +67,8 @@ _ATTRS = {
     "search_exhaustive": {"long_name": "adversary: 1 exhaustive (true worst case), 0 heuristic (lower "
                                        "bound), -1 n/a"},
     "accuracy_uncoded": {"long_name": "accuracy of f itself on the trial's inputs", "units": "1"},
-    "coincident_points": {"long_name": "worker points equal to a data point (METHODS.md §2)"},
+    "coincident_points": {"long_name": "worker points equal to a data point "
+                                       "(docs/methods.rst, section 'Point placement')"},
     "status": {"long_name": "cell status: 0 pending, 1 done, 2 skipped (invalid for the scheme)"},
 }
 
@@ -357,7 +361,7 @@ def _prepare_store(cfg: SweepConfig, path: Path, block: int, fn: _Function, out_
         shutil.rmtree(path) if path.is_dir() else path.unlink()
     if coincident.any():
         say(f"note: {int((coincident > 0).sum())} (scheme, K, N) combination(s) put a worker point on a data "
-            "point (recorded in coincident_points; METHODS.md §2)")
+            "point (recorded in coincident_points; docs/methods.rst, section 'Point placement')")
     ds, enc = _template(cfg, fn, block, out_shape, coincident)
     st_vals = cfg.stragglers.values
     status = np.zeros(ds["status"].shape, np.int8)

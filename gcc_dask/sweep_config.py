@@ -1,7 +1,7 @@
 """Validated sweep configuration: the grid of ``gcc-dask sweep`` (YAML in, frozen pydantic models out).
 
 A sweep measures decoding accuracy offline: no cluster timing, the received sets are drawn directly
-from the straggler models of :mod:`gcc_dask.stragglers` (DESIGN.md "Straggler injection"). Example::
+from the straggler models of :mod:`gcc_dask.stragglers` (docs/concepts.rst, section 'Stragglers'). Example::
 
     name: rate-worst-case
     function: {kind: xsinx, low: -3, high: 3}            # x ~ U(-3, 3), f(x) = x sin x
@@ -71,7 +71,33 @@ class _Section(BaseModel):
 
 
 class FunctionConfig(_Section):
-    """The function f and its input distribution (see the module docstring for the kinds)."""
+    """The function f and its input distribution (the kinds are described in :mod:`gcc_dask.sweep_config`).
+
+    Attributes
+    ----------
+    kind
+        ``xsinx`` (x·sin x elementwise), ``polynomial`` (Σ c_i xⁱ elementwise, so LCC is exact),
+        ``smooth`` (a fixed random-feature network R^dim → R^out_dim) or ``dnn`` (real samples from
+        ``source`` through ``workload``).
+    low, high
+        The inputs are drawn uniformly from [low, high) (not for ``dnn``). Defaults: [-3, 3) for
+        ``xsinx``, [-1, 1) otherwise.
+    dim
+        Features per input (not for ``dnn``); default 1, or 8 for ``smooth``.
+    coeffs
+        ``polynomial``: the coefficients c_0, c_1, ..., lowest order first (default ``[0, 0, 1]``); the
+        degree sets LCC's ``degree``.
+    out_dim
+        ``smooth``: the outputs of the network.
+    hidden
+        ``smooth``: the hidden units of the network.
+    seed
+        ``smooth``: the seed of the network's weights.
+    source
+        ``dnn``: the samples, as the pipeline's ``source`` section (default: MNIST, ``split: test``).
+    workload
+        ``dnn``: f, as the pipeline's ``workload`` section (default: the bundled LeNet-5 ONNX model).
+    """
 
     kind: Literal["xsinx", "polynomial", "smooth", "dnn"]
     low: float | None = None
@@ -141,6 +167,7 @@ class SchemeSpec(_Section):
 
 
 def _schemes(value: Any) -> Any:
+    """list of scheme names or ``{label, code, params}`` mappings"""
     value = _as_list(value)
     expected = (f"a non-empty list of scheme names ({', '.join(SCHEMES)}) or mappings "
                 "{label, code, params}")
@@ -165,7 +192,21 @@ def _schemes(value: Any) -> Any:
 
 
 class GridConfig(_Section):
-    """Batch geometry grid: every K × every N; ``points`` and ``on_coincidence`` go to every code."""
+    """Batch geometry grid: every K × every N; ``points`` and ``on_coincidence`` go to every code.
+
+    Attributes
+    ----------
+    num_inputs
+        The values of K (a list, or one number).
+    num_workers
+        The values of N. A cell where a scheme cannot be built (e.g. N not a multiple of K for
+        ``replication``) is skipped and recorded as such.
+    points
+        ``chebyshev`` or ``equispaced`` point placement.
+    on_coincidence
+        What a code does when a worker point equals a data point: ``warn``, ``nudge`` (move it) or
+        ``ignore``; the count is recorded in ``coincident_points`` either way.
+    """
 
     num_inputs: Annotated[list[InputCount], BeforeValidator(_as_list), Field(min_length=1)]
     num_workers: Annotated[list[WorkerCount], BeforeValidator(_as_list), Field(min_length=1)]
@@ -174,7 +215,27 @@ class GridConfig(_Section):
 
 
 class StragglerGridConfig(_Section):
-    """Received-set model: ``fixed_count`` over S values (random|contiguous|adversarial) or ``bernoulli`` over p."""
+    """Received-set model: ``fixed_count`` over S values (random|contiguous|adversarial) or ``bernoulli`` over p.
+
+    Attributes
+    ----------
+    model
+        ``fixed_count`` (exactly S of the N workers straggle) or ``bernoulli`` (each worker straggles
+        independently with probability p).
+    S
+        ``fixed_count``: the values of S.
+    p
+        ``bernoulli``: the values of p, each in [0, 1).
+    pattern
+        ``fixed_count``: which S straggle: ``random``, ``contiguous`` (a random window of S adjacent
+        worker points) or ``adversarial`` (the set that maximises each scheme's MSE: exhaustive search
+        when small enough, else a heuristic).
+    exhaustive_limit
+        ``adversarial``: search every straggler set when there are at most this many, else use the
+        heuristic (whose result is a lower bound on the worst case).
+    restarts
+        ``adversarial``: random restarts of the heuristic search.
+    """
 
     model: Literal["fixed_count", "bernoulli"]
     S: Annotated[list[Annotated[int, Field(ge=0, le=MAX_WORKERS)]], BeforeValidator(_as_list)] | None = None
@@ -218,21 +279,53 @@ class StragglerGridConfig(_Section):
 
 
 class StoreSection(_Section):
-    """The sweep's Zarr store; ``path: null`` becomes ``runs/<name>.zarr``. A same-config store is resumed."""
+    """The sweep's Zarr store; ``path: null`` becomes ``runs/<name>.zarr``. A same-config store is resumed.
+
+    Attributes
+    ----------
+    path
+        The store's directory (``--out`` overrides it).
+    overwrite
+        Start over instead of resuming (``--overwrite``).
+    """
 
     path: str | None = None
     overwrite: bool = False
 
 
 class RunSection(_Section):
-    """Execution knobs (not part of the fingerprint)."""
+    """Execution knobs (not part of the fingerprint).
+
+    Attributes
+    ----------
+    trials_per_task
+        Trials of one grid cell evaluated by one Dask task (null: all of them).
+    progress
+        Show a progress bar.
+    """
 
     trials_per_task: Annotated[int, Field(ge=1, le=MAX_TRIALS)] | None = None
     progress: bool = True
 
 
 class SweepConfig(_Section):
-    """A validated sweep. Build with :func:`load_sweep_config`."""
+    """A validated sweep. Build with :func:`load_sweep_config`.
+
+    Attributes
+    ----------
+    name
+        The sweep's name (default: the YAML file's name); the default store is ``runs/<name>.zarr``.
+    schemes
+        The schemes compared on the same data and received sets: scheme names, or mappings
+        ``{label, code, params}`` to compare one code with several parameter sets (``label`` becomes
+        the ``scheme`` coordinate of the store).
+    params
+        Code parameters per scheme label, e.g. ``{gcc: {kernel: matern52}}``.
+    trials
+        Independent draws (data and stragglers) per grid cell.
+    seed
+        The seed of every draw.
+    """
 
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")] = "sweep"
     function: FunctionConfig

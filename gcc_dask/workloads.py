@@ -158,7 +158,7 @@ class Workload(ABC):
         Returns
         -------
         callable
-            ``f(X)``: X of shape (n, *input_shape), numpy or cupy -> (n, *output_shape) float32 or
+            ``f(X)``: X of shape ``(n, *input_shape)``, numpy or cupy -> ``(n, *output_shape)`` float32 or
             float64, in the namespace of X. A fresh object on every call.
         """
 

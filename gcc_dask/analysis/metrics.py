@@ -1,4 +1,4 @@
-"""Aggregate the METHODS.md §7 metrics over sweep stores (per grid cell) and run stores (per scheme).
+"""Aggregate the metrics (docs/concepts.rst, section 'Metrics') over sweep stores (per grid cell) and run stores (per scheme).
 
 Per-trial values come from the stores: ``mse`` (the paper's loss, a mean over the K outputs of the squared
 error summed over output coordinates), ``rmse = √mse`` per trial, ``rel_acc`` (argmax agreement with f),
@@ -100,7 +100,7 @@ def format_pm(mean: float, std: float, digits: int = 3, sci: bool = False) -> st
 
 
 def comparison_table(ds, *, metrics: tuple[str, ...] = ("rmse", "rel_acc")) -> pd.DataFrame:
-    """The LeTCC/BACC-style table: rows (K, N, |F|), one ``"mean ± std"`` column per scheme and metric.
+    """The LeTCC/BACC-style table: rows ``(K, N, |F|)``, one ``"mean ± std"`` column per scheme and metric.
 
     ``|F|`` is ``N − S`` for fixed-count stragglers, else the mean received count (``p`` is shown too).
     Cells a scheme cannot run (e.g. replication with N not a multiple of K) show ``"—"``.

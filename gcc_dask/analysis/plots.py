@@ -1,8 +1,11 @@
 """Figures for sweep and run stores (matplotlib, no pyplot: Agg when saved, inline in Jupyter).
 
-Every function returns a :class:`matplotlib.figure.Figure` (shown inline by Jupyter when it is a cell's
-value; written with :func:`save`). Axis labels carry units: N in workers, times in seconds, MSE in the
-squared units of f's output.
+Every function returns a :class:`matplotlib.figure.Figure` (show it in Jupyter with
+``IPython.display.display(fig)``; write it with :func:`save`, 150 dpi). The figures are sized for a report
+read at a glance: panels of 5 × 4.4 inches (a two-panel figure is 10 inches wide), a title on every panel,
+axis labels with units (N in workers, times in seconds, MSE in the squared units of f's output), legends
+and tick labels at 9–10 pt, and tick locators whose labels cannot run into each other (plain-number
+labels at 1, 2, 5 × 10^k on time axes, a linear axis when the data span less than a factor of 4).
 """
 
 from __future__ import annotations
@@ -14,26 +17,43 @@ from pathlib import Path
 import numpy as np
 
 from gcc_dask.analysis.metrics import straggler_dim
-from gcc_dask.analysis.rates import fit_rate, reference_bernoulli, reference_worst_case
+from gcc_dask.analysis.rates import EXACT_MSE, fit_rate, reference_bernoulli, reference_worst_case
 
 __all__ = ["plot_deadline", "plot_latency_cdf", "plot_metric_vs_n", "plot_mse_vs_n", "plot_mse_vs_s", "save"]
 
-_PANEL = (4.0, 3.2)
+_PANEL = (5.0, 4.4)  # inches per panel
+_MIN_WIDTH = 7.0  # a one-panel figure is not narrower than this
 _MARKERS = "osD^v<>ph*"
 _STYLES = ("-", "--", "-.", ":")
 _MSE_LABEL = "MSE (mean over trials, output units²)"
+#: font sizes in points
+_TITLE, _SUPTITLE, _LABEL, _TICKS, _LEGEND = 11.5, 13, 11, 10, 9
 
 
-def _figure(ncols: int, nrows: int = 1):
+def _figure(panels: int):
+    """A figure of `panels` panels, at most 3 per row (4 as 2 × 2); unused axes of the last row are hidden."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(_PANEL[0] * ncols, _PANEL[1] * nrows), layout="constrained")
-    axes = fig.subplots(nrows, ncols, squeeze=False)
-    return fig, axes.ravel()
+    ncols = panels if panels <= 3 else 2 if panels == 4 else 3
+    nrows = -(-panels // ncols)
+    width = max(_PANEL[0] * ncols, _MIN_WIDTH)
+    fig = Figure(figsize=(width, _PANEL[1] * nrows), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    for ax in axes[panels:]:
+        ax.set_visible(False)
+    for ax in axes:
+        ax.tick_params(labelsize=_TICKS)  # also applies to ticks created later, at draw time
+    return fig, axes[:panels]
 
 
-def save(fig, path: str | os.PathLike, *, dpi: int = 90) -> Path:
-    """Write `fig` as a PNG (small: ~90 dpi) and return the path."""
+def _labels(ax, title: str, xlabel: str, ylabel: str) -> None:
+    ax.set_title(title, fontsize=_TITLE)
+    ax.set_xlabel(xlabel, fontsize=_LABEL)
+    ax.set_ylabel(ylabel, fontsize=_LABEL)
+
+
+def save(fig, path: str | os.PathLike, *, dpi: int = 150) -> Path:
+    """Write `fig` as a PNG (150 dpi: a two-panel figure is 1500 pixels wide) and return the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=dpi, format="png")
@@ -44,9 +64,35 @@ def _sval(sdim: str, s) -> str:
     return f"S = {int(s)}" if sdim == "S" else f"p = {float(s):g}"
 
 
-def _legend(ax) -> None:
+def _legend(ax, loc: str = "best") -> None:
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=_LEGEND, loc=loc, framealpha=0.85)
+
+
+def _seconds_axis(ax, values, axis: str = "x") -> None:
+    """A time axis whose tick labels cannot collide: plain numbers at 1, 2, (3,) 5 × 10^k on a log scale,
+    fewer per decade the more decades the data span, or a linear scale with at most 6 ticks when the data
+    span less than 4×."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
+
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v) & (v > 0)]
+    which = ax.xaxis if axis == "x" else ax.yaxis
+    set_scale = ax.set_xscale if axis == "x" else ax.set_yscale
+    plain = FuncFormatter(lambda x, _pos: f"{x:g}")
+    if v.size == 0 or v.max() / v.min() < 4:
+        set_scale("linear")
+        which.set_major_locator(MaxNLocator(nbins=6, min_n_ticks=3))
+        return
+    set_scale("log")
+    decades = np.log10(v.max() / v.min())
+    # at most ~8 labels of at most 6 characters over a 5-inch panel
+    subs = (1.0, 2.0, 3.0, 5.0) if decades <= 1.2 else (1.0, 2.0, 5.0) if decades <= 2.5 else \
+        (1.0, 3.0) if decades <= 4 else (1.0,)
+    which.set_major_locator(LogLocator(base=10, subs=subs, numticks=10))
+    which.set_major_formatter(plain)
+    which.set_minor_locator(LogLocator(base=10, subs=np.arange(2, 10) * 1.0, numticks=10))
+    which.set_minor_formatter(NullFormatter())
 
 
 def _n_ticks(ax, N) -> None:
@@ -81,8 +127,8 @@ def plot_mse_vs_n(ds, *, num_inputs: int | None = None, references: bool = True,
     """MSE against N on log-log axes: one panel per S (or p), one line per scheme, fitted slope in the legend.
 
     The dashed grey line has the shape of the GCC bound, ``S³N⁻³`` (fixed-count stragglers) or
-    ``log³_{1/p}(N)·N⁻³`` (independent straggling), through the first scheme's MSE at the smallest N
-    (arXiv:2608.28910); the shaded band spans the 25th–75th percentile over trials.
+    ``log³_{1/p}(N)·N⁻³`` (independent straggling), through the first inexact scheme's MSE at its smallest
+    N (arXiv:2608.28910); the shaded band spans the 25th–75th percentile over trials.
     """
     ds = ds.load()
     sdim, a = straggler_dim(ds), _k_index(ds, num_inputs)
@@ -96,13 +142,16 @@ def plot_mse_vs_n(ds, *, num_inputs: int | None = None, references: bool = True,
             if not ran.any():
                 continue
             mean = _nanmean(m[ran])
-            fit = fit_rate(N[ran], m[ran], n_boot=n_boot)
-            line = ax.loglog(N[ran], mean, marker=_MARKERS[i % len(_MARKERS)], label=f"{scheme} ({fit.label()})")[0]
+            if np.nanmax(mean) < EXACT_MSE:  # exact to rounding (LCC on a polynomial): no rate to fit
+                label = f"{scheme} (exact: MSE < {EXACT_MSE:g})"
+            else:
+                label = f"{scheme} ({fit_rate(N[ran], m[ran], n_boot=n_boot).label()})"
+            line = ax.loglog(N[ran], mean, marker=_MARKERS[i % len(_MARKERS)], label=label)[0]
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
                 lo, hi = np.nanpercentile(m[ran], [25, 75], axis=1)
             ax.fill_between(N[ran], np.maximum(lo, 1e-300), np.maximum(hi, 1e-300), color=line.get_color(), alpha=0.15)
-            if anchor is None and np.isfinite(mean[0]) and mean[0] > 0:
+            if anchor is None and np.isfinite(mean[0]) and mean[0] > EXACT_MSE:  # not an exact scheme's rounding
                 anchor = (float(N[ran][0]), float(mean[0]))
         if references and anchor is not None:
             grid = np.geomspace(N.min(), N.max(), 50)
@@ -114,13 +163,12 @@ def plot_mse_vs_n(ds, *, num_inputs: int | None = None, references: bool = True,
                 ref = None
             if ref is not None:
                 ax.loglog(grid, ref, "--", color="0.5", lw=1, label=lab)
-        ax.set_title(f"{_sval(sdim, s)}, K = {int(ds['num_inputs'].values[a])}")
+        _labels(ax, f"{_sval(sdim, s)}, K = {int(ds['num_inputs'].values[a])}", "number of workers N",
+                _MSE_LABEL)
         _n_ticks(ax, N)
-        ax.set_xlabel("number of workers N")
-        ax.set_ylabel(_MSE_LABEL)
         ax.grid(True, which="both", alpha=0.3)
         _legend(ax)
-    fig.suptitle(f"MSE vs N — {ds.attrs.get('function', '')}", fontsize=9)
+    fig.suptitle(f"MSE against N: {ds.attrs.get('function', '')}", fontsize=_SUPTITLE)
     return fig
 
 
@@ -142,12 +190,13 @@ def plot_mse_vs_s(ds, *, num_inputs: int | None = None, num_workers=None):
             mean = _nanmean(mse[i, a, b])
             if np.isfinite(mean).any():
                 ax.semilogy(svals, mean, marker=_MARKERS[i % len(_MARKERS)], label=str(scheme))
-        ax.set_title(f"N = {n}, K = {int(ds['num_inputs'].values[a])}")
+        _labels(ax, f"N = {n}, K = {int(ds['num_inputs'].values[a])}",
+                "stragglers S (workers)" if sdim == "S" else "straggling probability p", _MSE_LABEL)
         ax.set_xticks([v.item() for v in svals])
-        ax.set_xlabel("stragglers S (workers)" if sdim == "S" else "straggling probability p")
-        ax.set_ylabel(_MSE_LABEL)
-        ax.grid(True, which="both", alpha=0.3)
+        ax.grid(True, which="major", alpha=0.3)  # minor log gridlines crowd a panel spanning many decades
         _legend(ax)
+    what = "stragglers S" if sdim == "S" else "straggling probability p"
+    fig.suptitle(f"MSE against {what}: {ds.attrs.get('function', '')}", fontsize=_SUPTITLE)
     return fig
 
 
@@ -177,13 +226,15 @@ def plot_metric_vs_n(ds, metric: str = "rel_acc", *, num_inputs: int | None = No
                     shift = 1 + 0.006 * (i - (n_s - 1) / 2)
                     ax.errorbar(N[ran] * shift, np.nanmean(v[ran], 1), yerr=sem, capsize=2,
                                 marker=_MARKERS[i % len(_MARKERS)], ls=_STYLES[i % len(_STYLES)], label=str(scheme))
-        ax.set_title(f"{_sval(sdim, s)}, K = {int(ds['num_inputs'].values[a])} (bars: s.e.m.)")
+        _labels(ax, f"{_sval(sdim, s)}, K = {int(ds['num_inputs'].values[a])} (bars: s.e.m.)",
+                "number of workers N",
+                {"rel_acc": "RelAcc (fraction with argmax = f's)",
+                 "accuracy": "accuracy (fraction with argmax = label)"}.get(metric, metric))
         _n_ticks(ax, N)
-        ax.set_xlabel("number of workers N")
-        ax.set_ylabel({"rel_acc": "RelAcc (fraction with argmax = f's)",
-                       "accuracy": "accuracy (fraction with argmax = label)"}.get(metric, metric))
         ax.grid(True, alpha=0.3)
         _legend(ax)
+    name = {"rel_acc": "RelAcc", "accuracy": "Accuracy"}.get(metric, metric)
+    fig.suptitle(f"{name} against N: {ds.attrs.get('function', '')}", fontsize=_SUPTITLE)
     return fig
 
 
@@ -192,20 +243,33 @@ def plot_latency_cdf(path: str | os.PathLike):
     from gcc_dask.analysis.deadline import latency_cdf
 
     fig, axes = _figure(2)
-    for ax, var, title in zip(axes, ("cutoff_s", "batch_latency_s"),
-                              ("cutoff", "decoded and written")):
+    panels = (("cutoff_s", "When the cutoff fired", "cutoff time (s after the batch start)"),
+              ("batch_latency_s", "When the batch was decoded", "batch latency (s, submission to decode written)"))
+    for ax, (var, title, xlabel) in zip(axes, panels):
         cdf = latency_cdf(path, variable=var)
         for i, (scheme, sub) in enumerate(cdf.groupby("scheme", sort=False)):
             if len(sub):
                 x = np.concatenate([sub["seconds"].values[:1], sub["seconds"].values])
                 y = np.concatenate([[0.0], sub["cdf"].values])
-                ax.step(x, y, where="post", ls=_STYLES[i % len(_STYLES)], label=str(scheme))
-        ax.set_xscale("log")
-        ax.set_xlabel(f"batch start → {title} (s)")
-        ax.set_ylabel("fraction of batches")
+                ax.step(x, y, where="post", ls=_STYLES[i % len(_STYLES)], lw=1.8, label=str(scheme))
+        _seconds_axis(ax, cdf["seconds"].values)
+        _labels(ax, title, xlabel, "fraction of batches (CDF)")
+        ax.set_ylim(-0.02, 1.02)
         ax.grid(True, which="both", alpha=0.3)
-        _legend(ax)
+        _legend(ax, loc="lower right")
+    fig.suptitle(f"Latency per batch: {_run_name(path)}", fontsize=_SUPTITLE)
     return fig
+
+
+def _run_name(path) -> str:
+    from gcc_dask.analysis.stores import root_attrs
+
+    try:
+        attrs = root_attrs(path)
+    except Exception:  # a figure without a name is still a figure
+        return Path(os.fspath(path)).name
+    name = (attrs.get("config") or {}).get("name") or Path(os.fspath(path)).name
+    return f"{name} ({attrs.get('num_batches', '?')} batches of K = {attrs.get('batch_size', '?')})"
 
 
 def plot_deadline(curve):
@@ -217,19 +281,23 @@ def plot_deadline(curve):
     fig, axes = _figure(2)
     use_rel = "rel_acc" in curve and curve["rel_acc"].notna().any()
     for i, (scheme, sub) in enumerate(curve.groupby("scheme", sort=False)):
-        style = {"marker": ".", "ls": _STYLES[i % len(_STYLES)], "label": str(scheme)}
+        style = {"marker": _MARKERS[i % len(_MARKERS)], "ms": 4, "ls": _STYLES[i % len(_STYLES)], "lw": 1.6,
+                 "label": str(scheme)}
         if use_rel:
             axes[0].plot(sub["deadline_s"], sub["rel_acc"], **style)
         else:
             axes[0].semilogy(sub["deadline_s"], sub["mse"], **style)
         axes[1].plot(sub["deadline_s"], sub["received_mean"], **style)
     basis = curve["basis"].iloc[0] if len(curve) else ""
-    axes[0].set_ylabel("RelAcc (fraction with argmax = f's)" if use_rel else "MSE (output units²)")
-    axes[0].set_title(f"accuracy if the deadline were d ({basis})", fontsize=8)
-    axes[1].set_ylabel("results available at d (workers, mean)")
+    xlabel = "deadline d (s after the batch start)"
+    _labels(axes[0], "RelAcc if the deadline were d" if use_rel else "MSE if the deadline were d", xlabel,
+            "RelAcc (fraction with argmax = f's)" if use_rel else "MSE (output units²)")
+    _labels(axes[1], "Results in by the deadline", xlabel, "results available at d (workers, mean)")
     for ax in axes:
-        ax.set_xscale("log")
-        ax.set_xlabel("deadline d (s from batch start)")
+        _seconds_axis(ax, curve["deadline_s"].values if len(curve) else [])
         ax.grid(True, which="both", alpha=0.3)
-        _legend(ax)
+    _legend(axes[0], loc="lower right")
+    _legend(axes[1], loc="lower right")
+    fig.suptitle(f"Accuracy against deadline ({basis})" if basis else "Accuracy against deadline",
+                 fontsize=_SUPTITLE)
     return fig

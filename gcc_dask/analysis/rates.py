@@ -1,14 +1,11 @@
 """Convergence rates: the least-squares slope of log MSE on log N, a bootstrap interval, reference lines.
 
 The GCC paper bounds the worst-case loss with at most S stragglers by ``O(S³ N⁻³)`` and the expected loss
-with independent straggling (probability p) by ``O(log³_{1/p}(N) · N⁻³)`` [1]. These are upper bounds: on
-smooth f the observed decay is steeper (METHODS.md §8 saw slopes ≈ −6 to −7 for x·sin x). The reference
-lines drawn here have the bound's shape with the constant fixed by one measured point (the bound's
-constant is not known), so they show slopes, not levels.
-
-References
-----------
-.. [1] "General Coded Computing", arXiv:2608.28910 (the worst-case and independent-straggling rates).
+with independent straggling (probability p) by ``O(log³_{1/p}(N) · N⁻³)`` (arXiv:2608.28910). These are upper
+bounds: on smooth f the observed decay is steeper (slopes ≈ −6 to −7 for x·sin x, see
+docs/methods.rst, section 'Convergence rates'). The reference lines drawn here have the bound's shape with
+the constant fixed by one measured point (the bound's constant is not known), so they show slopes, not
+levels.
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ def _md(df: pd.DataFrame, floatfmt: str = ".3g") -> str:
 
 
 def mse_pivot(ds, *, num_inputs: int | None = None, sci: bool = True) -> pd.DataFrame:
-    """MSE ``"mean ± std"`` by (S|p, scheme) rows and N columns, as in METHODS.md §8's tables."""
+    """MSE ``"mean ± std"`` by (S|p, scheme) rows and N columns, as in the tables of docs/methods.rst, section 'Convergence rates'."""
     table = sweep_table(ds)
     if table.empty:
         return table
@@ -119,7 +119,7 @@ def _sweep_report(path: Path, out: Path, n_boot: int) -> Report:
         notes.append(f"skipped cells: {'; '.join(attrs['skipped'][:10])}" + (" ..." if len(attrs["skipped"]) > 10 else ""))
     if "coincident_points" in ds and int(ds["coincident_points"].values.max(initial=0)) > 0:
         notes.append("some (scheme, K, N) have worker points equal to data points (column coincident_points of "
-                     "cells.csv): those schemes are partly systematic there (METHODS.md §2)")
+                     "cells.csv): those schemes are partly systematic there (docs/methods.rst, section 'Point placement')")
     if "exhaustive_frac" in cells and (cells["exhaustive_frac"] < 1).any():
         notes.append("adversarial cells with exhaustive_frac < 1 used the heuristic search: their MSE is a lower "
                      "bound on the true worst case")

@@ -1,7 +1,7 @@
 """The per-scheme summary table of a pipeline run, read from its Zarr store only.
 
 One row per scheme: RelAcc, accuracy (and the uncoded model's), RMSE, batch latency p50/p99, cutoff
-p50/p99, samples/s, and how many batches were undecodable or failed (METHODS.md §7).
+p50/p99, samples/s, and how many batches were undecodable or failed (docs/concepts.rst, section 'Metrics').
 """
 
 from __future__ import annotations

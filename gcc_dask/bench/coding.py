@@ -1,7 +1,7 @@
 """Coding kernels: encode/decode apply time against a bare matmul, and decoder-matrix build and lookup.
 
 Apply (``encode``, ``decode``) is one matmul of a small float64-built matrix with the data, plus the
-NaN/Inf check of ``nan_policy="raise"`` (a scan of one or a few probe rows of the output) (METHODS.md §1, :mod:`gcc_dask.coding.base`). The baseline is the
+NaN/Inf check of ``nan_policy="raise"`` (a scan of one or a few probe rows of the output) (docs/methods.rst, section 'Linear maps', :mod:`gcc_dask.coding.base`). The baseline is the
 bare ``M @ A`` of the same shapes and dtype, with ``M`` already converted: the ratio is what the coding
 layer adds on top of the BLAS (validation, namespace dispatch, the check). Each pair is timed interleaved
 (ours, bare, ours, bare, ...) and the best of the repeats is kept, so a busy machine slows both alike.

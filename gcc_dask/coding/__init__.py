@@ -1,8 +1,8 @@
 """Coded computing schemes: encode K inputs into N coded inputs, decode from any subset of results.
 
-Every scheme is linear (METHODS.md §1): ``encode(X) = E X`` and ``decode(Y, F) = D_F Y_F`` with
-float64 matrices built on the host, applied as one matmul in the data's own namespace and dtype
-(NumPy, CuPy or any Array API library). This package never imports dask, distributed, zarr or
+Every scheme is linear (docs/methods.rst, section 'Linear maps'): ``encode(X) = E X`` and
+``decode(Y, F) = D_F Y_F`` with float64 matrices built on the host, applied as one matmul in the data's own
+namespace and dtype (NumPy, CuPy or any Array API library). This package never imports dask, distributed, zarr or
 matplotlib.
 
 >>> from gcc_dask.coding import make_code

@@ -1,9 +1,9 @@
 """The :class:`CodingScheme` interface: validation of received sets, the decoder cache, the apply path.
 
-Every scheme is linear once its points and smoothing parameters are fixed (METHODS.md §1): encoding is
-``X̃ = E X`` with ``E`` of shape (N, K) and decoding is ``Ŷ = D_F Ỹ_F`` with ``D_F`` of shape (K, |F|).
-Both matrices are built once on the host in float64 with NumPy/SciPy; ``D_F`` is kept in a bounded LRU
-cache keyed by the bytes of the received index array. Applying a matrix is one matmul in the namespace,
+Every scheme is linear once its points and smoothing parameters are fixed
+(docs/methods.rst, section 'Linear maps'): encoding is ``X̃ = E X`` with ``E`` of shape (N, K) and decoding
+is ``Ŷ = D_F Ỹ_F`` with ``D_F`` of shape ``(K, |F|)``. Both matrices are built once on the host in float64 with NumPy/SciPy; ``D_F`` is kept in a bounded
+LRU cache keyed by the bytes of the received index array. Applying a matrix is one matmul in the namespace,
 dtype and device of the data (NumPy, CuPy, or any Array API library via ``array_api_compat``), over the
 data reshaped to (rows, d).
 
@@ -60,7 +60,10 @@ def _host_dtype(dtype) -> np.dtype:
 
 
 class CoincidenceWarning(UserWarning):
-    """A worker point equals a data point, so the scheme is partly systematic (METHODS.md §2)."""
+    """A worker point equals a data point, so the scheme is partly systematic.
+
+    See docs/methods.rst, section 'Point placement'.
+    """
 
 
 class ConditioningWarning(UserWarning):
@@ -81,7 +84,7 @@ def _rebuild(cls: type[CodingScheme], params: dict) -> CodingScheme:
 
 
 class _Entry:
-    """One cached decoder: host matrix (K, |F|) or None, decodable mask, indices, device copies."""
+    """One cached decoder: host matrix ``(K, |F|)`` or None, decodable mask, indices, device copies."""
 
     __slots__ = ("matrix", "mask", "received", "applied", "rows")
 
@@ -98,7 +101,9 @@ class _Entry:
 class CodingScheme:
     """A linear coded-computing scheme: K inputs → N coded inputs → decode from any received set F.
 
-    Parameters (shared by every scheme; build schemes with :func:`make_code`)
+    The parameters below are shared by every scheme; build schemes with :func:`make_code`.
+
+    Parameters
     ----------
     num_inputs : int
         K, 1 ≤ K ≤ 65,536, inputs per batch.
@@ -106,7 +111,8 @@ class CodingScheme:
         N, 1 ≤ N ≤ 65,536, coded inputs (one per worker); also K·N ≤ 2**26, so that the (N, K) encoder
         matrix stays under 512 MiB (``gcc_dask.limits``).
     points : {"chebyshev", "equispaced"}
-        Placement of α and β on Ω = [-1, 1] (:mod:`gcc_dask.coding.points`, METHODS.md §2).
+        Placement of α and β on Ω = [-1, 1] (:mod:`gcc_dask.coding.points`;
+        docs/methods.rst, section 'Point placement').
     nan_policy : {"raise", "propagate"}
         ``"raise"``: NaN/Inf in X or Y raise :class:`InvalidInputError` (found at no extra pass over
         the data, see the module docs), and so do coded values that overflow the dtype where the check
@@ -240,7 +246,7 @@ class CodingScheme:
         raise ConfigError(f"code {self.name!r} has no encoder curve (it is not point-based)")
 
     def decoder_at(self, received: Any, z: Any) -> np.ndarray:
-        """The decoder curve u_dec as weights on the results of `received` at `z`, shape (len(z), |F|).
+        """The decoder curve u_dec as weights on the results of `received` at `z`, shape ``(len(z), |F|)``.
 
         ``decoder_at(received, data_points)`` is ``decoder_matrix(received)`` (fixed smoothing).
         """
@@ -300,7 +306,7 @@ class CodingScheme:
         return self._lookup(self._key(received))
 
     def decoder_matrix(self, received: Any) -> np.ndarray:
-        """``D_F`` of shape (K, |F|), float64, read-only, cached per received set (LRU, 256 sets).
+        """``D_F`` of shape ``(K, |F|)``, float64, read-only, cached per received set (LRU, 256 sets).
 
         Column j belongs to worker ``received[j]``. Rows of outputs that cannot be estimated from `F`
         (replication, uncoded) are NaN, so they come out NaN from the matmul.
@@ -349,7 +355,7 @@ class CodingScheme:
         return xp, A
 
     def _apply(self, xp, M: np.ndarray, A, cache: dict, name: str):
-        """``M @ A`` with `A` of shape (q, *shape) in its own namespace/dtype; returns (p, *shape).
+        """``M @ A`` with `A` of shape ``(q, *shape)`` in its own namespace/dtype; returns ``(p, *shape)``.
 
         `cache` keeps `M` converted per (namespace, dtype, device), with the row that the NaN/Inf check
         reads (the *probe*, see the module docs), so a repeated call converts nothing and moves nothing to
@@ -441,7 +447,7 @@ class CodingScheme:
         )
 
     def _select(self, xp, rows: np.ndarray, A, cache: dict, name: str):
-        """Rows ``A[rows[i]]`` of `A` (shape (q, *shape)) as (p, *shape); NaN rows where ``rows[i] < 0``.
+        """Rows ``A[rows[i]]`` of `A` (shape ``(q, *shape)``) as ``(p, *shape)``; NaN rows where ``rows[i] < 0``.
 
         The apply path of selection schemes (one-hot matrices): a gather, so a NaN stays in its own row.
         With ``nan_policy="raise"`` all of `A` is checked (one pass), unused copies included, as for the
@@ -477,12 +483,12 @@ class CodingScheme:
 
         Parameters
         ----------
-        X : array of shape (K, *shape), real floating (float32 or float64)
+        X : array of shape ``(K, *shape)``, real floating (float32 or float64)
             The batch of K inputs; numpy, cupy or any Array API array.
 
         Returns
         -------
-        X_coded : array of shape (N, *shape)
+        X_coded : array of shape ``(N, *shape)``
             Same namespace, dtype and device as `X`; row n is worker n's input u_enc(β_n).
 
         Raises
@@ -500,9 +506,9 @@ class CodingScheme:
 
         Parameters
         ----------
-        Y : array of shape (|F|, *out), real floating
+        Y : array of shape ``(|F|, *out)``, real floating
             Worker outputs f(x̃_n) for n in `received`, in that order.
-        received : array-like of int, shape (|F|,)
+        received : array-like of int, shape ``(|F|,)``
             Indices of the returning workers, each in [0, N), no repeats; any order. A boolean mask
             of shape (N,) is accepted too.
         return_error : bool
@@ -510,7 +516,7 @@ class CodingScheme:
 
         Returns
         -------
-        estimates : array of shape (K, *out)
+        estimates : array of shape ``(K, *out)``
             Same namespace, dtype and device as `Y`; NaN rows where :meth:`decodable` is False.
 
         Raises

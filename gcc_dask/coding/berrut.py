@@ -1,13 +1,14 @@
 """BACC: Berrut approximated coded computing (Jahani-Nezhad & Maddah-Ali, arXiv 2009.08327).
 
-Encoder and decoder are Berrut's rational interpolant (METHODS.md §4; arXiv 2009.08327, eqs. (5)–(6))
+Encoder and decoder are Berrut's rational interpolant (docs/methods.rst, section 'BACC'; arXiv 2009.08327, eqs.
+(5)–(6))
 
     r(z) = Σ_j [ ((−1)^j / (z − z_j)) / Σ_l ((−1)^l / (z − z_l)) ] v_j ,
 
 over the data points α (encoder, evaluated at β) and over the *sorted* surviving worker points β_F
 (decoder, evaluated at α). The sign (−1)^j runs over positions in the sorted list of nodes, never over
 the original worker index: original-index signs put poles inside Ω (mean MSE 4.1 against 1.7e-3 on
-x·sin x, METHODS.md §4). A query that equals a node, or is so close to one that 1/(z − z_j) overflows
+x·sin x, docs/methods.rst, section 'BACC'). A query that equals a node, or is so close to one that 1/(z − z_j) overflows
 (a subnormal offset), returns that node's value (:func:`~gcc_dask.coding.points.at_node`). Berrut's interpolant has
 no poles on the real line for any node set, so any |F| ≥ 1 decodes, and each row of weights sums to 1.
 """
@@ -58,7 +59,7 @@ class BACC(CodingScheme):
     num_inputs, num_workers : int
         K ≥ 1 and N ≥ 1 (N < K is allowed: the code is approximate either way).
     points : {"chebyshev", "equispaced"}
-        Point placement, METHODS.md §2.
+        Point placement, docs/methods.rst, section 'Point placement'.
     nan_policy : {"raise", "propagate"}
         NaN/Inf in X or Y raise :class:`~gcc_dask.errors.InvalidInputError`, or flow through.
     on_coincidence : {"warn", "nudge", "ignore"}

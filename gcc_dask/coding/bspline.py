@@ -1,10 +1,10 @@
 """BSCC: Berrut encoder with a cubic B-spline interpolation decoder (arXiv 2601.10616).
 
-The encoder is BACC's (METHODS.md §4). The decoder interpolates the survivors' results
+The encoder is BACC's (docs/methods.rst, section 'BACC'). The decoder interpolates the survivors' results
 ``{(β_n, ỹ_n) : n ∈ F}`` with a cubic B-spline (``scipy.interpolate.make_interp_spline``, k = 3,
-"not-a-knot" end conditions, knots at the sorted β_F) and evaluates it at α (METHODS.md §5). Outside
-``[min β_F, max β_F]`` the end polynomial pieces are continued. Local support: a block of stragglers
-degrades only nearby estimates. Needs |F| ≥ 4.
+"not-a-knot" end conditions, knots at the sorted β_F) and evaluates it at α
+(docs/methods.rst, section 'B-spline decoder'). Outside ``[min β_F, max β_F]`` the end polynomial pieces are continued. Local support: a block of
+stragglers degrades only nearby estimates. Needs |F| ≥ 4.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class BSplineCode(BACC):
     Notes
     -----
     ``recovery_threshold`` is None; ``min_received`` is 4 (a cubic B-spline needs 4 nodes).
-    References: "B-spline coded computing" decoder, arXiv:2601.10616; METHODS.md §5.
+    References: "B-spline coded computing" decoder, arXiv:2601.10616; docs/methods.rst, section 'B-spline decoder'.
     """
 
     min_received = 4

@@ -1,6 +1,7 @@
 """GCC: general coded computing with kernel-ridge-regression encoder and decoder (arXiv 2608.28910).
 
-Both maps are fitted by kernel ridge regression on Ω = [-1, 1] in the *mean* form (METHODS.md §3)
+Both maps are fitted by kernel ridge regression on Ω = [-1, 1] in the *mean* form
+(docs/methods.rst, section 'GCC and LeTCC')
 
     u_enc = argmin (1/K)   Σ_k        ||u(α_k) − x_k||² + λ_enc ||u||²_H
     u_dec = argmin (1/|F|) Σ_{n ∈ F}  ||u(β_n) − ỹ_n||² + λ_dec ||u||²_H
@@ -108,8 +109,8 @@ class GCC(CodingScheme):
     num_inputs, num_workers : int
         K ≥ 1 and N ≥ `min_received` (N < K is allowed: the code is approximate).
     kernel : {"sobolev2", "matern32", "matern52", "gaussian"}
-        RKHS kernel (METHODS.md §3). ``sobolev2``: ``|s − t|³/12`` with null space {1, t}, the natural
-        cubic smoothing spline; the others are strictly positive definite with length scale ℓ.
+        RKHS kernel (docs/methods.rst, section 'GCC and LeTCC'). ``sobolev2``: ``|s − t|³/12`` with null space {1,
+        t}, the natural cubic smoothing spline; the others are strictly positive definite with length scale ℓ.
     lambda_enc : float
         λ_enc ≥ 0, mean form on Ω = [-1, 1] (0: the encoder interpolates the inputs).
     lambda_dec : float or "gcv"
@@ -124,7 +125,8 @@ class GCC(CodingScheme):
     -----
     ``recovery_threshold`` is None; ``min_received`` is 2 for ``sobolev2`` (a line needs two points)
     and 1 otherwise. Claimed rates: worst-case MSE O(S³/N³) with S stragglers, O(log³_{1/p}(N)/N³) with
-    independent straggling [1]_; smooth f decays faster in practice (METHODS.md §8).
+    independent straggling [1]_; smooth f decays faster in practice
+    (docs/methods.rst, section 'Convergence rates').
 
     References
     ----------
@@ -190,7 +192,7 @@ class GCC(CodingScheme):
         return self._smoother(self.worker_points[rs]).map(z, rs.size * lam)
 
     def decoder_at(self, received, z, *, lambda_dec: float | None = None) -> np.ndarray:
-        """u_dec as weights on the results of `received` at `z`, shape (len(z), |F|).
+        """u_dec as weights on the results of `received` at `z`, shape ``(len(z), |F|)``.
 
         `lambda_dec` (mean form) overrides the scheme's value, e.g. with :meth:`select_lambda`'s.
         """
@@ -246,10 +248,10 @@ class GCC(CodingScheme):
         return L
 
     def loo_residuals(self, Y, received, *, lambda_dec: float | None = None):
-        """Leave-one-out residuals ``ỹ_n − u_dec^{(−n)}(β_n)``, shape (|F|, *out), namespace of `Y`.
+        """Leave-one-out residuals ``ỹ_n − u_dec^{(−n)}(β_n)``, shape ``(|F|, *out)``, namespace of `Y`.
 
         Closed form for the linear smoother, no refits. NaN where undefined (``sobolev2`` with
-        |F| = 2). `lambda_dec` defaults to the scheme's (GCV's choice for ``"gcv"``).
+        ``|F| = 2``). `lambda_dec` defaults to the scheme's (GCV's choice for ``"gcv"``).
         """
         entry = self._entry(received)
         xp, Y = self._as_array("Y", Y, entry.received.size)

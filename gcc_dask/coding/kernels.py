@@ -1,6 +1,7 @@
 """Kernels of the GCC encoder/decoder RKHS, and kernel ridge regression as a linear map.
 
-Kernel ridge regression in the mean form (METHODS.md §3; GCC, arXiv 2608.28910, representer theorem)
+Kernel ridge regression in the mean form (docs/methods.rst, section 'GCC and LeTCC'; GCC, arXiv 2608.28910,
+representer theorem)
 
     min_u (1/n) Σ_i ||u(t_i) − y_i||² + λ ||u||²_H      ⇔   [ G + aI  T ] [c]   [y]
                                                            [ Tᵀ      0 ] [d] = [0],   a = n·λ,
@@ -45,7 +46,7 @@ def _gaussian(r: np.ndarray, ell: float) -> np.ndarray:
     return np.exp(-0.5 * (r / ell) ** 2)
 
 
-#: name -> (k(r, ℓ) as a function of r = |s − t|, dimension of the polynomial null space)
+#: name -> (k(r, ℓ) as a function of ``r = |s − t|``, dimension of the polynomial null space)
 KERNELS = {
     "sobolev2": (_sobolev2, 2),
     "matern32": (_matern32, 0),

@@ -1,8 +1,8 @@
 """LCC: Lagrange coded computing over the reals (Yu et al., arXiv 1806.00939).
 
 Encoder: the Lagrange interpolant through the K inputs, ``u(z) = Σ_j x_j ℓ_j(z)`` over the data points α
-(METHODS.md §6; arXiv 1806.00939, eq. (3)), evaluated at the worker points β by the barycentric formula.
-For f a polynomial of degree D (applied elementwise or as any polynomial map), ``f(u(z))`` is a
+(docs/methods.rst, section 'LCC'; arXiv 1806.00939, eq. (3)), evaluated at the worker points β by the barycentric
+formula. For f a polynomial of degree D (applied elementwise or as any polynomial map), ``f(u(z))`` is a
 polynomial of degree ``(K − 1)·D``, so any ``R = (K − 1)·D + 1`` results determine it; the decoder fits
 that polynomial to the survivors (least squares in the Chebyshev basis, exact when |F| = R and exact
 for exact data when |F| > R, better conditioned than a monomial Vandermonde) and evaluates it at α.

@@ -1,17 +1,18 @@
 """Point placement on Ω = [-1, 1]: data points α (K,) and worker points β (N,), and α/β coincidences.
 
-Defaults follow the BACC/ApproxIFER construction (METHODS.md §2): α are Chebyshev points of the first
-kind (strictly inside Ω, so no data point sits at an end where a straggling end worker would force
-extrapolation) and β are Chebyshev points of the second kind (they include ±1). ``"equispaced"`` is the
+Defaults follow the BACC/ApproxIFER construction (docs/methods.rst, section 'Point placement'): α are Chebyshev
+points of the first kind (strictly inside Ω, so no data point sits at an end where a straggling end worker would
+force extrapolation) and β are Chebyshev points of the second kind (they include ±1). ``"equispaced"`` is the
 uniform analogue: α at the midpoints of K equal cells, β on an even grid that includes ±1.
 
 Every array returned here is sorted ascending, so worker index order equals point order: a contiguous
 range of worker indices is a contiguous stretch of Ω.
 
 A worker point equal to a data point (β_n = α_k) makes a smooth scheme partly systematic: the decoder
-returns f(x_k) exactly while worker n survives, which flatters convergence plots (METHODS.md §2). With
-these defaults it happens exactly when ``(2k+1)(N-1) = 2nK`` for some k, n, e.g. N - 1 a multiple of 2K
-(never for even N). :func:`coincidences` finds such pairs and :func:`nudge` moves the affected workers.
+returns f(x_k) exactly while worker n survives, which flatters convergence plots
+(docs/methods.rst, section 'Point placement'). With these defaults it happens exactly when ``(2k+1)(N-1) = 2nK`` for some k, n, e.g. N - 1 a
+multiple of 2K (never for even N). :func:`coincidences` finds such pairs and :func:`nudge` moves the affected
+workers.
 """
 
 from __future__ import annotations

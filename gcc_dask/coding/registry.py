@@ -1,8 +1,8 @@
 """The scheme registry: :func:`register_code`, :func:`make_code`, :func:`list_codes`.
 
-Modelled on zarr's codec registry (STYLE.md §3): a module-level dict filled by a class decorator;
-:func:`make_code` checks the parameters against the class's signature so that a typo names the valid
-parameters instead of raising a bare ``TypeError``.
+Modelled on zarr's codec registry (docs/architecture.rst, section 'Registries'): a module-level dict filled by a
+class decorator; :func:`make_code` checks the parameters against the class's signature so that a typo names the
+valid parameters instead of raising a bare ``TypeError``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Exact baselines without coding: replication (r copies of each input) and uncoded (N = K).
 
-Worker n evaluates f on input ``x_{n mod K}`` (METHODS.md §6): copies of one input sit K workers apart,
-so a contiguous block of fewer than K stragglers never removes every copy. The estimate of f(x_k) is the
-result of the first worker in `received` that holds a copy of x_k (the runtime lists results in arrival
-order; any copy is exact). An input none of whose copies survived is *missing*: its row of the decoder
+Worker n evaluates f on input ``x_{n mod K}`` (docs/methods.rst, section 'Replication and uncoded'): copies of one
+input sit K workers apart, so a contiguous block of fewer than K stragglers never removes every copy. The estimate
+of f(x_k) is the result of the first worker in `received` that holds a copy of x_k (the runtime lists results in
+arrival order; any copy is exact). An input none of whose copies survived is *missing*: its row of the decoder
 matrix is NaN, so the decoded row is NaN, and :meth:`~CodingScheme.decodable` is False there. Nothing
 is ever filled in. Encode and decode are gathers of rows (``selection = True``), not matmuls, so a NaN in
 one input stays in that input's output.

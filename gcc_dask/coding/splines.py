@@ -10,15 +10,15 @@ tridiagonal ``R_ii = (h_{i−1} + h_i)/3``, ``R_{i,i+1} = h_i/6`` and ``Q`` the 
 matrix ``Q_{i−1,i} = 1/h_{i−1}``, ``Q_{ii} = −1/h_{i−1} − 1/h_i``, ``Q_{i+1,i} = 1/h_i``. ``a = 0`` is the
 natural interpolating spline. Between knots the spline is the cubic through (g, γ); outside
 ``[t_0, t_{n−1}]`` it is continued *linearly*, as the RKHS solution ``Σ c_i |s − t_i|³/12 + d_0 + d_1 s``
-with ``Σ c_i = Σ c_i t_i = 0`` is (METHODS.md §3). So the map from ``y`` to the values at query points
-``s`` is
+with ``Σ c_i = Σ c_i t_i = 0`` is (docs/methods.rst, section 'GCC and LeTCC'). So the map from ``y`` to the values
+at query points ``s`` is
 
     S(s) = P + (W − a P Q)(R + a QᵀQ)⁻¹ Qᵀ        shape (len(s), n)
 
 with ``P`` the piecewise-linear part and ``W`` the weights of the interior second derivatives. The
 solve is pentadiagonal and symmetric positive definite (``scipy.linalg.solveh_banded``) with only
-``len(s)`` right-hand sides, so building a decoder costs O(n·K), with no dense |s−t|³ system (whose
-reciprocal condition number is ~1e-19 at n = 641, METHODS.md §3).
+``len(s)`` right-hand sides, so building a decoder costs O(n·K), with no dense ``|s−t|³`` system (whose
+reciprocal condition number is ~1e-19 at n = 641, docs/methods.rst, section 'GCC and LeTCC').
 
 The same solve gives the leave-one-out matrix ``M = Q (R + a QᵀQ)⁻¹ Qᵀ``: the LOO residual of knot i is
 ``(M y)_i / M_ii`` for every ``a ≥ 0`` (for ``a > 0`` this is ``e_i / (1 − H_ii)``; ``a = 0`` is its
@@ -141,7 +141,8 @@ class SplineSmoother:
         s : ndarray of shape (q,), float64
             Query points (any order; outside the knots the spline is linear).
         a : float
-            Smoothing parameter of the *sum* form, ``a = n·λ`` for the mean form of METHODS.md §3.
+            Smoothing parameter of the *sum* form, ``a = n·λ`` for the mean form
+            (docs/methods.rst, section 'GCC and LeTCC').
         """
         s = np.asarray(s, dtype=np.float64)
         P, W = self._local(s)

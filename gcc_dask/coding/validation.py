@@ -1,6 +1,7 @@
 """Argument validation shared by the schemes, and host conversion of index arrays.
 
-Every message names the argument, echoes the value with ``!r`` and says what is valid (STYLE.md §2).
+Every message names the argument, echoes the value with ``!r`` and says what is valid
+(docs/architecture.rst, section 'Errors').
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Validated pipeline configuration: YAML in, frozen pydantic models out, one clear line per error.
 
-The sections mirror DESIGN.md "Configuration"::
+The sections (every key is listed in docs/configuration.rst)::
 
     name, source, workload, code, schemes, gcc, lcc, replication, stragglers, cutoff, cluster, store, run
 

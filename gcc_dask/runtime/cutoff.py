@@ -1,7 +1,7 @@
 """The speculative cutoff: when to stop waiting for a batch's stragglers (pure functions).
 
 A batch's N shard results arrive at times ``a_n`` (seconds since the batch started; ``inf`` for a shard
-that failed or has not arrived). The cutoff fires at the earliest of (DESIGN.md, "The cutoff"):
+that failed or has not arrived). The cutoff fires at the earliest of (docs/pipeline.rst, section 'Cutoff'):
 
 1. ``wait_for`` results have arrived (for exact schemes: the received set covers every ``group``);
 2. the ``deadline``;

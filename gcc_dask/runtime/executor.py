@@ -1,6 +1,6 @@
 """The driver loop: submit coded batches, apply the cutoff, cancel stragglers, decode, bound the work in flight.
 
-Per batch ``b`` and scheme ``s`` (``docs/cutoff.rst``): N shard futures with unique
+Per batch ``b`` and scheme ``s`` (docs/pipeline.rst, section 'Cutoff'): N shard futures with unique
 keys ``eval-b{b}-w{n}-{s}-{token}`` (``pure=False``, ``retries=0``; each reads and encodes the batch on its
 worker, once per worker: :meth:`~.tasks.RunPlugin.encoded`, so shards depend on no other task and no coded
 input moves between workers), then, once :func:`~.cutoff.decide`

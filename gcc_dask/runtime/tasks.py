@@ -118,9 +118,9 @@ class RunPlugin(WorkerPlugin):
         return self._memo(batch, "", _marking(lambda: _read_batch(self.source, self.layout, batch)))
 
     def encoded(self, batch: int, scheme: str) -> Any:
-        """The coded blocks of ``batch`` for ``scheme``: (N, G, *shape), CuPy when the run uses a GPU.
+        """The coded blocks of ``batch`` for ``scheme``: ``(N, G, *shape)``, CuPy when the run uses a GPU.
 
-        The batch's samples are laid out as the encoder's (K, G, *shape) input
+        The batch's samples are laid out as the encoder's ``(K, G, *shape)`` input
         (:meth:`~gcc_dask.composition.BatchLayout.to_blocks`: G groups, position k of every group on α_k),
         and encoded along K: coded input n is a block of G samples, evaluated by one shard.
 

@@ -1,4 +1,4 @@
-"""The Zarr v3 results store: one store per run (DESIGN.md "The results store").
+"""The Zarr v3 results store: one store per run (docs/store.rst).
 
 Layout::
 

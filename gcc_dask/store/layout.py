@@ -112,23 +112,37 @@ def _vector(name: str, value: Any, size: int, dtype: Any) -> np.ndarray:
     return arr.astype(dtype, copy=False)
 
 
-def _git_sha() -> str | None:
-    """The git commit of the gcc-dask source tree, read from .git without running a process."""
+def _git_sha(root: str | os.PathLike | None = None) -> str | None:
+    """The git commit of the gcc-dask source tree, read from .git without running a process.
+
+    `root` is the repository root, the folder that holds ``pyproject.toml`` and ``.git`` (default: the one
+    this file sits in, ``parents[2]`` of ``gcc_dask/store/layout.py``). ``.git`` may be a folder (a clone)
+    or a file ``gitdir: <path>`` (a worktree or submodule, whose branch refs live in the ``commondir``);
+    a ref is read loose or from ``packed-refs``. None when there is no repository (an installed wheel) or
+    it cannot be read.
+    """
+    def _is_sha(text: str) -> bool:  # SHA-1 (40 hex digits) or SHA-256 (64) object names
+        return len(text) in (40, 64) and all(c in "0123456789abcdef" for c in text)
+
     try:
-        git = Path(__file__).resolve().parents[1] / ".git"
-        if git.is_file():  # a worktree: "gitdir: <path>"
-            git = Path(git.read_text().split(":", 1)[1].strip())
+        base_dir = Path(__file__).resolve().parents[2] if root is None else Path(root)
+        git = base_dir / ".git"
+        if git.is_file():  # a worktree: "gitdir: <path>", absolute or relative to the root
+            git = base_dir / git.read_text().split(":", 1)[1].strip()
+        if not git.is_dir():
+            return None
         head = (git / "HEAD").read_text().strip()
         if not head.startswith("ref:"):
-            return head or None
+            return head if _is_sha(head) else None
         ref = head.split(":", 1)[1].strip()
-        common = Path((git / "commondir").read_text().strip()) if (git / "commondir").is_file() else None
+        common = (git / "commondir").read_text().strip() if (git / "commondir").is_file() else None
         for base in (git, (git / common) if common else None):
             if base is not None and (base / ref).is_file():
-                return (base / ref).read_text().strip()
+                sha = (base / ref).read_text().strip()
+                return sha if _is_sha(sha) else None
             if base is not None and (base / "packed-refs").is_file():
                 for line in (base / "packed-refs").read_text().splitlines():
-                    if line.endswith(" " + ref):
+                    if line.endswith(" " + ref) and _is_sha(line.split()[0]):
                         return line.split()[0]
     except (OSError, IndexError, ValueError):
         return None

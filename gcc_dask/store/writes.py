@@ -38,7 +38,7 @@ def write_batch(path: str | os.PathLike, scheme: str, batch: int, *, decoded: An
         A scheme group of the store.
     batch : int
         Batch index in [0, num_batches).
-    decoded : array of shape (n, *output_shape) or (K, *output_shape)
+    decoded : array of shape ``(n, *output_shape)`` or ``(K, *output_shape)``
         Estimates f^(x_k) for the batch's n samples (a padded last batch may pass K rows; the extra
         rows are dropped). NaN where undecodable. numpy or cupy; stored in the store's dtype.
     received_mask : array of bool, shape (N,)
@@ -102,7 +102,7 @@ def write_decoded(path: str | os.PathLike, scheme: str, batch: int, decoded: Any
 
     Parameters
     ----------
-    decoded : array of shape (n, *output_shape) or (K, *output_shape)
+    decoded : array of shape ``(n, *output_shape)`` or ``(K, *output_shape)``
         Estimates for the batch's n samples (a padded last batch may pass K rows); NaN where undecodable.
 
     Raises
@@ -164,7 +164,7 @@ def write_inputs(path: str | os.PathLike, batch: int, *, labels: Any = None, ref
     ----------
     labels : array of int, shape (n,) or (K,), optional
         Ground-truth labels; required when the store has labels.
-    reference : array of shape (n, *output_shape) or (K, *output_shape), optional
+    reference : array of shape ``(n, *output_shape)`` or ``(K, *output_shape)``, optional
         f(x_k) computed uncoded; required when the store has a reference.
     """
     h = _handles(_local(path))

@@ -1,4 +1,5 @@
-"""Convergence on f(x) = x·sin x (METHODS.md §8): GCC's MSE against N, worst-case and Bernoulli stragglers.
+"""Convergence on f(x) = x·sin x (docs/methods.rst, section 'Convergence rates'): GCC's MSE against N, worst-case
+and Bernoulli stragglers.
 
 K = 10 inputs x ~ U(-3, 3), 50 trials per N, noiseless workers, λ = 0, Chebyshev points, N in
 {40, 80, 160, 320, 640} (even N: no α/β coincidence for K = 10). The claimed rate (arXiv 2608.28910)
@@ -84,7 +85,10 @@ def test_bernoulli_gcc_mse_falls_monotonically(p):
 
 
 def test_noisy_workers_smoothing_beats_interpolation():
-    """ỹ = f(x̃) + N(0, 0.1²): a small positive λ_dec and GCV both beat λ_dec = 0 (METHODS.md §8)."""
+    """ỹ = f(x̃) + N(0, 0.1²): a small positive λ_dec and GCV both beat λ_dec = 0.
+
+    See docs/methods.rst, section 'GCC and LeTCC'.
+    """
     N, S, sigma, trials = 80, 4, 0.1, 200
     out = {}
     for lam in (0.0, 1e-9, "gcv"):

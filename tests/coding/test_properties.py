@@ -1,4 +1,7 @@
-"""Property tests over every scheme: linearity, and shape/dtype/namespace preserved (METHODS.md §1)."""
+"""Property tests over every scheme: linearity, and shape/dtype/namespace preserved.
+
+See docs/methods.rst, section 'Linear maps'.
+"""
 
 from __future__ import annotations
 

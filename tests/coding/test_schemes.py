@@ -128,7 +128,7 @@ def test_bacc_weights_sum_to_one(N):
 
 
 def test_bacc_signs_alternate_over_sorted_survivors():
-    """Signs run over the sorted survivor list, not the worker index (METHODS.md §4)."""
+    """Signs run over the sorted survivor list, not the worker index (docs/methods.rst, section 'BACC')."""
     code = make_code("bacc", num_inputs=5, num_workers=20)
     F = np.array([17, 2, 3, 9, 11, 12, 19, 5])  # unsorted, with gaps
     order = np.argsort(code.worker_points[F])

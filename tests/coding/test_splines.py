@@ -1,4 +1,7 @@
-"""The numerical cores: banded natural splines against SciPy and the dense RKHS system (METHODS.md §3)."""
+"""The numerical cores: banded natural splines against SciPy and the dense RKHS system.
+
+See docs/methods.rst, section 'GCC and LeTCC'.
+"""
 
 from __future__ import annotations
 

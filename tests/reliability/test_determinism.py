@@ -1,10 +1,10 @@
 """Determinism: the virtual clock makes runs reproducible whatever the cluster; the wall clock is recorded.
 
-With injected straggling, which shards count as arrived is decided by the seeded latency draws (DESIGN.md
-"Straggler injection"), so the same config and seed give bitwise-identical stores on CPU whatever the
-number of Dask workers, threads or batches in flight. With real latencies (``stragglers.model: none``)
-the kept sets depend on the machine, and the store records them: decoding the recorded sets again
-reproduces the stored estimates exactly (float32 bit for bit).
+With injected straggling, which shards count as arrived is decided by the seeded latency draws
+(docs/pipeline.rst, section 'Straggler injection'), so the same config and seed give bitwise-identical stores on
+CPU whatever the number of Dask workers, threads or batches in flight. With real latencies
+(``stragglers.model: none``) the kept sets depend on the machine, and the store records them: decoding the
+recorded sets again reproduces the stored estimates exactly (float32 bit for bit).
 """
 
 from __future__ import annotations
