@@ -7,20 +7,24 @@ The batch model (docs/pipeline.rst, section 'Batches, groups and blocks'):
   each of its groups, so one shard task evaluates f once on B samples;
 * a **batch** is one block: K·B samples, N shard tasks, one cutoff, one decode, one chunk of the store.
 
-A composition is a permutation ``order`` of the dataset's sample indices. The run's *slot* s holds sample
-``order[s]``; group g is slots ``[g·K, (g+1)·K)`` (position k = slot g·K + k) and batch b is slots
-``[b·K·B, (b+1)·K·B)``. Only the last group of a dataset can be short (its encode pads it by repeating its
-last sample) and only the last batch can hold fewer than B groups. :class:`BatchLayout` turns a slot into
-(batch, group, position) and back; it is computed once and stored with the run, so a resume reuses it.
+The run's samples sit in *slots*: batch b owns slots ``[b·K·B, (b+1)·K·B)`` (one chunk of the store), and
+within a batch of G groups the slots are position-major: local slot ``j`` holds position ``k = j // G`` of
+group ``g = j % G``. So the batch's samples in slot order, reshaped to ``(K, G, ...)``, are the encoder's
+input as they are (no copy), and the G samples of one position are contiguous: an uncoded or replicated
+shard reads only its own block. A composition is the permutation ``order`` of the dataset's sample indices
+over the slots (slot s holds sample ``order[s]``; the store's ``sample`` coordinate). Only the last batch
+can hold fewer than K·B samples; its groups then lack their last positions, and the encode pads each short
+group by repeating the group's last sample (:meth:`BatchLayout.to_blocks`; the padded outputs are dropped).
 
 Policies (:func:`compose`), all deterministic for a seed and all blind to labels and to f:
 
 ``as_stored``
-    the source's own order (slot s holds sample s).
+    the source's own order in the slots (slot s holds sample s): group g of a batch holds the samples
+    ``G`` apart, starting at the batch's g-th.
 ``random``
     a seeded random permutation.
 ``pc1``
-    sorted by the first principal component of the inputs.
+    sorted by the first principal component of the inputs; consecutive K samples form a group.
 ``similarity``
     a greedy nearest-neighbour chain over the inputs' leading principal components, cut into consecutive
     groups of K: similar inputs are coded together, and each group is ordered along the chain, so coded inputs
@@ -29,6 +33,7 @@ Policies (:func:`compose`), all deterministic for a seed and all blind to labels
     whole: each window is read, projected and chained on its own (a Dask task each, when the pipeline
     passes a ``map_windows``).
 
+A policy's sequence (groups as consecutive runs) is put into slots by :meth:`BatchLayout.from_sequence`.
 Pure NumPy: nothing here imports Dask, Zarr or the coding schemes.
 """
 
@@ -61,10 +66,16 @@ DEFAULT_DIMS = 32
 DEFAULT_FIT_SAMPLES = 4096
 
 
+def _positive(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ConfigError(f"{name}: got {value!r}; expected an integer >= 1")
+    return int(value)
+
+
 # ------------------------------------------------------------------------------------------ the layout
 @dataclass(frozen=True)
 class BatchLayout:
-    """Where every sample of a run sits: slot -> (batch, group, position), and the batches' samples.
+    """Where every sample of a run sits: slots, batches, groups and positions (see the module docs).
 
     Parameters
     ----------
@@ -91,10 +102,7 @@ class BatchLayout:
 
     def __post_init__(self) -> None:
         for name in ("num_samples", "group_size", "block_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ConfigError(f"{name}: got {value!r}; expected an integer >= 1")
-            object.__setattr__(self, name, int(value))
+            object.__setattr__(self, name, _positive(name, getattr(self, name)))
         if self.order is not None:
             order = np.asarray(self.order, dtype=np.int64)
             if order.shape != (self.num_samples,) or not _is_permutation(order):
@@ -102,6 +110,28 @@ class BatchLayout:
                                   f"of shape {order.shape}")
             order.setflags(write=False)
             object.__setattr__(self, "order", order)
+
+    @classmethod
+    def from_sequence(cls, sequence: np.ndarray | None, group_size: int, block_size: int,
+                      num_samples: int | None = None) -> BatchLayout:
+        """The layout whose groups are consecutive runs of `sequence` (a composition policy's output).
+
+        Batch b takes the ``b``-th run of K·B samples of the sequence; its G groups take consecutive runs of
+        it, group g as many samples as it has slots (K, or fewer in a short last batch), in position order.
+        ``sequence=None`` is the identity *sequence* (consecutive K samples form a group).
+        """
+        n = int(num_samples if sequence is None else len(sequence))
+        seq = np.arange(n, dtype=np.int64) if sequence is None else np.asarray(sequence, dtype=np.int64)
+        shell = cls(n, group_size, block_size)
+        order = np.empty(n, dtype=np.int64)
+        for b in range(shell.num_batches):
+            start, stop = shell.batch_slots(b)
+            g = shell.batch_groups(b)
+            local = np.arange(stop - start)
+            # slot j is position j // g of group j % g; within the batch, group-major order of the slots
+            slot_of_rank = np.lexsort((local // g, local % g))
+            order[start + slot_of_rank] = seq[start:stop]
+        return cls(n, group_size, block_size, order)
 
     @property
     def batch_samples(self) -> int:
@@ -114,7 +144,7 @@ class BatchLayout:
 
     @property
     def num_groups(self) -> int:
-        return -(-self.num_samples // self.group_size)
+        return sum(self.batch_groups(b) for b in range(self.num_batches)) if self.num_batches else 0
 
     def batch_slots(self, batch: int) -> tuple[int, int]:
         """``[start, stop)`` slots of `batch` (``stop - start`` <= K·B; the last batch may be short)."""
@@ -124,7 +154,7 @@ class BatchLayout:
         return start, min(start + self.batch_samples, self.num_samples)
 
     def batch_groups(self, batch: int) -> int:
-        """Groups in `batch`: B, or fewer in a short last batch."""
+        """G, the groups in `batch`: B, or fewer in a short last batch."""
         start, stop = self.batch_slots(batch)
         return -(-(stop - start) // self.group_size)
 
@@ -135,36 +165,67 @@ class BatchLayout:
             return np.arange(start, stop, dtype=np.int64)
         return self.order[start:stop]
 
+    def _padded_local(self, batch: int) -> np.ndarray:
+        """Local slot read for each of the K·G entries of the batch's blocks (padding repeats within a group)."""
+        start, stop = self.batch_slots(batch)
+        n_b, g = stop - start, self.batch_groups(batch)
+        src = np.arange(self.group_size * g)
+        for j in range(n_b, src.size):  # a missing position repeats the group's previous one
+            src[j] = src[j - g]
+        return src
+
+    def position_samples(self, batch: int, position: int) -> np.ndarray:
+        """Dataset indices of position `position` of every group of `batch`, int64 of shape (G,): the block
+        that an uncoded (or replicated) shard evaluates. A group without that position repeats its last one."""
+        if not 0 <= position < self.group_size:
+            raise ConfigError(f"position: got {position!r}; expected an integer in [0, {self.group_size})")
+        g = self.batch_groups(batch)
+        local = self._padded_local(batch)[position * g:(position + 1) * g]
+        return self.samples(batch)[local]
+
     def sample_index(self) -> np.ndarray:
         """The dataset index of every slot, int64 of shape (n,) (the store's ``sample`` coordinate)."""
         return np.arange(self.num_samples, dtype=np.int64) if self.order is None else self.order
 
     def group_of_slot(self) -> tuple[np.ndarray, np.ndarray]:
-        """(group, position) of every slot: int64 and int32 arrays of shape (n,)."""
-        s = np.arange(self.num_samples, dtype=np.int64)
-        return s // self.group_size, (s % self.group_size).astype(np.int32)
+        """(group, position) of every slot: int64 and int32 arrays of shape (n,); groups numbered over the run."""
+        group = np.empty(self.num_samples, dtype=np.int64)
+        position = np.empty(self.num_samples, dtype=np.int32)
+        first = 0
+        for b in range(self.num_batches):
+            start, stop = self.batch_slots(b)
+            g = self.batch_groups(b)
+            local = np.arange(stop - start)
+            group[start:stop] = first + local % g
+            position[start:stop] = local // g
+            first += g
+        return group, position
 
-    def to_blocks(self, x: np.ndarray) -> np.ndarray:
+    def to_blocks(self, x: np.ndarray, batch: int | None = None) -> np.ndarray:
         """A batch's samples in slot order, ``(n_b, *shape)``, as the encoder's input ``(K, G, *shape)``.
 
-        ``blocks[k, g]`` is position k of group g; a short last group is padded by repeating its last
-        sample (the padded outputs are dropped by :meth:`from_blocks`).
+        ``blocks[k, g]`` is position k of group g: a reshape (a view) for a full batch. In a short batch
+        (`n_b` < K·B; `batch` may be given, else G = ceil(n_b / K)) a group's missing positions repeat its
+        last sample; :meth:`from_blocks` drops their outputs.
         """
         k = self.group_size
         n_b = x.shape[0]
         g = -(-n_b // k)
         if g * k > n_b:
-            x = np.concatenate([x, np.repeat(x[-1:], g * k - n_b, axis=0)])
-        return np.swapaxes(x.reshape((g, k, *x.shape[1:])), 0, 1)
+            src = np.arange(g * k)
+            for j in range(n_b, src.size):
+                src[j] = src[j - g]
+            x = x[src]
+        return x.reshape((k, g, *x.shape[1:]))
 
     @staticmethod
     def from_blocks(y: Any, n_real: int) -> Any:
         """The inverse of :meth:`to_blocks` on outputs: ``(K, G, *out)`` -> ``(n_real, *out)`` in slot order.
 
-        Works on NumPy and CuPy arrays alike (``swapaxes``/``reshape`` only).
+        Works on NumPy and CuPy arrays alike (``reshape`` only).
         """
         k, g = y.shape[0], y.shape[1]
-        return y.swapaxes(0, 1).reshape((g * k, *y.shape[2:]))[:n_real]
+        return y.reshape((k * g, *y.shape[2:]))[:n_real]
 
 
 def _is_permutation(order: np.ndarray) -> bool:
@@ -181,20 +242,23 @@ def _is_permutation(order: np.ndarray) -> bool:
 class Projection:
     """A linear projection of flattened samples onto their leading principal components.
 
-    ``features(x) = (x.reshape(n, -1) - mean) @ components.T``: float64 of shape (n, dims).
+    ``features(x) = (x.reshape(n, -1) - mean) @ components.T``, computed in float32 (grouping needs no more):
+    shape (n, dims).
     """
 
     mean: np.ndarray  # (d,) float64
     components: np.ndarray  # (dims, d) float64, orthonormal rows, by decreasing variance
 
     def features(self, x: np.ndarray) -> np.ndarray:
-        return (_finite_flat(x) - self.mean) @ self.components.T
+        """The projection of samples `x` of shape ``(n, *shape)``: float32 of shape (n, dims)."""
+        flat = _finite_flat(x, np.float32)
+        return (flat - self.mean.astype(np.float32)) @ self.components.T.astype(np.float32)
 
 
-def _finite_flat(x: np.ndarray) -> np.ndarray:
-    """Samples flattened to float64 rows, NaN/Inf read as 0: a non-finite input is grouped anyhow, and the
+def _finite_flat(x: np.ndarray, dtype: Any = np.float64) -> np.ndarray:
+    """Samples flattened to rows of `dtype`, NaN/Inf read as 0: a non-finite input is grouped anyhow, and the
     encode of its batch reports it (``run.nan_policy``)."""
-    flat = np.asarray(x, dtype=np.float64).reshape(x.shape[0], -1)
+    flat = np.asarray(x, dtype=dtype).reshape(x.shape[0], -1)
     return flat if np.isfinite(flat).all() else np.nan_to_num(flat, nan=0.0, posinf=0.0, neginf=0.0)
 
 
@@ -303,6 +367,7 @@ def compose(
     source: Any,
     *,
     group_size: int,
+    block_size: int = 1,
     policy: str = "similarity",
     seed: int = 0,
     window: int = DEFAULT_WINDOW,
@@ -310,7 +375,7 @@ def compose(
     fit_samples: int = DEFAULT_FIT_SAMPLES,
     map_windows: Callable[..., list] | None = None,
 ) -> np.ndarray | None:
-    """Compose a source's samples into coding groups: the permutation ``order`` of :class:`BatchLayout`.
+    """Compose a source's samples into coding groups and batches: a :class:`BatchLayout`.
 
     Parameters
     ----------
@@ -318,6 +383,8 @@ def compose(
         Read with ``read(start, stop)`` (windows) and ``take(indices)`` (the PCA fit); labels are never used.
     group_size : int
         K.
+    block_size : int
+        B, groups per batch.
     policy : {"as_stored", "random", "pc1", "similarity"}
         See the module docs.
     seed : int
@@ -336,8 +403,8 @@ def compose(
 
     Returns
     -------
-    ndarray of int64, shape (num_samples,), or None
-        None for ``as_stored`` (the identity).
+    BatchLayout
+        Its ``order`` is None for ``as_stored`` (the identity).
 
     Raises
     ------
@@ -346,24 +413,36 @@ def compose(
     """
     if policy not in POLICIES:
         raise ConfigError(f"composition.policy: got {policy!r}; expected one of {', '.join(POLICIES)}")
-    for name, value in (("group_size", group_size), ("composition.window", window), ("composition.dims", dims),
-                        ("composition.fit_samples", fit_samples)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ConfigError(f"{name}: got {value!r}; expected an integer >= 1")
+    for name, value in (("group_size", group_size), ("block_size", block_size), ("composition.window", window),
+                        ("composition.dims", dims), ("composition.fit_samples", fit_samples)):
+        _positive(name, value)
     n = int(source.num_samples)
     if policy == "as_stored":
-        return None
+        return BatchLayout(n, group_size, block_size)
     if policy == "random":
-        return np.random.default_rng([int(seed), 0x5EED]).permutation(n).astype(np.int64)
-    fit_idx = np.unique(np.linspace(0, n - 1, min(n, int(fit_samples))).round().astype(np.int64))
-    x_fit, _ = source.take(fit_idx)
+        sequence = np.random.default_rng([int(seed), 0x5EED]).permutation(n).astype(np.int64)
+        return BatchLayout.from_sequence(sequence, group_size, block_size)
+    x_fit, _ = source.take(_fit_indices(n, int(fit_samples)))
     projection = fit_projection(x_fit, dims=dims, seed=seed)
     bounds = window_bounds(n, window, group_size)
     run = map_windows or serial_map
     if policy == "pc1":
         pc1 = np.concatenate(run(_window_pc1, bounds, source, projection))
-        return np.argsort(pc1, kind="stable").astype(np.int64)
-    return np.concatenate(run(_window_chain, bounds, source, projection)).astype(np.int64)
+        sequence = np.argsort(pc1, kind="stable").astype(np.int64)
+    else:
+        sequence = np.concatenate(run(_window_chain, bounds, source, projection)).astype(np.int64)
+    return BatchLayout.from_sequence(sequence, group_size, block_size)
+
+
+def _fit_indices(n: int, fit_samples: int, runs: int = 32) -> np.ndarray:
+    """The samples the projection is fitted on: `runs` contiguous runs spread evenly over the dataset (cheap
+    slices for any source), `fit_samples` in all, or everything when the dataset is that small."""
+    if n <= fit_samples:
+        return np.arange(n, dtype=np.int64)
+    runs = min(runs, fit_samples)
+    length = fit_samples // runs
+    starts = np.linspace(0, n - length, runs).round().astype(np.int64)
+    return np.unique((starts[:, None] + np.arange(length)[None, :]).ravel())
 
 
 def num_windows(num_samples: int, window: int, group_size: int) -> int:

@@ -125,16 +125,18 @@ def build_codes(cfg: PipelineConfig) -> dict:
 def build_plans(cfg: PipelineConfig, codes: Mapping[str, Any]) -> list[SchemePlan]:
     """The cutoff policy of each scheme.
 
-    Approximate schemes (gcc, letcc, bacc, bspline) use the configured cutoff (``wait_for`` N-S by default,
-    the deadline, the adaptive rule). Exact baselines wait for their recovery condition, as users run them
-    today: ``uncoded`` for all K results, ``replication`` for one copy of every input, ``lcc`` for its
-    recovery threshold; a failed shard still ends the wait (its output is then missing).
+    Approximate schemes (gcc, letcc, bacc, bspline), and ``replication`` with ``replication.stop: cutoff``
+    (the default), use the configured cutoff (``wait_for`` N-S by default, the deadline, the adaptive rule):
+    every scheme stops at the same rule. The exact baselines wait for their recovery condition, as users run
+    them today: ``uncoded`` for all K results, ``replication`` (with ``stop: recovery``) for one copy of every
+    input, ``lcc`` for its recovery threshold; a failed shard still ends the wait (its output is then missing).
     """
     c = cfg.cutoff
     plans = []
     for name, code in codes.items():
         n = code.num_workers
-        if name in EXACT_SCHEMES:
+        waits = name in EXACT_SCHEMES and not (name == "replication" and cfg.replication.stop == "cutoff")
+        if waits:
             groups = None
             if name in ("uncoded", "replication"):
                 groups = tuple(int(g) for g in np.arange(n) % cfg.code.num_inputs)
@@ -255,8 +257,8 @@ def _layout(cfg: PipelineConfig, num_samples: int, order) -> BatchLayout:
     return BatchLayout(num_samples, cfg.code.num_inputs, cfg.code.block_size, order)
 
 
-def _compose(cfg: PipelineConfig, source, client, say) -> np.ndarray | None:
-    """The run's composition, with the windows of a large source as Dask tasks."""
+def _compose(cfg: PipelineConfig, source, client, say) -> BatchLayout:
+    """The run's composition and batch layout, with the windows of a large source as Dask tasks."""
     comp = cfg.composition
     windows = num_windows(source.num_samples, comp.window, cfg.code.num_inputs)
     if comp.policy in ("similarity", "pc1"):
@@ -266,8 +268,9 @@ def _compose(cfg: PipelineConfig, source, client, say) -> np.ndarray | None:
     if windows > 1:
         def mapper(func, items, *shared):
             return map_on_cluster(client, func, items, *shared)
-    return compose(source, group_size=cfg.code.num_inputs, policy=comp.policy, seed=comp.seed,
-                   window=comp.window, dims=comp.dims, fit_samples=comp.fit_samples, map_windows=mapper)
+    return compose(source, group_size=cfg.code.num_inputs, block_size=cfg.code.block_size, policy=comp.policy,
+                   seed=comp.seed, window=comp.window, dims=comp.dims, fit_samples=comp.fit_samples,
+                   map_windows=mapper)
 
 
 def _pending(store, schemes: Sequence[str], num_batches: int) -> list[tuple[int, list[str]]]:
@@ -367,10 +370,10 @@ def run_pipeline(
                 _wait_for_workers(c, cfg.cluster.connect_timeout)
                 if store is None:
                     t0 = time.perf_counter()
-                    order = _compose(cfg, source, c, say)
-                    layout = _layout(cfg, source.num_samples, order)
+                    layout = _compose(cfg, source, c, say)
                     store = store_mod.RunStore.create(
-                        path, overwrite=cfg.store.overwrite, sample_index=order,
+                        path, overwrite=cfg.store.overwrite, sample_index=layout.order,
+                        groups=layout.group_of_slot(),
                         worker_points={s: codes[s].worker_points for s in cfg.schemes},
                         **{**layout_kwargs, "attrs": {**layout_kwargs["attrs"],
                                                       "composition_s": round(time.perf_counter() - t0, 3)}})

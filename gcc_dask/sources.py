@@ -139,6 +139,8 @@ class Source(ABC):
     """
 
     kind = "?"
+    #: ``_read`` returns arrays of its own (not views of a cache or a memory map): ``read`` need not copy them
+    _fresh_reads = False
     name: str
     num_samples: int
     sample_shape: tuple[int, ...]
@@ -193,7 +195,8 @@ class Source(ABC):
                 f"read(start={start!r}, stop={stop!r}) on {self.name!r}: expected integers with "
                 f"0 <= start <= stop <= num_samples={self.num_samples}")
         X, y = self._read(int(start), int(stop))
-        X = np.array(X, dtype=self.dtype, copy=True).reshape((stop - start, *self.sample_shape))
+        fresh = self._fresh_reads and isinstance(X, np.ndarray) and X.flags.writeable
+        X = np.array(X, dtype=self.dtype, copy=not fresh).reshape((stop - start, *self.sample_shape))
         if y is not None:
             y = np.array(y, dtype=np.int64, copy=True).reshape(stop - start)
         return X, y
@@ -477,6 +480,8 @@ class ZarrSource(_ArrayFileSource):
     ``dtype`` (cast on read; default the array's), ``limit``. The first axis indexes samples.
     """
 
+    _fresh_reads = True  # zarr decodes every read into a new array
+
     def __init__(self, path: str | os.PathLike, array: str | None = None, labels: str | None = None,
                  dtype: Any = None, limit: int | None = None) -> None:
         self.path = _existing(path, "Zarr store")
@@ -558,6 +563,8 @@ class SyntheticSource(Source):
     Parameters: ``num_samples``, ``shape`` (sample shape, default (1, 28, 28)), ``seed`` (default 0),
     ``low``/``high`` (default 0, 1), ``dtype`` (default float32), ``limit``.
     """
+
+    _fresh_reads = True
 
     def __init__(self, num_samples: int = 1024, shape: Any = (1, 28, 28), seed: int = 0,
                  low: float = 0.0, high: float = 1.0, dtype: Any = "float32",

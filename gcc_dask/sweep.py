@@ -81,6 +81,7 @@ class _Function:
         from gcc_dask.workloads import make_workload
 
         self.cfg = cfg
+        self._orders: dict[tuple, np.ndarray] = {}
         if cfg.kind == "dnn":
             from gcc_dask.sources import make_source
 
@@ -99,15 +100,25 @@ class _Function:
             self.f = make_workload("analytic", name=cfg.kind, **params).load()
             self.has_labels = False
 
-    def sample(self, K: int, trial: int, seed: int) -> tuple[np.ndarray, np.ndarray | None]:
-        """The trial's K inputs (and labels): a function of (seed, K, trial) only."""
+    def sample(self, K: int, trial: int, seed: int, composition: str | None = None
+               ) -> tuple[np.ndarray, np.ndarray | None]:
+        """The trial's K inputs (and labels): a function of (seed, K, trial, composition) only.
+
+        With a `composition` (``dnn`` only) the inputs are one group of that composition of the source, in
+        position order; the trial picks the group.
+        """
         rng = np.random.default_rng([seed, 0, K, trial])
         if self.cfg.kind != "dnn":
             return rng.uniform(self.cfg.low, self.cfg.high, size=(K, self.cfg.dim)), None
         n = self.source.num_samples
         if K > n:
             raise ConfigError(f"code.num_inputs: got {K}; expected at most the source's {n} samples")
-        idx = np.sort(rng.choice(n, size=K, replace=False))
+        if composition is not None:
+            order = self._composed(composition, K, seed)
+            g = int(rng.integers(n // K))  # a full group
+            idx = order[g * K:(g + 1) * K]
+        else:
+            idx = np.sort(rng.choice(n, size=K, replace=False))
         if self.cache is not None:
             X, y = self.cache
             return X[idx], (None if y is None else y[idx])
@@ -115,6 +126,15 @@ class _Function:
         X = np.concatenate([r[0] for r in rows])
         y = None if rows[0][1] is None else np.concatenate([r[1] for r in rows])
         return X, y
+
+    def _composed(self, policy: str, K: int, seed: int) -> np.ndarray:
+        """The source's samples in group order for `policy` and K (groups of K consecutive entries), cached."""
+        key = (policy, K, seed)
+        if key not in self._orders:
+            from gcc_dask.composition import compose
+
+            self._orders[key] = compose(self.source, group_size=K, policy=policy, seed=seed).sample_index()
+        return self._orders[key]
 
     def describe(self) -> str:
         c = self.cfg
@@ -187,8 +207,15 @@ def evaluate_cell(cfg: SweepConfig, K: int, N: int, s: float, trials: Sequence[i
     if st.model == "fixed_count" and int(s) >= N:
         return out
     for j, t in enumerate(trials):
-        X, y = fn.sample(K, int(t), cfg.seed)
-        ref = np.asarray(fn.f(X))
+        data = {}  # composition -> (X, y, f(X)): the schemes of one composition share the trial's inputs
+
+        def inputs(composition, t=int(t)):
+            if composition not in data:
+                X, y = fn.sample(K, t, cfg.seed, composition)
+                data[composition] = (X, y, np.asarray(fn.f(X)))
+            return data[composition]
+
+        X, y, ref = inputs(None if all(sp.composition is None for sp in cfg.schemes) else cfg.schemes[0].composition)
         multi = int(np.prod(ref.shape[1:])) > 1
         if y is not None:
             out["accuracy_uncoded"][j] = metrics.accuracy(ref, y)
@@ -202,6 +229,7 @@ def evaluate_cell(cfg: SweepConfig, K: int, N: int, s: float, trials: Sequence[i
             code = codes[label]
             if isinstance(code, str):
                 continue
+            X, y, ref = inputs(cfg.schemes[i].composition)
             received = shared
             if received is None:
                 adv = FixedCount(int(s), "adversarial", exhaustive_limit=st.exhaustive_limit, restarts=st.restarts)

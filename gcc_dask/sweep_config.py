@@ -36,6 +36,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr,
 from pydantic import model_validator
 
 from gcc_dask.config import SCHEMES, ClusterConfig, SourceConfig, WorkloadConfig
+from gcc_dask.config.fields import Points
 from gcc_dask.config.fields import InputCount, WorkerCount
 from gcc_dask.errors import ConfigError
 from gcc_dask.limits import MAX_CODE_ENTRIES, MAX_SWEEP_ENTRIES, MAX_TRIALS, MAX_WORKERS
@@ -159,11 +160,26 @@ class FunctionConfig(_Section):
 
 
 class SchemeSpec(_Section):
-    """One compared scheme: a label (the ``scheme`` coordinate), a registered code and its params."""
+    """One compared scheme: a label (the ``scheme`` coordinate), a registered code and its params.
+
+    Attributes
+    ----------
+    label
+        The name in the store and the reports (``scheme`` coordinate); distinct per entry.
+    code
+        The registered code: bacc, bspline, gcc, lcc, letcc, replication or uncoded.
+    params
+        The code's parameters (``kernel``, ``points``, ``fill``, ...), over the grid's.
+    composition
+        ``dnn`` only: which K samples a trial codes together: ``as_stored``, ``random``, ``pc1`` or
+        ``similarity`` (a group of that composition of the source, docs/pipeline.rst, section
+        'Composition'); unset: K random samples in the source's order.
+    """
 
     label: str
     code: Literal["bacc", "bspline", "gcc", "lcc", "letcc", "replication", "uncoded"]
     params: dict[str, Any] = Field(default_factory=dict)
+    composition: Literal["as_stored", "random", "pc1", "similarity"] | None = None
 
 
 def _schemes(value: Any) -> Any:
@@ -210,7 +226,7 @@ class GridConfig(_Section):
 
     num_inputs: Annotated[list[InputCount], BeforeValidator(_as_list), Field(min_length=1)]
     num_workers: Annotated[list[WorkerCount], BeforeValidator(_as_list), Field(min_length=1)]
-    points: Literal["chebyshev", "equispaced"] = "chebyshev"
+    points: Points = "chebyshev"
     on_coincidence: Literal["warn", "nudge", "ignore"] = "warn"
 
 
@@ -355,6 +371,10 @@ class SweepConfig(_Section):
             json.dumps(self.params, allow_nan=False)
         except (TypeError, ValueError):
             raise _Bad("params", self.params, "JSON-compatible values") from None
+        for i, spec in enumerate(self.schemes):
+            if spec.composition is not None and self.function.kind != "dnn":
+                raise _Bad(f"schemes.{i}.composition", spec.composition,
+                           "no composition unless function.kind is 'dnn' (the other functions draw their inputs)")
         _check_sizes(self)
         return self
 

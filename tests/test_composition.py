@@ -31,23 +31,28 @@ def _clustered(n=203, d=12, seed=0):
                          ids=["short-last-group", "one-window", "fewer-than-K", "one-sample"])
 def test_every_policy_is_a_permutation(policy, n, k, window):
     x, y = _clustered(n)
-    order = compose(make_source("array", array=x, labels=y), group_size=k, policy=policy, window=window)
+    layout = compose(make_source("array", array=x, labels=y), group_size=k, block_size=3, policy=policy,
+                     window=window)
     if policy == "as_stored":
-        assert order is None
-        return
+        assert layout.order is None
+    order = layout.sample_index()
     assert order.dtype == np.int64 and order.shape == (n,)
     np.testing.assert_array_equal(np.sort(order), np.arange(n))
+    # every sample in exactly one (group, position); groups of K but the last batch's, each position once
+    group, position = layout.group_of_slot()
+    pairs = set(zip(group.tolist(), position.tolist()))
+    assert len(pairs) == n and (position < k).all()
 
 
 @pytest.mark.parametrize("policy", ["random", "pc1", "similarity"])
 def test_deterministic_for_a_seed(policy):
     x, y = _clustered()
     src = make_source("array", array=x)
-    a = compose(src, group_size=8, policy=policy, seed=3, window=64)
-    b = compose(src, group_size=8, policy=policy, seed=3, window=64)
+    a = compose(src, group_size=8, policy=policy, seed=3, window=64).order
+    b = compose(src, group_size=8, policy=policy, seed=3, window=64).order
     np.testing.assert_array_equal(a, b)
     if policy == "random":
-        assert not np.array_equal(a, compose(src, group_size=8, policy=policy, seed=4))
+        assert not np.array_equal(a, compose(src, group_size=8, policy=policy, seed=4).order)
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -57,18 +62,21 @@ def test_no_policy_reads_labels(policy):
     shuffled = np.random.default_rng(1).permutation(y)
     a = compose(make_source("array", array=x, labels=y), group_size=8, policy=policy, window=64)
     b = compose(make_source("array", array=x, labels=shuffled), group_size=8, policy=policy, window=64)
-    assert (a is None and b is None) or np.array_equal(a, b)
+    np.testing.assert_array_equal(a.sample_index(), b.sample_index())
 
 
 def test_similarity_groups_samples_of_one_cluster():
     """On clustered inputs every similarity group (but the few that straddle two clusters) is pure, where
     the stored order mixes all five clusters in every group."""
     x, y = _clustered(n=400)
-    order = compose(make_source("array", array=x, labels=y), group_size=8, policy="similarity")
-    groups = y[order].reshape(-1, 8)
-    pure = np.mean([len(set(g)) == 1 for g in groups])
-    assert pure >= 0.9, pure
-    assert np.mean([len(set(g)) == 1 for g in y.reshape(-1, 8)]) == 0.0
+    def purity(layout):
+        group, _ = layout.group_of_slot()
+        labels = y[layout.sample_index()]
+        return np.mean([len(set(labels[group == g])) == 1 for g in np.unique(group)])
+
+    src = make_source("array", array=x, labels=y)
+    assert purity(compose(src, group_size=8, block_size=4, policy="similarity")) >= 0.9
+    assert purity(compose(src, group_size=8, block_size=4, policy="as_stored")) == 0.0
 
 
 def test_chain_visits_a_line_in_order():
@@ -94,7 +102,7 @@ def test_window_chains_run_through_the_given_map():
         return serial_map(func, items, *shared)
 
     a = compose(src, group_size=8, policy="similarity", window=64, map_windows=recording_map)
-    np.testing.assert_array_equal(a, compose(src, group_size=8, policy="similarity", window=64))
+    np.testing.assert_array_equal(a.order, compose(src, group_size=8, policy="similarity", window=64).order)
     assert calls == [4]
 
 
@@ -112,7 +120,7 @@ def test_projection_matches_an_exact_pca():
 def test_non_finite_inputs_are_grouped_not_fatal():
     x, _ = _clustered()
     x[5, 0] = np.nan
-    order = compose(make_source("array", array=x), group_size=8, policy="similarity", window=64)
+    order = compose(make_source("array", array=x), group_size=8, policy="similarity", window=64).order
     np.testing.assert_array_equal(np.sort(order), np.arange(x.shape[0]))
 
 
@@ -129,25 +137,41 @@ def test_compose_rejects(kwargs, match):
 
 # ------------------------------------------------------------------------------------------ the layout
 def test_layout_maps_slots_to_batches_groups_and_positions():
+    """Within a batch of G groups, local slot j is position j // G of group j % G (position-major)."""
     lay = BatchLayout(num_samples=100, group_size=8, block_size=4)
-    assert lay.batch_samples == 32 and lay.num_batches == 4 and lay.num_groups == 13
+    assert lay.batch_samples == 32 and lay.num_batches == 4
     assert lay.batch_slots(3) == (96, 100) and lay.batch_groups(3) == 1 and lay.batch_groups(0) == 4
+    assert lay.num_groups == 13
     group, position = lay.group_of_slot()
-    assert group[41] == 5 and position[41] == 1
+    assert group[41] == 4 + 41 % 4 and position[41] == (41 - 32) // 4
+    np.testing.assert_array_equal(lay.position_samples(1, 2), np.arange(40, 44))  # contiguous: one read
 
 
-def test_blocks_round_trip_with_a_short_last_group():
+def test_blocks_are_a_reshape_and_short_groups_repeat_their_last_sample():
     lay = BatchLayout(num_samples=27, group_size=4, block_size=2)
     x = np.arange(27 * 3, dtype=np.float32).reshape(27, 3)
+    full = lay.to_blocks(x[0:8])
+    assert full.shape == (4, 2, 3) and np.shares_memory(full, x)  # a view, no copy
+    np.testing.assert_array_equal(full[1, 0], x[2])  # position 1 of group 0 is local slot 1·G + 0
     for b in range(lay.num_batches):
         start, stop = lay.batch_slots(b)
-        blocks = lay.to_blocks(x[start:stop])  # (K, G, 3)
-        assert blocks.shape[0] == 4
-        # position k of group g is slot g·K + k; the short last group repeats its last sample
-        np.testing.assert_array_equal(blocks[1, 0], x[start + 1])
+        blocks = lay.to_blocks(x[start:stop])
         np.testing.assert_array_equal(BatchLayout.from_blocks(blocks, stop - start), x[start:stop])
-    last = lay.to_blocks(x[24:27])
+        for k in range(4):  # what an uncoded shard reads on its own is the same block
+            np.testing.assert_array_equal(blocks[k], x[lay.position_samples(b, k)])
+    last = lay.to_blocks(x[24:27])  # one group of 3: position 3 repeats position 2
     np.testing.assert_array_equal(last[3, 0], x[26])
+
+
+def test_a_short_batch_keeps_chain_neighbours_in_one_group():
+    """9 samples, K = 8: two groups of 5 and 4 sequence neighbours (never 8 + 1)."""
+    lay = BatchLayout.from_sequence(np.arange(9)[::-1].copy(), group_size=8, block_size=4)
+    group, position = lay.group_of_slot()
+    members = [sorted(lay.order[group == g].tolist()) for g in range(2)]
+    assert members == [[4, 5, 6, 7, 8], [0, 1, 2, 3]]
+    for g in range(2):  # positions in sequence order
+        idx = np.flatnonzero(group == g)
+        assert list(lay.order[idx][np.argsort(position[idx])]) == sorted(members[g], reverse=True)
 
 
 def test_layout_samples_follow_the_order():

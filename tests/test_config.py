@@ -59,9 +59,10 @@ def test_design_example_loads_with_resolved_defaults():
     assert cfg.stragglers.hang_delay == 2.0
     assert cfg.cutoff.deadline == 1.0
     assert cfg.cutoff.quantile is None
-    assert cfg.run.max_batches_in_flight == 4
+    assert cfg.run.max_batches_in_flight == 16
     assert cfg.run.reference is True
-    assert cfg.replication.copies == 2
+    assert cfg.replication.copies == 2 and cfg.replication.stop == "cutoff" and cfg.replication.fill == "none"
+    assert cfg.code.block_size == 256 and cfg.composition.policy == "similarity"
     assert cfg.seed == 0
     assert cfg.store.path.endswith("runs/mnist-lenet.zarr") and cfg.store.path.startswith("/")
 

@@ -1,6 +1,7 @@
 """End-to-end benchmarks of the pipeline on a Dask LocalCluster.
 
-Four sections, each a table of :class:`~gcc_dask.bench.report.BenchReport`:
+Six sections, each a table of :class:`~gcc_dask.bench.report.BenchReport` (``throughput`` and ``scale`` are
+described in :mod:`gcc_dask.bench.throughput`; the other four use one sample per shard, ``block_size: 1``):
 
 ``stragglers``
     LeNet-5 on MNIST, K = 8, shifted-exponential latencies with hang probability 0.05 and hangs of 20x
@@ -32,11 +33,14 @@ from typing import Callable
 import numpy as np
 
 from gcc_dask.bench.report import BenchReport, Table, Target, machine_info
+from gcc_dask.bench.throughput import scale_section, throughput_section
 from gcc_dask.errors import WorkloadError
 
 __all__ = ["run_pipeline_bench", "noop_f", "pool_f", "MemorySampler", "SECTIONS"]
 
-SECTIONS = ("stragglers", "orchestration", "scaling", "memory")
+SECTIONS = ("throughput", "scale", "stragglers", "orchestration", "scaling", "memory")
+#: the block size of the throughput and scale sections (the pipeline's default ``code.block_size``)
+BLOCK = 256
 K = 8
 HANG_PROB = 0.05
 HANG_FACTOR = 20.0
@@ -75,10 +79,12 @@ def _lenet_path() -> str:
 
 def _config(name: str, store: Path, *, source: dict, workload: dict, n: int, schemes: list[str],
             stragglers: dict | None = None, cutoff: dict | None = None, in_flight: int = 4,
-            reference: bool = True) -> dict:
+            reference: bool = True, composition: str = "as_stored") -> dict:
     return {
-        "name": name, "source": source, "workload": workload, "code": {"num_inputs": K, "num_workers": n},
+        "name": name, "source": source, "workload": workload,
+        "code": {"num_inputs": K, "num_workers": n, "block_size": 1}, "composition": {"policy": composition},
         "schemes": schemes, "stragglers": stragglers or {"model": "none"},
+        "replication": {"stop": "recovery"},  # the baseline of these sections waits for a copy of every input
         "cutoff": cutoff or {"wait_for": "all"}, "store": {"path": str(store), "overwrite": True},
         "run": {"max_batches_in_flight": in_flight, "progress": False, "reference": reference},
     }
@@ -179,7 +185,8 @@ def _stragglers(client, work: Path, quick: bool, say) -> tuple[Table, list[Targe
     for n, schemes in runs:
         say(f"  stragglers: N={n}, {batches} batches of K={K}, schemes {schemes}")
         cfg = _config(f"bench-stragglers-n{n}", work / f"stragglers-n{n}.zarr", source=source, workload=workload,
-                      n=n, schemes=schemes, stragglers=strag, cutoff=cutoff, in_flight=4 if quick else 1)
+                      n=n, schemes=schemes, stragglers=strag, cutoff=cutoff, in_flight=4 if quick else 1,
+                      composition="similarity")
         res = _run(cfg, client)
         for scheme, s in res.summary.iterrows():
             rows.append({"scheme": scheme, "N": {"uncoded": K, "replication": 2 * K}.get(scheme, n), "K": K,
@@ -395,6 +402,14 @@ def run_pipeline_bench(*, quick: bool = False, client=None, sections: tuple[str,
         # each section on a cluster of its own (unless one is given), so that what one section leaves on the
         # workers and the scheduler (model sessions, task history) does not weigh on the next
         spec = ClusterSpec(n_workers=2, threads_per_worker=16, processes=True)
+        for name, fn in (("throughput", throughput_section), ("scale", scale_section)):
+            if name not in sections:
+                continue
+            say(f"pipeline bench: {name}")
+            with connect(spec, client) as c:
+                out = fn(c, tmp, quick, say, _lenet_path(), BLOCK)
+            tables.append(out[0])
+            targets += out[1]
         for name, fn in (("stragglers", _stragglers), ("orchestration", _orchestration), ("scaling", _scaling)):
             if name not in sections:
                 continue

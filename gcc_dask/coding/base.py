@@ -110,8 +110,9 @@ class CodingScheme:
     num_workers : int
         N, 1 ≤ N ≤ 65,536, coded inputs (one per worker); also K·N ≤ 2**26, so that the (N, K) encoder
         matrix stays under 512 MiB (``gcc_dask.limits``).
-    points : {"chebyshev", "equispaced"}
-        Placement of α and β on Ω = [-1, 1] (:mod:`gcc_dask.coding.points`;
+    points : {"chebyshev", "equispaced", "systematic", "twins"} or mapping
+        Placement of α and β on Ω = [-1, 1], or explicit ``{"alpha": [...], "beta": [...]}``
+        (:func:`gcc_dask.coding.points.placement`;
         docs/methods.rst, section 'Point placement').
     nan_policy : {"raise", "propagate"}
         ``"raise"``: NaN/Inf in X or Y raise :class:`InvalidInputError` (found at no extra pass over
@@ -170,7 +171,12 @@ class CodingScheme:
         self.num_workers = check_int("num_workers", num_workers, 1, MAX_WORKERS,
                                      "one Dask task per worker per batch; no cluster runs more")
         check_code_size(self.num_inputs, self.num_workers)
-        self.points = check_choice("points", points, _points.POINTS)
+        if isinstance(points, dict):
+            points = {k: [float(v) for v in vals] if isinstance(vals, (list, tuple, np.ndarray)) else vals
+                      for k, vals in points.items()}
+        else:
+            points = check_choice("points", points, _points.POINTS)
+        self.points = points
         self.nan_policy = check_choice("nan_policy", nan_policy, NAN_POLICIES)
         self.on_coincidence = check_choice("on_coincidence", on_coincidence, ON_COINCIDENCE)
 
@@ -180,10 +186,7 @@ class CodingScheme:
         return {}
 
     def _make_points(self) -> tuple[np.ndarray, np.ndarray]:
-        return (
-            _points.data_points(self.points, self.num_inputs),
-            _points.worker_points(self.points, self.num_workers),
-        )
+        return _points.placement(self.points, self.num_inputs, self.num_workers)
 
     def _finish(self) -> None:
         if self.min_received > self.num_workers:
@@ -194,12 +197,13 @@ class CodingScheme:
         alpha, beta = self._make_points()
         self.nudged_workers = np.zeros(0, dtype=np.int64)
         pairs = np.zeros((0, 2), dtype=np.int64)
+        intended = isinstance(self.points, str) and self.points in _points.INTENDED_COINCIDENCE
         if self.check_coincidence:
             pairs = _points.coincidences(alpha, beta)
             if pairs.size and self.on_coincidence == "nudge":
                 beta, self.nudged_workers = _points.nudge(alpha, beta)
                 pairs = _points.coincidences(alpha, beta)
-            elif pairs.size and self.on_coincidence == "warn":
+            elif pairs.size and self.on_coincidence == "warn" and not intended:
                 warnings.warn(
                     f"code {self.name!r} with num_inputs={self.num_inputs}, num_workers={self.num_workers}"
                     f", points={self.points!r}: {len(pairs)} worker point(s) equal a data point "
@@ -477,6 +481,29 @@ class CodingScheme:
         rows = np.argmax(E, axis=1).astype(np.int64)
         rows.setflags(write=False)
         return rows
+
+    def selected_input(self, worker: int) -> int | None:
+        """The input that `worker` evaluates unchanged, for selection schemes (``replication``, ``uncoded``:
+        coded input n is input ``selected_input(n)``, bit for bit); None for schemes that mix inputs.
+
+        A runtime can then hand worker n that input alone instead of encoding the whole batch.
+        """
+        return None if self._encoder_rows is None else int(self._encoder_rows[worker])
+
+    def check_input(self, X: Any, name: str = "X") -> None:
+        """Raise what :meth:`encode` raises for NaN/Inf in `X` under ``nan_policy="raise"`` (else nothing).
+
+        For a runtime that feeds a selection scheme's workers their inputs directly (:meth:`selected_input`).
+
+        Raises
+        ------
+        InvalidInputError
+            `X` holds NaN or Inf and ``nan_policy`` is ``"raise"``.
+        """
+        if self.nan_policy == "raise":
+            xp = _NP if type(X) is np.ndarray else array_namespace(X)
+            if not bool(xp.all(xp.isfinite(X))):
+                raise self._non_finite(name)
 
     def encode(self, X: Any):
         """Coded inputs X̃ = E X for the N workers.

@@ -19,9 +19,14 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["POINTS", "at_node", "coincidences", "data_points", "nudge", "worker_points"]
+__all__ = ["MIN_GAP", "POINTS", "at_node", "check_points", "coincidences", "data_points", "nudge", "placement",
+           "worker_points"]
 
-POINTS = ("chebyshev", "equispaced")
+POINTS = ("chebyshev", "equispaced", "systematic", "twins")
+#: Placements whose worker points sit on (or next to) data points on purpose: no coincidence warning.
+INTENDED_COINCIDENCE = ("systematic", "twins")
+#: The smallest gap between two explicit points (on Ω = [-1, 1], length 2).
+MIN_GAP = 1e-6
 
 #: Two points closer than this (absolute, on Ω = [-1, 1]) count as coincident.
 COINCIDENCE_TOL = 1e-12
@@ -39,9 +44,9 @@ def data_points(kind: str, num_inputs: int) -> np.ndarray:
     ``"chebyshev"``: α_k = cos((2k+1)π / (2K)) (first kind). ``"equispaced"``: α_k = -1 + (2k+1)/K.
     """
     k = np.arange(num_inputs, dtype=np.float64)
-    if kind == "chebyshev":
-        return _symmetrise(np.cos((2.0 * k + 1.0) * np.pi / (2.0 * num_inputs)))
-    return _symmetrise(-1.0 + (2.0 * k + 1.0) / num_inputs)
+    if kind == "equispaced":
+        return _symmetrise(-1.0 + (2.0 * k + 1.0) / num_inputs)
+    return _symmetrise(np.cos((2.0 * k + 1.0) * np.pi / (2.0 * num_inputs)))
 
 
 def worker_points(kind: str, num_workers: int) -> np.ndarray:
@@ -53,9 +58,112 @@ def worker_points(kind: str, num_workers: int) -> np.ndarray:
     if num_workers == 1:
         return np.zeros(1)
     n = np.arange(num_workers, dtype=np.float64)
-    if kind == "chebyshev":
-        return _symmetrise(np.cos(n * np.pi / (num_workers - 1)))
-    return _symmetrise(np.linspace(-1.0, 1.0, num_workers))
+    if kind == "equispaced":
+        return _symmetrise(np.linspace(-1.0, 1.0, num_workers))
+    return _symmetrise(np.cos(n * np.pi / (num_workers - 1)))
+
+
+def placement(points, num_inputs: int, num_workers: int, name: str = "points") -> tuple[np.ndarray, np.ndarray]:
+    """The data points α (K,) and worker points β (N,) of a placement, both float64 and ascending.
+
+    Parameters
+    ----------
+    points : str or mapping
+        ``"chebyshev"`` (α first kind, β second kind), ``"equispaced"``; ``"systematic"``: α Chebyshev and
+        the data points among the worker points (β = α together with N − K Chebyshev points of the second
+        kind, each moved off any α it hits), so a surviving worker at α_k returns f(x_k) exactly;
+        ``"twins"``: α Chebyshev and ⌊N/K⌋ workers next to each data point (spread over a quarter of the
+        smallest gap between data points on each side; one worker sits on α_k when ⌊N/K⌋ = 1), the other
+        N mod K at Chebyshev points of the second kind; or explicit points ``{"alpha": [...], "beta":
+        [...]}`` (either may be left out: it is then Chebyshev), each strictly increasing in [-1, 1] with
+        gaps of at least :data:`MIN_GAP`.
+    num_inputs, num_workers : int
+        K and N.
+    name : str
+        The argument's name in error messages.
+
+    Raises
+    ------
+    ConfigError
+        An unknown name, or explicit points of the wrong length, out of [-1, 1], not finite, or not strictly
+        increasing by :data:`MIN_GAP` (the message names the pair).
+    """
+    from gcc_dask.errors import ConfigError
+
+    K, N = int(num_inputs), int(num_workers)
+    if isinstance(points, str):
+        if points not in POINTS:
+            raise ConfigError(f"{name}: got {points!r}; expected one of {list(POINTS)} or a mapping with "
+                              "'alpha' and/or 'beta' lists")
+        alpha = data_points(points, K)
+        if points == "systematic":
+            if N < K:
+                raise ConfigError(f"{name}: 'systematic' needs num_workers >= num_inputs; got N={N}, K={K}")
+            extra = worker_points("chebyshev", N - K) if N > K else np.zeros(0)
+            return alpha, np.sort(np.concatenate([alpha, _avoid(alpha, extra)]))
+        if points == "twins":
+            r, m = divmod(N, K)
+            if r == 0:
+                raise ConfigError(f"{name}: 'twins' needs num_workers >= num_inputs; got N={N}, K={K}")
+            delta = 0.25 * (float(np.min(np.diff(alpha))) if K > 1 else 1.0)
+            delta = np.minimum(delta, 1.0 - np.abs(alpha))  # the twins of an end point stay in [-1, 1]
+            offsets = np.linspace(-1.0, 1.0, r) if r > 1 else np.zeros(1)
+            beta = (alpha[:, None] + delta[:, None] * offsets[None, :]).ravel()
+            if m:
+                beta = np.concatenate([beta, _avoid(beta, worker_points("chebyshev", m))])
+            return alpha, np.sort(beta)
+        return alpha, worker_points(points, N)
+    if not isinstance(points, dict) or not points or set(points) - {"alpha", "beta"}:
+        raise ConfigError(f"{name}: got {points!r}; expected one of {list(POINTS)} or a mapping with 'alpha' "
+                          "and/or 'beta' lists")
+    alpha = check_points(points["alpha"], K, f"{name}.alpha", "data") if "alpha" in points else \
+        data_points("chebyshev", K)
+    beta = check_points(points["beta"], N, f"{name}.beta", "worker") if "beta" in points else \
+        worker_points("chebyshev", N)
+    return alpha, beta
+
+
+def _avoid(taken: np.ndarray, extra: np.ndarray) -> np.ndarray:
+    """`extra` with every point that hits a point of `taken` moved a quarter of the smallest gap of `taken`
+    towards the centre (points stay in [-1, 1] and distinct)."""
+    extra = extra.copy()
+    gap = 0.25 * (float(np.min(np.diff(np.sort(taken)))) if taken.size > 1 else 1.0)
+    for i, p in enumerate(extra):
+        if taken.size and np.min(np.abs(taken - p)) <= COINCIDENCE_TOL:
+            extra[i] = p - gap if p > 0 else p + gap
+    return extra
+
+
+def check_points(values, count: int, name: str, what: str) -> np.ndarray:
+    """Explicit points as a float64 array, checked: `count` finite values in [-1, 1], strictly increasing with
+    gaps of at least :data:`MIN_GAP`.
+
+    Raises
+    ------
+    ConfigError
+        Naming `name`, the offending pair (indices and values) or value, and what is valid.
+    """
+    from gcc_dask.errors import ConfigError
+
+    try:
+        arr = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name}: got {values!r}; expected a list of {count} numbers in [-1, 1]") from None
+    if arr.shape != (count,):
+        raise ConfigError(f"{name}: got {arr.size} {what} points; expected {count} (one per "
+                          f"{'input' if what == 'data' else 'worker'})")
+    bad = np.flatnonzero(~np.isfinite(arr) | (np.abs(arr) > 1.0))
+    if bad.size:
+        i = int(bad[0])
+        raise ConfigError(f"{name}: {what} point {i} is {float(arr[i])!r}; expected finite values in [-1, 1]")
+    gaps = np.diff(arr)
+    close = np.flatnonzero(gaps < MIN_GAP)
+    if close.size:
+        i = int(close[0])
+        raise ConfigError(f"{name}: {what} points {i} and {i + 1} ({float(arr[i])!r} and {float(arr[i + 1])!r}) are not "
+                          f"increasing by at least {MIN_GAP:g}; expected strictly increasing points in [-1, 1], "
+                          f"{MIN_GAP:g} apart or more")
+    return arr
 
 
 def at_node(nodes: np.ndarray, queries: np.ndarray, weights: np.ndarray | float = 1.0) -> np.ndarray:

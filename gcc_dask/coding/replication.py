@@ -17,8 +17,11 @@ from gcc_dask.errors import ConfigError
 
 from .base import CodingScheme, _Entry
 from .registry import register_code
+from .validation import check_choice
 
-__all__ = ["Replication", "Uncoded"]
+__all__ = ["FILLS", "Replication", "Uncoded"]
+
+FILLS = ("none", "nearest")
 
 
 @register_code("replication")
@@ -32,6 +35,9 @@ class Replication(CodingScheme):
     points : {"chebyshev", "equispaced"}
         Only labels the inputs (``worker_points[n] = data_points[n % K]``).
     nan_policy : {"raise", "propagate"}
+    fill : {"none", "nearest"}
+        What a missing input gets: NaN (``"none"``), or the result of the received input with the nearest
+        data point (``"nearest"``).
 
     Notes
     -----
@@ -49,6 +55,7 @@ class Replication(CodingScheme):
         num_workers: int,
         points: str = "chebyshev",
         nan_policy: str = "raise",
+        fill: str = "none",
     ) -> None:
         super().__init__(
             num_inputs=num_inputs,
@@ -57,11 +64,15 @@ class Replication(CodingScheme):
             nan_policy=nan_policy,
             on_coincidence="ignore",
         )
+        self.fill = check_choice("fill", fill, FILLS)
         self._check_layout()
         self.replicas = self.num_workers // self.num_inputs
         self.recovery_threshold = self.num_workers - self.replicas + 1
         self._finish()
         del self.params["on_coincidence"]
+
+    def _scheme_params(self) -> dict:
+        return {"fill": self.fill} if self.fill != "none" else {}
 
     def _check_layout(self) -> None:
         K, N = self.num_inputs, self.num_workers
@@ -92,8 +103,24 @@ class Replication(CodingScheme):
         mask[inputs] = True
         rows = np.full(K, -1, dtype=np.int64)
         rows[inputs] = first
+        if self.fill == "nearest" and inputs.size and inputs.size < K:
+            alpha = self.data_points
+            lost = np.flatnonzero(~mask)
+            # the received input whose data point is nearest (argmin keeps the lower one on a tie)
+            nearest = inputs[np.argmin(np.abs(alpha[lost, None] - alpha[None, inputs]), axis=1)]
+            rows[lost] = rows[nearest]
+            D[lost] = D[nearest]
+            mask = np.ones(K, dtype=bool)
         rows.setflags(write=False)
         return _Entry(D, mask, received, rows)
+
+    def filled(self, received) -> np.ndarray:
+        """Mask of shape (K,), bool: the outputs that ``fill="nearest"`` estimates from another input (their
+        own copies all straggled); all False with ``fill="none"``."""
+        holds = np.unique(np.asarray(received, dtype=np.int64) % self.num_inputs)
+        out = np.ones(self.num_inputs, dtype=bool)
+        out[holds] = False
+        return out if self.fill == "nearest" and holds.size else np.zeros(self.num_inputs, dtype=bool)
 
 
 @register_code("uncoded")

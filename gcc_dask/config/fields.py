@@ -7,6 +7,7 @@ numbers of seconds up to one day (:func:`gcc_dask.limits.parse_seconds`) and are
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Sequence
@@ -82,6 +83,30 @@ def _optional_duration(value: Any) -> float | None:
     return parse_duration(value, allow_none=True)
 
 
+#: named placements of the data and worker points (``gcc_dask.coding.points.POINTS``)
+POINT_NAMES: tuple[str, ...] = ("chebyshev", "equispaced", "systematic", "twins")
+
+
+def _points(value: Any) -> Any:
+    """one of chebyshev, equispaced, systematic, twins, or ``{alpha: [...], beta: [...]}``"""
+    if isinstance(value, str):
+        if value in POINT_NAMES:
+            return value
+        raise _Invalid(None, value, f"one of {', '.join(POINT_NAMES)}, or a mapping with 'alpha' and/or 'beta' "
+                                    "lists of numbers in [-1, 1]")
+    if isinstance(value, dict) and value and not set(value) - {"alpha", "beta"}:
+        out = {}
+        for key, vals in value.items():
+            ok = isinstance(vals, (list, tuple)) and vals and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in vals)
+            if not ok:
+                raise _Invalid(key, vals, "a non-empty list of finite numbers in [-1, 1], strictly increasing")
+            out[key] = [float(v) for v in vals]
+        return out
+    raise _Invalid(None, value, f"one of {', '.join(POINT_NAMES)}, or a mapping with 'alpha' and/or 'beta' lists "
+                                "of numbers in [-1, 1]")
+
+
 def _as_list(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
@@ -124,6 +149,7 @@ Duration = Annotated[float, BeforeValidator(_duration)]
 OptionalDuration = Annotated[float | None, BeforeValidator(_optional_duration)]
 PathStr = Annotated[str, BeforeValidator(_as_path_str)]
 PosInt = Annotated[int, Field(ge=1)]
+Points = Annotated[str | dict[str, list[float]], BeforeValidator(_points)]
 #: K and N of a batch, bounded by ``gcc_dask.limits`` (65,536 each).
 InputCount = Annotated[int, Field(ge=1), AfterValidator(_at_most(MAX_INPUTS, "inputs per batch"))]
 WorkerCount = Annotated[int, Field(ge=1), AfterValidator(

@@ -20,6 +20,7 @@ from pydantic import field_validator, model_validator
 from gcc_dask.errors import ConfigError
 
 from .fields import (
+    Points,
     _FINGERPRINT_EXCLUDE,
     CODED_SCHEMES,
     SCHEMES,
@@ -235,13 +236,16 @@ class CodeConfig(_Section):
         K·B samples, N shard tasks, one cutoff and one decode.
     points
         Placement of the data points α and worker points β on [-1, 1]: ``chebyshev`` (first kind for
-        α, second kind for β) or ``equispaced``.
+        α, second kind for β), ``equispaced``, ``systematic`` (the data points among the worker points),
+        ``twins`` (⌊N/K⌋ workers next to each data point), or explicit ``{alpha: [...], beta: [...]}``
+        (strictly increasing in [-1, 1], at least 1e-6 apart; an omitted list is Chebyshev). See
+        docs/methods.rst, section 'Point placement'.
     """
 
     num_inputs: InputCount
     num_workers: WorkerCount
-    block_size: Annotated[int, Field(ge=1, le=65536)] = 64
-    points: Literal["chebyshev", "equispaced"] = "chebyshev"
+    block_size: Annotated[int, Field(ge=1, le=65536)] = 256
+    points: Points = "chebyshev"
 
 
 class CompositionConfig(_Section):
@@ -331,9 +335,19 @@ class ReplicationConfig(_Section):
     ----------
     copies
         r, the copies of each input; the replication scheme runs on r·K workers.
+    stop
+        ``cutoff`` (the default): stop at the same cutoff as the coded schemes (``cutoff.wait_for``, the
+        deadline, the adaptive rule), the fair comparison; an input whose copies all straggled is then
+        missing. ``recovery``: wait for one copy of every input, however long that takes.
+    fill
+        What a missing input gets: ``none`` leaves it NaN (counted in the summary's ``missing``);
+        ``nearest`` gives it the result of the received input with the nearest data point (a neighbour in
+        its group under a similarity composition).
     """
 
     copies: Annotated[int, Field(ge=2)] = 2
+    stop: Literal["cutoff", "recovery"] = "cutoff"
+    fill: Literal["none", "nearest"] = "none"
 
 
 class StragglersConfig(_Section):
@@ -513,19 +527,24 @@ class RunConfig(_Section):
     Attributes
     ----------
     max_batches_in_flight
-        Batches submitted to the cluster at once (backpressure).
+        Batches submitted to the cluster at once (backpressure). Each worker keeps the samples (and, for the
+        coded schemes, the coded blocks) of these batches, about ``max_batches_in_flight × K·B × sample size
+        × (1 + Σ N/K over the coded schemes)`` bytes per worker; lower it for large samples. The default keeps
+        a 2-core cluster busy with blocks of 256 (docs/pipeline.rst, section 'Evaluate').
     limit_batches
         Run only the first ``limit_batches`` batches (a later run without it continues the store).
     nan_policy
         ``raise``: NaN or Inf in an input or result stops the run with one line; ``propagate``: they
         flow through and stay in their batch.
     reference
-        Compute f uncoded beside each batch (``inputs/reference``), for MSE and RelAcc.
+        Compute f uncoded beside each batch (``inputs/reference``), for MSE and RelAcc. It is never on a
+        batch's latency path, but it is K·B more evaluations of f per batch: a production run without the
+        need to score turns it off.
     progress
         Show a progress bar (``--no-progress`` turns it off).
     """
 
-    max_batches_in_flight: PosInt = 4
+    max_batches_in_flight: PosInt = 16
     limit_batches: PosInt | None = None
     nan_policy: Literal["raise", "propagate"] = "raise"
     reference: bool = True
@@ -611,6 +630,17 @@ class PipelineConfig(_Section):
             need = (k - 1) * self.lcc.degree + 1
             raise _Invalid("code.num_workers", n, f"an integer >= (K - 1) * lcc.degree + 1 = {need} "
                                                   "(the recovery threshold of lcc)")
+        if not isinstance(self.code.points, str) or self.code.points != "chebyshev":
+            from gcc_dask.coding.points import placement
+
+            for scheme in self.schemes:
+                if scheme in ("replication", "uncoded"):
+                    continue
+                try:
+                    placement(self.code.points, k, self.workers_for(scheme), name="code.points")
+                except ConfigError as e:
+                    raise _Invalid("code.points", self.code.points, f"points that fit K = {k}, "
+                                   f"N = {self.workers_for(scheme)} ({e})") from None
         n_max = max(self.workers_for(s) for s in self.schemes)
         if self.cutoff.stragglers >= n_max:
             raise _Invalid("cutoff.stragglers", self.cutoff.stragglers,
@@ -671,6 +701,8 @@ class PipelineConfig(_Section):
             params.update(self.gcc.model_dump(exclude_none=True))
         elif scheme == "lcc":
             params["degree"] = self.lcc.degree
+        elif scheme == "replication" and self.replication.fill != "none":
+            params["fill"] = self.replication.fill
         return params
 
     def resolved(self) -> dict[str, Any]:

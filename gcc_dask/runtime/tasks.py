@@ -138,6 +138,30 @@ class RunPlugin(WorkerPlugin):
 
         return self._memo(batch, scheme, _marking(build))
 
+    def shard_input(self, batch: int, scheme: str, worker: int) -> Any:
+        """What shard `worker` of `batch` evaluates for `scheme`: its coded block, ``(G, *shape)``.
+
+        For a selection scheme (uncoded, replication) that is one position of every group unchanged, read
+        from the source on its own (:meth:`~gcc_dask.composition.BatchLayout.position_samples`: G contiguous
+        slots), with no encode and without reading the rest of the batch; for the others, row `worker` of
+        :meth:`encoded`.
+        """
+        code = self.codes[scheme]
+        k = code.selected_input(worker)
+        if k is None:
+            return self.encoded(batch, scheme)[worker]
+
+        def build():
+            x, _ = self.source.take(self.layout.position_samples(batch, k))
+            code.check_input(x)
+            if self.use_gpu:
+                import cupy
+
+                x = cupy.asarray(x)
+            return x
+
+        return self._memo(batch, f"position-{k}", _marking(build))
+
 
 #: attribute set on a GccDaskError raised while reading or encoding a batch (it survives pickling: exceptions
 #: pickle their ``__dict__``)
@@ -295,10 +319,10 @@ def evaluate_shard(name: str, scheme: str, batch: int, worker: int, delay_s: flo
     """
     started = time.time()
     p = _plugin(name)
-    coded = p.encoded(batch, scheme)
+    x = p.shard_input(batch, scheme, worker)
     if delay_s > 0 and not cooperative_sleep(delay_s, p):
         return None
-    y = p.fn(coded[worker])
+    y = p.fn(x)
     return ShardResult(worker=worker, output=y, started=started, finished=time.time())
 
 

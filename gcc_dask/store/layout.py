@@ -233,22 +233,27 @@ def _create_arrays(root: Any, schemes: Mapping[str, int], n: int, k: int, num_ba
                    output_shape: tuple[int, ...], dtype: np.dtype, has_labels: bool,
                    has_reference: bool, scheme_attrs: Mapping[str, Mapping[str, Any]],
                    sample_index: np.ndarray | None = None, group_size: int | None = None,
-                   worker_points: Mapping[str, Any] | None = None) -> None:
+                   worker_points: Mapping[str, Any] | None = None,
+                   groups: tuple[np.ndarray, np.ndarray] | None = None) -> None:
     """Every array of a new store: coordinates (written here, once) and data arrays (fill values).
 
-    `sample_index` (n,) is the dataset index of each slot (the composition; default the identity); slot s is
-    position ``s % group_size`` of group ``s // group_size``. `worker_points` gives each scheme's β (N,).
+    `sample_index` (n,) is the dataset index of each slot (the composition; default the identity); `groups`
+    the (group, position) of each slot (default: slot s is position ``s % group_size`` of group
+    ``s // group_size``). `worker_points` gives each scheme's β (N,).
     """
     out_dims = _output_dims(output_shape)
     sample_spec = ((n, *output_shape), (k, *output_shape), ("sample", *out_dims))
     slots = np.arange(n, dtype=np.int64)
     sample = slots if sample_index is None else np.asarray(sample_index, dtype=np.int64)
     g = int(group_size or k)
+    group, position = groups if groups is not None else (slots // g, (slots % g).astype(np.int32))
     composition = {
         "sample": (sample, {"long_name": "the dataset's own index of the sample in this slot"}),
-        "group": (slots // g, {"long_name": "coding group of the sample (K samples coded together)"}),
-        "position": ((slots % g).astype(np.int32), {"long_name": "position k of the sample in its group "
-                                                                 "(it sits on the data point alpha_k)"}),
+        "group": (np.asarray(group, dtype=np.int64), {"long_name": "coding group of the sample (K samples "
+                                                                   "coded together)"}),
+        "position": (np.asarray(position, dtype=np.int32), {"long_name": "position k of the sample in its "
+                                                                         "group (it sits on the data point "
+                                                                         "alpha_k)"}),
     }
 
     bchunk = min(num_batches, BATCH_CHUNK)

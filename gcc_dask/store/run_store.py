@@ -57,7 +57,8 @@ class RunStore:
                scheme_attrs: Mapping[str, Mapping[str, Any]] | None = None,
                attrs: Mapping[str, Any] | None = None, sample_index: Any = None,
                group_size: int | None = None, worker_points: Mapping[str, Any] | None = None,
-               inputs_digest: str | None = None) -> RunStore:
+               inputs_digest: str | None = None,
+               groups: tuple[np.ndarray, np.ndarray] | None = None) -> RunStore:
         """Create an empty store with every array of the layout (all batches pending).
 
         Parameters
@@ -91,8 +92,10 @@ class RunStore:
             The composition: the dataset index of the sample in each slot (the ``sample`` coordinate), a
             permutation of ``range(num_samples)``. Default: the identity.
         group_size : int, optional
-            K, samples per coding group (slot s is position ``s % K`` of group ``s // K``); default
-            `batch_size`.
+            K, samples per coding group; default `batch_size`.
+        groups : (array of int, array of int), each of shape (num_samples,), optional
+            The coding group and the position in it of each slot (the ``group`` and ``position``
+            coordinates); default: slot s is position ``s % K`` of group ``s // K``.
         worker_points : mapping of str to array, optional
             Each scheme's worker points β, shape (N,) (the ``worker_point`` coordinate); default NaN.
         inputs_digest : str, optional
@@ -155,7 +158,7 @@ class RunStore:
             root = _zarr().open_group(str(tmp), mode="w-", attributes=root_attrs)
             _create_arrays(root, schemes, n, k, num_batches, output_shape, np.dtype(dtype),
                            has_labels, has_reference, scheme_attrs or {}, sample_index=sample_index,
-                           group_size=group_size, worker_points=worker_points)
+                           group_size=group_size, worker_points=worker_points, groups=groups)
             os.rename(tmp, path)
         except (OSError, PermissionError) as exc:
             shutil.rmtree(tmp, ignore_errors=True)
