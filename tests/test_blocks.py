@@ -162,3 +162,22 @@ def test_bad_block_or_composition_is_one_config_line(override, match):
     with pytest.raises(gd.errors.ConfigError, match=match) as info:
         load_config("pipelines/smoke.yaml", overrides=[override])
     assert "\n" not in str(info.value)
+
+
+def test_replication_at_the_cutoff_marks_lost_inputs(client, tmp_path):
+    """replication.stop: cutoff stops at N - S results like gcc: an input whose two copies straggled has no
+    estimate (NaN, counted in the summary's `missing`); fill: nearest gives it its neighbour's; stop: recovery
+    waits for a copy of every input."""
+    base = _cfg(tmp_path / "rep.zarr", n=160, k=4, workers=8, block=2, schemes=["replication"],
+                cutoff={"stragglers": 3, "on_shortfall": "decode"})
+    at_cutoff = gd.run_pipeline(base, client=client)
+    root = zarr.open_group(str(at_cutoff.path), mode="r")
+    missing = int(np.isnan(root["replication/decoded"][:]).any(axis=1).sum())
+    assert missing > 0 and at_cutoff.summary.loc["replication", "missing"] == missing
+    assert (root["replication/n_received"][:] == 5).all()  # N - S results, never more
+    filled = gd.run_pipeline({**base, "replication": {"fill": "nearest"},
+                              "store": {"path": str(tmp_path / "fill.zarr")}}, client=client)
+    assert filled.summary.loc["replication", "missing"] == 0
+    waited = gd.run_pipeline({**base, "replication": {"stop": "recovery"},
+                              "store": {"path": str(tmp_path / "wait.zarr")}}, client=client)
+    assert waited.summary.loc["replication", "missing"] == 0 and waited.summary.loc["replication", "rel_acc"] == 1.0
