@@ -84,9 +84,9 @@ def test_workers_for_and_wait_for():
 def test_code_params():
     cfg = load_config(BASE, ["gcc.lambda_dec=gcv", "gcc.length_scale=0.5", "schemes=[gcc,lcc,uncoded]",
                              "lcc.degree=2", "code.num_workers=20"])
-    assert cfg.code_params("gcc") == {"nan_policy": "raise", "points": "chebyshev", "kernel": "sobolev2",
+    assert cfg.code_params("gcc") == {"nan_policy": "raise", "points": "systematic", "kernel": "sobolev2",
                                       "lambda_enc": 0.0, "lambda_dec": "gcv", "length_scale": 0.5}
-    assert cfg.code_params("lcc") == {"nan_policy": "raise", "points": "chebyshev", "degree": 2}
+    assert cfg.code_params("lcc") == {"nan_policy": "raise", "points": "systematic", "degree": 2}
     assert cfg.code_params("uncoded") == {"nan_policy": "raise"}
 
 

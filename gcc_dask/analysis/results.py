@@ -5,8 +5,8 @@ Regenerate everything with ``pipelines/make_results.sh`` (the sweeps, one pipeli
     python -m gcc_dask.analysis.results --runs runs --out RESULTS.md --figures results/figures
 
 It reads ``runs/{rate_worst_case,rate_bernoulli,rate_smooth,lcc_polynomial,dnn_relacc}.zarr`` (made by
-``gcc-dask sweep pipelines/<name>.yaml``) and, when present, ``runs/results_mnist_lenet.zarr`` (a pipeline
-run, for the accuracy-against-deadline section). Every number is a function of the fixed seeds, except
+``gcc-dask sweep pipelines/<name>.yaml``), ``runs/results_mnist_lenet.zarr`` (a pipeline run, for the
+accuracy-against-deadline section) and the composition sweeps (:mod:`.results_composition`). Every number is a function of the fixed seeds, except
 wall-clock times, which this page does not report.
 """
 
@@ -23,6 +23,7 @@ from gcc_dask.analysis import plots
 from gcc_dask.analysis.metrics import sweep_table
 from gcc_dask.analysis.rates import dominance, rate_table
 from gcc_dask.analysis.report import mse_pivot
+from gcc_dask.analysis.results_composition import composition_section
 from gcc_dask.analysis.stores import open_sweep
 
 __all__ = ["build_results", "main"]
@@ -236,6 +237,9 @@ def build_results(runs: str | os.PathLike = "runs", out: str | os.PathLike = "RE
         md += _run(runs / f"{RUN}.zarr", figures, rel)
     else:
         missing.append(str(runs / f"{RUN}.zarr"))
+    section, absent = composition_section(runs, lambda f, name: _fig(f, figures, name, rel), open_sweep)
+    md += section
+    missing += absent
     if missing:
         md += ["## Missing stores", ""] + [f"- `{m}`" for m in missing] + [""]
     out.write_text("\n".join(md).rstrip() + "\n", encoding="utf-8")

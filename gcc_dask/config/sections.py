@@ -235,8 +235,10 @@ class CodeConfig(_Section):
         B, the groups of a batch: each shard evaluates f once on a block of B coded samples, so a batch is
         K·B samples, N shard tasks, one cutoff and one decode.
     points
-        Placement of the data points α and worker points β on [-1, 1]: ``chebyshev`` (first kind for
-        α, second kind for β), ``equispaced``, ``systematic`` (the data points among the worker points),
+        Placement of the data points α and worker points β on [-1, 1]: ``systematic`` (the default for
+        pipelines: α Chebyshev points of the first kind, and the data points among the worker points, the best
+        of the placements in the sweeps of RESULTS.md on two datasets), ``chebyshev`` (first kind for α,
+        second kind for β; the default of :func:`gcc_dask.make_code`), ``equispaced``,
         ``twins`` (⌊N/K⌋ workers next to each data point), or explicit ``{alpha: [...], beta: [...]}``
         (strictly increasing in [-1, 1], at least 1e-6 apart; an omitted list is Chebyshev). See
         docs/methods.rst, section 'Point placement'.
@@ -245,7 +247,7 @@ class CodeConfig(_Section):
     num_inputs: InputCount
     num_workers: WorkerCount
     block_size: Annotated[int, Field(ge=1, le=65536)] = 256
-    points: Points = "chebyshev"
+    points: Points = "systematic"
 
 
 class CompositionConfig(_Section):

@@ -114,7 +114,7 @@ def connect(spec: ClusterSpec, client=None) -> Iterator:
                 processes=spec.processes,
                 dashboard_address=":0",
                 memory_limit=spec.memory_limit,
-                silence_logs=logging.ERROR,
+                silence_logs=logging.CRITICAL,  # expected erasures and shutdown noise: see the store, not the terminal
                 resources={"GPU": 1} if gpu else None,
             )
         except Exception as e:  # pragma: no cover - depends on the machine

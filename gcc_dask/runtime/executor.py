@@ -29,7 +29,6 @@ import logging
 import math
 import queue
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
@@ -200,7 +199,7 @@ class BatchRunner:
         self.worker_timeout = float(worker_timeout)
         self.echo = echo or (lambda _msg: None)
         self.layout = plugin.layout
-        self.token = uuid.uuid4().hex[:8]
+        self.token = plugin.name_token  # the keys end with it (the workers' log filter recognises them)
         self._resources = {"resources": {"GPU": 1}} if use_gpu else {}
         self._events: queue.Queue = queue.Queue()
         self._inflight: dict[int, _BatchState] = {}

@@ -69,6 +69,18 @@ class RunPlugin(WorkerPlugin):
 
     def setup(self, worker) -> None:
         self.fn = self.workload.load()
+        self._quiet = _ErasureLogFilter(self.name_token)
+        logging.getLogger("distributed.worker").addFilter(self._quiet)
+
+    def teardown(self, worker) -> None:
+        quiet = getattr(self, "_quiet", None)
+        if quiet is not None:
+            logging.getLogger("distributed.worker").removeFilter(quiet)
+
+    @property
+    def name_token(self) -> str:
+        """The run's token, the last part of its task keys (``eval-b3-w7-gcc-<token>``)."""
+        return self.name.rsplit("-", 1)[-1]
 
     def transition(self, key, start, finish, **kwargs) -> None:
         """Wake a sleeping straggler the moment the client cancels it (WorkerPlugin hook)."""
@@ -80,6 +92,7 @@ class RunPlugin(WorkerPlugin):
     def __getstate__(self):
         state = dict(self.__dict__)
         state["fn"] = None  # never ship a loaded model
+        state.pop("_quiet", None)
         state["_sleepers"] = {}
         state["_batches"] = OrderedDict()
         del state["_batches_lock"]
@@ -220,9 +233,34 @@ class _Slot:
             return self.value
 
 
-def _plugin(name: str) -> RunPlugin:
-    plugin = get_worker().plugins[name]
-    if plugin.fn is None:  # setup() not run on this worker yet (it joined mid-run)
+class _ErasureLogFilter(logging.Filter):
+    """Drop the worker's "Compute Failed" record of one of this run's shards (an erasure the run records in the
+    store, ``<scheme>/failed``) and log it at DEBUG level instead: a failing shard is decoded around, and a
+    terminal full of worker tracebacks buries the one line that matters. Errors of other tasks pass."""
+
+    def __init__(self, token: str) -> None:
+        super().__init__()
+        self.token = token
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.ERROR:
+            return True
+        try:
+            text = record.getMessage()
+        except Exception:  # pragma: no cover - a record whose arguments do not format
+            return True
+        key = text.split("Key:", 1)[1].split(None, 1)[0] if "Key:" in text else ""
+        if text.startswith("Compute Failed") and key.startswith("eval-b") and key.endswith(self.token):
+            logger.debug("shard failed (an erasure): %s", text.splitlines()[1:2])
+            return False
+        return True
+
+
+def _plugin(name: str) -> RunPlugin | None:
+    """The run's plugin on this worker; None once the run has ended (its plugin unregistered): a task still
+    running then returns None quietly, nobody waits for its result."""
+    plugin = get_worker().plugins.get(name)
+    if plugin is not None and plugin.fn is None:  # setup() not run on this worker yet (it joined mid-run)
         plugin.setup(get_worker())
     return plugin
 
@@ -291,6 +329,8 @@ def _read_batch(source, layout, batch: int) -> Loaded:
 def reference_task(name: str, batch: int, write: bool = True) -> np.ndarray:
     """Compute f(x) uncoded for the batch's samples (slot order); write labels and reference; return it."""
     p = _plugin(name)
+    if p is None:
+        return None
     loaded = p.load(batch)
     ref = to_host(p.fn(loaded.x)).reshape(loaded.n_real, -1)
     if write:
@@ -319,6 +359,8 @@ def evaluate_shard(name: str, scheme: str, batch: int, worker: int, delay_s: flo
     """
     started = time.time()
     p = _plugin(name)
+    if p is None:
+        return None
     x = p.shard_input(batch, scheme, worker)
     if delay_s > 0 and not cooperative_sleep(delay_s, p):
         return None
@@ -347,6 +389,8 @@ def decode_task(
     from gcc_dask.errors import NotEnoughResultsError
 
     p = _plugin(name)
+    if p is None:
+        return None
     code = p.codes[scheme]
     status = meta["status"]
     decoded = None
@@ -400,6 +444,8 @@ def score_task(record: dict, reference: np.ndarray) -> dict:
     Runs after :func:`decode_task` and the batch's :func:`reference_task`, so the reference never delays a
     decode. Drops the record's ``decoded`` rows (they are in the store already).
     """
+    if record is None:  # the run ended before its decode ran
+        return None
     record = dict(record)
     decoded = record.pop("decoded", None)
     if decoded is not None and record["status"] in (1, 2):
