@@ -181,3 +181,36 @@ def test_replication_at_the_cutoff_marks_lost_inputs(client, tmp_path):
     waited = gd.run_pipeline({**base, "replication": {"stop": "recovery"},
                               "store": {"path": str(tmp_path / "wait.zarr")}}, client=client)
     assert waited.summary.loc["replication", "missing"] == 0 and waited.summary.loc["replication", "rel_acc"] == 1.0
+
+
+def test_store_coordinates_name_samples_workers_batches_and_outputs(short_run):
+    """The dimensions carry coordinates: `sample` is the dataset's index (a permutation, so `.sel` and
+    `.sortby` work), `group`/`position` the composition, `worker_point` each scheme's β, `output` and `batch`
+    their indices; every variable has a long_name."""
+    import xarray as xr
+
+    run, cfg = short_run
+    codes, f, source = _f_and_source(cfg)
+    ds = xr.open_zarr(str(run.path), group="gcc")
+    assert set(ds.coords) >= {"sample", "group", "position", "batch", "worker", "worker_point", "output"}
+    np.testing.assert_array_equal(np.sort(ds["sample"].values), np.arange(75))
+    np.testing.assert_array_equal(ds["worker_point"].values, codes["gcc"].worker_points)
+    np.testing.assert_array_equal(ds["output"].values, np.arange(3))
+    np.testing.assert_array_equal(ds["batch"].values, np.arange(5))
+    assert (ds["position"].values < 4).all() and ds["group"].values.max() == 18  # 19 groups of up to K = 4
+    assert all(ds[v].attrs.get("long_name") for v in ds.data_vars)
+    assert ds["latency_s"].attrs["units"] == "s"
+    # uncoded is exact: the decoded row of dataset sample i is f(x_i), found by its coordinate
+    unc = xr.open_zarr(str(run.path), group="uncoded").sortby("sample")
+    x, _ = source.read(0, 75)
+    np.testing.assert_allclose(unc["decoded"].values, np.asarray(f(x)), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(unc.sel(sample=40)["decoded"].values, np.asarray(f(x[40:41]))[0], rtol=1e-5)
+
+
+def test_printed_summary_fits_100_columns(short_run):
+    from gcc_dask.analysis.summary import format_summary
+
+    run, _ = short_run
+    table = format_summary(run.summary)
+    assert max(len(line) for line in table.splitlines()) <= 100, table
+    assert table.splitlines()[0].split("|")[1].strip() == "scheme" and "missing" in table

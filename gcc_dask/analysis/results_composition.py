@@ -57,7 +57,7 @@ def _figure(tables: dict[str, tuple[pd.DataFrame, pd.DataFrame]]):
     import matplotlib.pyplot as plt
 
     cell = "({}, {}, {})".format(*CELLS[0])
-    fig, axes = plt.subplots(1, len(tables), figsize=(6.5 * len(tables), 5.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(tables), figsize=(6.5 * len(tables), 5.8), squeeze=False)
     for ax, (dataset, (train, test)) in zip(axes[0], tables.items()):
         labels = list(train.index)
         y = np.arange(len(labels))
@@ -69,7 +69,7 @@ def _figure(tables: dict[str, tuple[pd.DataFrame, pd.DataFrame]]):
         ax.set_xlabel("RelAcc (agreement with the uncoded model)", fontsize=10)
         ax.set_title(f"{DATASETS.get(dataset, dataset)}, (K, N, S) = {cell}", fontsize=11)
         ax.grid(axis="x", alpha=0.3)
-        ax.legend(fontsize=9, loc="lower left")
+        ax.legend(fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2, frameon=False)
     fig.suptitle("Which samples are coded together matters most: RelAcc by composition, placement and kernel",
                  fontsize=12)
     fig.tight_layout()
@@ -101,7 +101,8 @@ def composition_section(runs: Path, fig: Callable[[object, str], str], open_swee
         tables[dataset] = (train, test)
         for split, table in (("training data", train), ("held out", test)):
             md += [f"{DATASETS[dataset]}, {split}, mean RelAcc by (K, N, S):", "",
-                   table.reset_index().to_markdown(index=False, floatfmt=".4f"), ""]
+                   table.astype(object).where(table.notna(), None).reset_index()
+                   .to_markdown(index=False, floatfmt=".4f", missingval="—"), ""]
         targets += _targets(DATASETS[dataset], test)
     if targets:
         md += ["Targets, on held-out data:", "", "| dataset | target | measured | met |", "|---|---|---|---|",

@@ -95,7 +95,7 @@ def summarize_run(path: str) -> pd.DataFrame:
 
 #: the columns ``gcc-dask run`` prints, and their short names (the table fits 100 columns)
 SHORT_COLUMNS = {"rel_acc": "rel_acc", "accuracy": "accuracy", "rmse": "rmse", "latency_p50_s": "p50_s",
-                 "latency_p99_s": "p99_s", "cutoff_p99_s": "cutoff99_s", "mean_received": "recv",
+                 "latency_p99_s": "p99_s", "cutoff_p99_s": "cut99_s", "mean_received": "recv",
                  "missing": "missing", "failed": "failed"}
 
 
@@ -103,13 +103,17 @@ def format_summary(summary: pd.DataFrame) -> str:
     """The summary as a Markdown table of its main columns, under 100 characters wide (what ``gcc-dask run``
     prints at the end; every column stays in the store and in the report's CSV).
 
-    ``p50_s``/``p99_s`` are the batch latency percentiles, ``cutoff99_s`` the 99th percentile of when the
+    ``p50_s``/``p99_s`` are the batch latency percentiles, ``cut99_s`` the 99th percentile of when the
     cutoff fired, ``recv`` the mean number of results used, ``missing`` the samples without an estimate,
     ``failed`` the failed batches (an undecodable batch's samples are ``missing``).
     """
     cols = [c for c in SHORT_COLUMNS if c in summary.columns]
     header = ["scheme", *(SHORT_COLUMNS[c] for c in cols)]
-    body = [[str(name), *(f"{summary.at[name, c]:.3g}" for c in cols)] for name in summary.index]
+    def cell(value) -> str:
+        text = f"{value:.3g}"
+        return text if len(text) <= 7 else f"{value:.1e}"
+
+    body = [[str(name), *(cell(summary.at[name, c]) for c in cols)] for name in summary.index]
     widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
 
     def line(cells):

@@ -87,3 +87,30 @@ def test_replication_without_fill_leaves_lost_inputs_missing():
     est = code.decode(np.array([[10.0], [11.0]]), np.array([0, 5]))
     assert np.isnan(est[2:]).all() and not code.filled(np.array([0, 5])).any()
     assert "fill" not in code.params  # the default leaves the stored parameters as before
+
+
+# ---------------------------------------------------------------------------- blocks in any namespace
+@pytest.mark.parametrize("name", ["gcc", "bacc", "replication", "uncoded"])
+def test_block_encode_and_decode_in_any_namespace(xp, name):
+    """A batch of G groups is encoded as one (K, G, *shape) array along K, in the data's own namespace (NumPy,
+    array_api_strict, CuPy on a GPU), and equals encoding each group on its own."""
+    from gcc_dask.composition import BatchLayout
+
+    k, g = 4, 3
+    n = {"uncoded": k}.get(name, 8)
+    code = gd.make_code(name, num_inputs=k, num_workers=n)
+    layout = BatchLayout(k * g, k, g)
+    x = np.random.default_rng(0).uniform(-1, 1, size=(k * g, 2, 3)).astype(np.float32)
+    blocks = layout.to_blocks(x)  # (K, G, 2, 3), a view
+    coded = code.encode(xp.asarray(blocks))
+    assert coded.shape == (n, g, 2, 3) and type(coded) is type(xp.asarray(blocks))
+    host = np.asarray(coded) if xp is np else np.asarray(coded.get() if hasattr(coded, "get") else coded)
+    for j in range(g):
+        np.testing.assert_allclose(host[:, j], code.encode(blocks[:, j]), rtol=1e-6, atol=1e-6)
+    received = np.arange(1, n)  # one straggler
+    decoded = code.decode(xp.asarray(host[received]), received)
+    assert decoded.shape == (k, g, 2, 3)
+    dec = np.asarray(decoded.get() if hasattr(decoded, "get") else decoded)
+    for j in range(g):  # each group decodes as on its own
+        np.testing.assert_allclose(dec[:, j], code.decode(host[received, j], received), rtol=1e-5, atol=1e-6)
+    assert BatchLayout.from_blocks(dec, k * g).shape == x.shape

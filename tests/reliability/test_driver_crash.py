@@ -30,13 +30,16 @@ def _gcc_dask(*args, timeout=300):
     return subprocess.run(cli(*args), capture_output=True, text=True, timeout=timeout, env=subprocess_env())
 
 
-@pytest.fixture(scope="module")
-def crashed(tmp_path_factory):
-    """A run SIGKILLed once at least 10 of its 48 batches are in the store (but not all)."""
+@pytest.fixture(scope="module", params=[(1, "as_stored"), (3, "similarity")], ids=["one-sample", "blocks"])
+def crashed(request, tmp_path_factory):
+    """A run SIGKILLed once at least 10 of its 48 batches are in the store (but not all): one sample per shard
+    in the source's order, or blocks of 3 groups of similar samples."""
+    block, composition = request.param
     tmp = tmp_path_factory.mktemp("crash")
     store = tmp / "run.zarr"
     pipe = tmp / "pipe.yaml"
-    pipe.write_text(yaml.safe_dump(synthetic_config(store, batches=BATCHES, k=4, n=8, schemes=SCHEMES)))
+    pipe.write_text(yaml.safe_dump(synthetic_config(store, batches=BATCHES, k=4, n=8, schemes=SCHEMES, block=block,
+                                                    composition=composition)))
     proc = subprocess.Popen(cli("run", str(pipe), "--no-progress"), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=subprocess_env())
     done = 0
@@ -58,7 +61,7 @@ def crashed(tmp_path_factory):
     assert proc.returncode == -signal.SIGKILL
     before = {s: read_group(store, s, ("status", "batch_latency_s", "decoded")) for s in SCHEMES}
     assert 10 <= (before["gcc"]["status"] > 0).sum() < BATCHES
-    return {"pipe": pipe, "store": store, "before": before, "tmp": tmp}
+    return {"pipe": pipe, "store": store, "before": before, "tmp": tmp, "rows": 4 * block}
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +70,8 @@ def resumed(crashed):
     store = crashed["store"]
     pending = np.flatnonzero(crashed["before"]["gcc"]["status"] == 0)
     planted = int(pending[0])
-    zarr.open_group(str(store), mode="r+", use_consolidated=False)["gcc/decoded"][planted * 4 : planted * 4 + 4] = 123.0
+    rows = crashed["rows"]
+    zarr.open_group(str(store), mode="r+", use_consolidated=False)["gcc/decoded"][planted * rows:(planted + 1) * rows] = 123.0
     res = _gcc_dask("run", str(crashed["pipe"]), "--no-progress")
     return {**crashed, "result": res, "planted": planted}
 
@@ -102,7 +106,8 @@ def test_completed_batches_are_not_recomputed(resumed):
 
 
 def test_partial_batches_are_redone(resumed):
-    rows = np.s_[resumed["planted"] * 4 : resumed["planted"] * 4 + 4]
+    n = resumed["rows"]
+    rows = np.s_[resumed["planted"] * n:(resumed["planted"] + 1) * n]
     after = read_group(resumed["store"], "gcc", ("decoded",))["decoded"]
     assert not (after[rows] == 123.0).any()
 
