@@ -9,10 +9,15 @@ entry points (:func:`run_pipeline`, :func:`open_run`) import them on first use.
 
 from __future__ import annotations
 
+import logging
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from gcc_dask import errors, stragglers
+# a library logs, an application decides what to show: without a handler of the application's, gcc-dask's
+# warnings (a failed batch, a lost record; all of them also in the store and the summary) stay silent
+logging.getLogger("gcc_dask").addHandler(logging.NullHandler())
+
+from gcc_dask import errors, stragglers  # noqa: E402
 from gcc_dask._version import __version__
 from gcc_dask.coding import CodingScheme, list_codes, make_code, register_code
 

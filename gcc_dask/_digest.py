@@ -2,8 +2,11 @@
 
 A resumed run must not mix results of two models or two datasets, so the store records a digest of what
 the run read, and a resume with other files is refused. Files up to :data:`FULL_HASH_BYTES` are hashed
-whole; larger ones by their size and the SHA-256 of their first and last :data:`EDGE_BYTES` (a change in the
-middle of a huge file with the same size goes unseen: the price of not reading gigabytes at every start).
+whole; larger ones by their size, their modification time and the SHA-256 of their first and last
+:data:`EDGE_BYTES`. A directory (a Zarr store) counts by the content of its metadata files and the size and
+modification time of every other file (its chunks): reading gigabytes of chunks at every start is not an
+option, and a chunk rewritten in place gets a new modification time. A file restored with its old time and
+the same size goes unseen.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ EDGE_BYTES = 4 << 20
 
 
 def file_digest(path: str | os.PathLike) -> str:
-    """SHA-256 hex digest of a file's content (whole, or size + first and last 4 MiB when larger than 64 MiB).
+    """SHA-256 hex digest of a file's content (whole, or size, modification time and first and last 4 MiB when
+    larger than 64 MiB).
 
     Raises
     ------
@@ -34,6 +38,7 @@ def file_digest(path: str | os.PathLike) -> str:
             for block in iter(lambda: fh.read(1 << 20), b""):
                 h.update(block)
         else:
+            h.update(str(os.stat(fh.fileno()).st_mtime_ns).encode())
             h.update(fh.read(EDGE_BYTES))
             fh.seek(size - EDGE_BYTES)
             h.update(fh.read(EDGE_BYTES))
@@ -44,7 +49,7 @@ def files_digest(paths: Iterable[str | os.PathLike]) -> str:
     """One digest of several files: each file's name within its folder and :func:`file_digest`.
 
     A directory (a Zarr store) counts by its metadata files (``zarr.json``, ``.zarray``, ``.zattrs``, ...)
-    and the sizes of its other files, listed in sorted order.
+    and the sizes and modification times of its other files, listed in sorted order.
     """
     h = hashlib.sha256()
     for path in paths:
@@ -60,7 +65,8 @@ def files_digest(paths: Iterable[str | os.PathLike]) -> str:
                     if name.startswith(("zarr.json", ".z")):
                         h.update(file_digest(full).encode())
                     else:
-                        h.update(str(os.path.getsize(full)).encode())
+                        st = os.stat(full)
+                        h.update(f"{st.st_size}:{st.st_mtime_ns}".encode())
         else:
             h.update(file_digest(path).encode())
     return h.hexdigest()

@@ -26,7 +26,7 @@ def _user_errors(func):
             click.echo(f"gcc-dask: error: {e}", err=True)
             sys.exit(2)
         except KeyboardInterrupt:
-            click.echo("\ngcc-dask: interrupted; run the same command again to resume", err=True)
+            click.echo("gcc-dask: interrupted; run the same command again to resume", err=True)
             sys.exit(130)
 
     return wrapper

@@ -18,6 +18,8 @@ __all__ = [
     "MAX_CODE_ENTRIES",
     "MAX_DURATION",
     "MAX_INPUTS",
+    "MAX_LOCAL_WORKERS",
+    "MAX_SAMPLES",
     "MAX_SWEEP_ENTRIES",
     "MAX_TRIALS",
     "MAX_WORKERS",
@@ -29,6 +31,10 @@ MAX_INPUTS = 65_536
 MAX_WORKERS = 65_536
 #: Most entries of the (N, K) float64 encoder matrix, K * N (2**26 entries = 512 MiB).
 MAX_CODE_ENTRIES = 2**26
+#: Most samples of a run: 2**31 (the store's coordinate arrays alone are 20 bytes a sample).
+MAX_SAMPLES = 2**31
+#: Most worker processes of an embedded LocalCluster, per CPU core of the machine (at least 8 in all).
+MAX_LOCAL_WORKERS = 4
 #: Longest duration (s) any config key accepts: one day.
 MAX_DURATION = 86_400.0
 #: Most trials of a sweep, and most entries of one sweep result array (schemes x K x N x S x trials,

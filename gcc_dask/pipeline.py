@@ -26,6 +26,7 @@ from gcc_dask.analysis.summary import summarize_run
 from gcc_dask.coding import make_code
 from gcc_dask.composition import BatchLayout, compose, num_windows
 from gcc_dask.config import PipelineConfig, load_config
+from gcc_dask.limits import MAX_SAMPLES
 from gcc_dask.errors import (
     ClusterError, GccDaskError, InvalidInputError, SourceError, StoreError, WorkloadError,
 )
@@ -170,6 +171,11 @@ def _check_model_fits(workload, source, nan_policy: str = "raise") -> tuple[int,
     except (MemoryError, ValueError, OSError) as e:  # e.g. an absurd source.shape; a corrupt file
         raise SourceError(f"source: cannot read sample 0 of {source.name!r} ({type(e).__name__}: "
                           f"{str(e).splitlines()[0] if str(e) else ''}); check the source's shape and files") from None
+    if not np.issubdtype(x.dtype, np.floating):
+        fix = ("set source.dtype: float32 to cast on read" if source.kind in ("zarr", "npy")
+               else "store the data as float32 or float64")
+        raise SourceError(f"source: {source.name!r} holds {x.dtype} samples; expected real floating data "
+                          f"(float32 or float64: the codes mix samples linearly); {fix}")
     if nan_policy == "raise" and np.issubdtype(x.dtype, np.floating) and not np.isfinite(x).all():
         raise InvalidInputError("source: sample 0 holds NaN or Inf (run.nan_policy: raise); clean the data "
                                 "or set run.nan_policy: propagate")
@@ -184,6 +190,9 @@ def _check_model_fits(workload, source, nan_policy: str = "raise") -> tuple[int,
         ) from None
     if y.ndim < 1 or y.shape[0] != 1:
         raise WorkloadError(f"workload: f must map (n, ...) to (n, ...); got output shape {y.shape} for n = 1")
+    if not np.issubdtype(y.dtype, np.floating):
+        raise WorkloadError(f"workload: f returns {y.dtype} outputs; expected float32 or float64 (the decoders "
+                            "mix results linearly): cast f's output")
     if nan_policy == "raise" and not np.isfinite(y).all():
         raise InvalidInputError("workload: f returns NaN/Inf on the first sample of the source "
                                 "(run.nan_policy: raise)")
@@ -260,7 +269,8 @@ def _layout(cfg: PipelineConfig, num_samples: int, order) -> BatchLayout:
 def _compose(cfg: PipelineConfig, source, client, say) -> BatchLayout:
     """The run's composition and batch layout, with the windows of a large source as Dask tasks."""
     comp = cfg.composition
-    windows = num_windows(source.num_samples, comp.window, cfg.code.num_inputs)
+    windows = num_windows(source.num_samples, comp.window, cfg.code.num_inputs) \
+        if comp.policy in ("similarity", "pc1") else 1
     if comp.policy in ("similarity", "pc1"):
         say(f"composing {source.num_samples:,} samples into groups of {cfg.code.num_inputs} ({comp.policy}, "
             f"{windows} window{'s' if windows != 1 else ''})")
@@ -274,10 +284,17 @@ def _compose(cfg: PipelineConfig, source, client, say) -> BatchLayout:
 
 
 def _pending(store, schemes: Sequence[str], num_batches: int) -> list[tuple[int, list[str]]]:
-    """(batch, schemes) still to run: pending batches, and batches that failed (retried on resume)."""
-    status = {s: store.batch_status(s)[:num_batches] for s in schemes}
-    retry = (int(BatchStatus.PENDING), int(BatchStatus.FAILED))
-    work = [(b, [s for s in schemes if status[s][b] in retry]) for b in range(num_batches)]
+    """(batch, schemes) still to run: pending batches, and batches that failed for a reason of the environment
+    (a lost decode, a worker error: no cutoff recorded), which a resume retries. A batch failed by the cutoff
+    itself (``cutoff.on_shortfall: fail``, its cutoff time recorded) is an outcome, like an undecodable one."""
+    todo = {}
+    for s in schemes:
+        status = store.batch_status(s)[:num_batches]
+        failed = status == int(BatchStatus.FAILED)
+        if failed.any():
+            failed &= np.isnan(store.batch_values(s, "cutoff_s")[:num_batches])
+        todo[s] = (status == int(BatchStatus.PENDING)) | failed
+    work = [(b, [s for s in schemes if todo[s][b]]) for b in range(num_batches)]
     return [(b, ss) for b, ss in work if ss]
 
 
@@ -329,6 +346,9 @@ def run_pipeline(
     wl = cfg.workload.model_dump(exclude_none=True)
     wl.update(wl.pop("params", None) or {})
     workload = make_workload(wl.pop("kind"), base_dir=cfg.base_dir, **wl)
+    if source.num_samples > MAX_SAMPLES:
+        raise SourceError(f"source: {source.name!r} holds {source.num_samples:,} samples; expected at most "
+                          f"{MAX_SAMPLES:,} in one run (use source.limit, or split the dataset into runs)")
     output_shape = _check_model_fits(workload, source, cfg.run.nan_policy)
     codes = build_codes(cfg)
     plans = build_plans(cfg, codes)
@@ -421,7 +441,7 @@ def _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, la
         c, plugin, plans, latency_model=latency_model, seed=cfg.seed, num_samples=source.num_samples,
         output_size=int(np.prod(output_shape)), max_in_flight=cfg.run.max_batches_in_flight,
         reference=cfg.run.reference, use_gpu=use_gpu,
-        work_per_shard=float(layout.block_size) if cfg.stragglers.unit == "sample" else 1.0,
+        latency_per_sample=cfg.stragglers.unit == "sample",
         worker_timeout=cfg.cluster.connect_timeout, echo=say,
     )
     bar = _progress(len(work), cfg.run.progress and progress, cfg.name)

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from gcc_dask.errors import ConfigError, NotEnoughResultsError
-from gcc_dask.limits import parse_seconds
+from gcc_dask.limits import parse_seconds, MAX_DURATION
 
 __all__ = [
     "Bernoulli",
@@ -489,8 +489,8 @@ class _LatencyModel(ABC):
     def latencies(self, seed: int, batch: int, num_workers: int, work: float = 1.0) -> np.ndarray:
         """Draw one batch's worker latencies.
 
-        ``latency_w = work · base_w · (slow_factor if w is slow else 1) + hang_delay · [w hangs]``; ``w``
-        hangs with probability ``hang_prob``. ``base_w`` and the hang depend only on ``(seed, batch, w)``;
+        ``latency_w = work · base_w · (slow_factor if w is slow else 1) + hang_delay · [w hangs]``, capped at
+        one day (:data:`gcc_dask.limits.MAX_DURATION`); ``w`` hangs with probability ``hang_prob``. ``base_w`` and the hang depend only on ``(seed, batch, w)``;
         the slow set only on ``(seed, num_workers)`` (:meth:`slow_set`).
 
         Parameters
@@ -519,14 +519,14 @@ class _LatencyModel(ABC):
             ``work <= 0``.
         """
         u = _uniforms(seed, batch, num_workers)
-        lat = self._base(u[:, 0])
+        lat = np.minimum(self._base(u[:, 0]), MAX_DURATION)  # a heavy tail must not draw a run-long hang
         if work != 1.0:
             lat *= _check_positive("work", work)
         if self.slow_workers:
             lat[self.slow_set(seed, num_workers)] *= self.slow_factor
         if self.hang_prob > 0:
             lat[u[:, 1] < self.hang_prob] += self.hang_delay
-        return lat
+        return np.minimum(lat, MAX_DURATION)
 
 
 @dataclass(frozen=True)
@@ -616,6 +616,9 @@ class Pareto(_LatencyModel):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "alpha", _check_positive("alpha", self.alpha))
+        if self.alpha < 0.5:
+            raise ConfigError(f"alpha must be at least 0.5 (a heavier tail than that draws latencies of years); "
+                              f"got alpha={self.alpha!r}")
         self._validate(scale=self.scale, shift=self.shift)
 
     def _base(self, u: np.ndarray) -> np.ndarray:

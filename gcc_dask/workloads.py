@@ -77,6 +77,13 @@ def make_workload(kind: str, **params: Any) -> "Workload":
     params = {k: v for k, v in params.items() if v is not None}  # None means "the default"
     if not cls.uses_files:
         params.pop("base_dir", None)
+    import inspect
+
+    accepted = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "base_dir")]
+    unknown = sorted(set(params) - set(accepted) - {"base_dir"})
+    if unknown:
+        raise ConfigError(f"workload.params: got unknown key {unknown[0]!r} for workload kind {kind!r}; expected "
+                          f"keys among {accepted}")
     return cls(**params)
 
 

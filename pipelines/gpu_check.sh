@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# GPU check (issue 5): the `gpu` tests and the CuPy kernel benchmark, on a machine with a CUDA GPU.
-# Under 10 minutes on one GPU: installs the gpu extra if CuPy is missing, confirms that a device call
-# works, runs `pytest -m gpu`, then `gcc-dask bench coding --gpu` (NumPy and CuPy, the full grid).
+# GPU check: the `gpu` tests, the CuPy kernel benchmark and the block throughput bench, on a CUDA machine.
+# About 12 minutes on one GPU: installs the gpu extra if CuPy is missing, confirms that a device call
+# works, runs `pytest -m gpu` (blocks included), `gcc-dask bench coding --gpu` (NumPy and CuPy, the full
+# grid), then `gcc-dask bench pipeline --section throughput` (an embedded cluster that advertises the GPU:
+# block encode/decode and the shards on CuPy).
 # Usage: pipelines/gpu_check.sh [OUT_DIR]      (PYTHON=... picks the interpreter; default .venv/bin/python,
 # else python3).   The report lands in OUT_DIR (default bench-gpu/): coding.md and CSV files.
 set -euo pipefail
@@ -27,4 +29,6 @@ echo "== pytest -m gpu"
 timeout 180 "$PY" -m pytest -m gpu -q -p no:cacheprovider tests
 echo "== gcc-dask bench coding --gpu"
 timeout 360 "$PY" -m gcc_dask.cli bench coding --gpu --out "$OUT"
-echo "== done: $OUT/coding.md"
+echo "== gcc-dask bench pipeline --section throughput (GPU workers)"
+timeout 300 "$PY" -m gcc_dask.cli bench pipeline --section throughput --out "$OUT"
+echo "== done: $OUT/coding.md, $OUT/pipeline.md"

@@ -62,8 +62,9 @@ def summarize_run(path: str) -> pd.DataFrame:
         row = {"scheme": scheme}
         if reference is not None and est.size:
             ref = reference[done_samples]
-            row["rel_acc"] = metrics.rel_acc(est, ref)
-            row["rmse"] = float(np.sqrt(metrics.mse(est, ref)))
+            scored = metrics.decodable_rows(ref)  # a batch whose reference f could not compute is not scored
+            row["rel_acc"] = metrics.rel_acc(est[scored], ref[scored]) if scored.any() else float("nan")
+            row["rmse"] = float(np.sqrt(metrics.mse(est[scored], ref[scored]))) if scored.any() else float("nan")
         else:
             row["rel_acc"] = row["rmse"] = float("nan")
         if labels is not None and est.size:

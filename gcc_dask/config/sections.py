@@ -18,6 +18,7 @@ from pydantic import BeforeValidator, ConfigDict, Field, PrivateAttr
 from pydantic import field_validator, model_validator
 
 from gcc_dask.errors import ConfigError
+from gcc_dask.limits import MAX_SAMPLES
 
 from .fields import (
     Points,
@@ -39,8 +40,8 @@ from .fields import (
 _SOURCE_KEYS: dict[str, tuple[str, ...]] = {
     "mnist": ("split", "limit"),
     "fashion_mnist": ("split", "limit"),
-    "zarr": ("path", "array", "labels", "limit"),
-    "npy": ("path", "labels", "limit"),
+    "zarr": ("path", "array", "labels", "dtype", "limit"),
+    "npy": ("path", "labels", "dtype", "limit"),
     "synthetic": ("num_samples", "shape", "seed", "limit"),
     "array": ("array", "labels", "limit"),
 }
@@ -52,8 +53,8 @@ class SourceConfig(_Section):
     """Where the inputs come from (see :func:`gcc_dask.sources.make_source`); keys depend on ``kind``.
 
     Valid keys per kind: ``mnist`` and ``fashion_mnist``: split, limit; ``zarr``: path, array, labels,
-    limit; ``npy``: path, labels, limit; ``synthetic``: num_samples, shape, seed, limit; ``array``
-    (from Python only): array, labels, limit. A key set to null counts as unset.
+    dtype, limit; ``npy``: path, labels, dtype, limit; ``synthetic``: num_samples, shape, seed, limit;
+    ``array`` (from Python only): array, labels, limit. A key set to null counts as unset.
 
     Attributes
     ----------
@@ -83,18 +84,22 @@ class SourceConfig(_Section):
         ``synthetic``: the shape of one sample, e.g. ``[1, 28, 28]`` (required).
     seed
         ``synthetic``: the seed of the values (null means 0); sample i depends only on (seed, i).
+    dtype
+        ``zarr``/``npy``: cast the samples to this floating dtype on read (``float32`` or ``float64``); needed
+        for integer data (the codes mix samples linearly). Null keeps the stored dtype.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False,
                               arbitrary_types_allowed=True)
 
     kind: Literal["mnist", "fashion_mnist", "zarr", "npy", "synthetic", "array"]
+    dtype: Literal["float32", "float64"] | None = None
     split: Literal["all", "train", "test"] | None = None
     limit: PosInt | None = None
     path: PathStr | None = None
     array: Any = None
     labels: Any = None
-    num_samples: PosInt | None = None
+    num_samples: Annotated[int, Field(ge=1, le=MAX_SAMPLES)] | None = None
     shape: Annotated[list[PosInt], BeforeValidator(_as_list)] | None = None
     seed: Annotated[int, Field(ge=0)] | None = None
 
@@ -370,7 +375,8 @@ class StragglersConfig(_Section):
         ``shifted_exponential``: the mean of the exponential tail; ``pareto``: the scale x_m. Must be
         > 0 unless ``model`` is ``none``.
     alpha
-        ``pareto`` only: the tail index (heavier tail for smaller alpha; infinite mean for alpha ≤ 1).
+        ``pareto`` only: the tail index, at least 0.5 (heavier tail for smaller alpha; infinite mean for
+        alpha ≤ 1). Every drawn latency is capped at one day.
     hang_prob
         Probability that a worker also hangs, for ``hang_delay`` more, in a batch.
     hang_delay
@@ -390,7 +396,7 @@ class StragglersConfig(_Section):
     model: Literal["none", "shifted_exponential", "pareto"] = "none"
     shift: Duration = 0.0
     scale: Duration = 0.01
-    alpha: Annotated[float, Field(gt=0)] = 2.0
+    alpha: Annotated[float, Field(ge=0.5)] = 2.0
     hang_prob: Annotated[float, Field(ge=0, lt=1)] = 0.0
     hang_delay: Duration = 5.0
     slow_workers: Annotated[int, Field(ge=0)] = 0
@@ -647,12 +653,23 @@ class PipelineConfig(_Section):
         if self.cutoff.stragglers >= n_max:
             raise _Invalid("cutoff.stragglers", self.cutoff.stragglers,
                            f"an integer S with 0 <= S < N = {n_max} workers")
+        # every scheme that stops at the cutoff keeps N - S of its own N results: S must leave it some
+        at_cutoff = [s for s in self.schemes if s in CODED_SCHEMES
+                     or (s == "replication" and self.replication.stop == "cutoff")]
+        for scheme in at_cutoff:
+            n_s = self.workers_for(scheme)
+            if self.cutoff.wait_for == "N-S" and self.cutoff.stragglers >= n_s:
+                hint = " (or replication.stop: recovery)" if scheme == "replication" else ""
+                raise _Invalid("cutoff.stragglers", self.cutoff.stragglers,
+                               f"S < {n_s}, the N of scheme {scheme!r}, which stops after N - S results{hint}")
         if isinstance(self.cutoff.wait_for, int) and self.cutoff.wait_for > n_max:
             raise _Invalid("cutoff.wait_for", self.cutoff.wait_for,
                            f"'N-S', 'all' or an integer in [1, {n_max}] (N = {n_max} workers)")
-        if self.stragglers.slow_workers > n_max:
+        n_min, smallest = min((self.workers_for(s), s) for s in self.schemes)
+        if self.stragglers.slow_workers > n_min:
             raise _Invalid("stragglers.slow_workers", self.stragglers.slow_workers,
-                           f"an integer in [0, {n_max}] (N = {n_max} workers)")
+                           f"an integer in [0, {n_min}], the N of scheme {smallest!r} (the smallest: every "
+                           "scheme draws its latencies from the same model)")
         return self
 
     # ----------------------------------------------------------------------------- derived values
@@ -699,6 +716,8 @@ class PipelineConfig(_Section):
         params: dict[str, Any] = {"nan_policy": self.run.nan_policy}
         if scheme not in ("replication", "uncoded"):
             params["points"] = self.code.points
+            if isinstance(self.code.points, dict):
+                params["on_coincidence"] = "ignore"  # explicit points are meant as given
         if scheme == "gcc":
             params.update(self.gcc.model_dump(exclude_none=True))
         elif scheme == "lcc":

@@ -18,6 +18,7 @@ from typing import Iterator
 import dask
 
 from gcc_dask.errors import ClusterError
+from gcc_dask.limits import MAX_LOCAL_WORKERS
 
 logger = logging.getLogger(__name__)
 
@@ -101,6 +102,11 @@ def connect(spec: ClusterSpec, client=None) -> Iterator:
     # (a traceback "'InferenceSession' object has no attribute 'f_back'" from ONNX Runtime sessions); the
     # dashboard's profile page stays empty. Worker processes ignore SIGINT: Ctrl-C reaches the driver, which
     # stops the run and closes the cluster, instead of every worker printing its own traceback.
+    cap = max(8, MAX_LOCAL_WORKERS * (os.cpu_count() or 1))
+    if spec.n_workers is not None and spec.n_workers > cap:
+        raise ClusterError(f"cluster.n_workers: got {spec.n_workers}; expected at most {cap} worker processes for "
+                           f"an embedded LocalCluster on this {os.cpu_count()}-core machine (more threads per "
+                           "worker instead, or a cluster of several machines: cluster.address)")
     gpu = spec.gpu is True or (spec.gpu == "auto" and gpu_available()[0])
     if spec.gpu is True and not gpu_available()[0]:
         raise ClusterError(f"cluster.gpu: got true, but this machine has no usable GPU ({gpu_available()[1]}); "

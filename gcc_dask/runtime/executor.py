@@ -129,10 +129,12 @@ class _BatchState:
     reference: Any
     schemes: dict[str, _SchemeState]
     attempt: int = 0  # resubmissions of the reference task lost with a worker so far
+    labels: Any = None  # without a reference: the task that writes the batch's labels
 
     @property
     def done(self) -> bool:
-        return all(s.done for s in self.schemes.values())
+        labelled = self.labels is None or self.labels.status != "pending"
+        return labelled and all(s.done for s in self.schemes.values())
 
 
 class BatchRunner:
@@ -159,9 +161,9 @@ class BatchRunner:
         each scheme's decoded batch in a score task (never an input of the decode).
     use_gpu : bool
         Pin encode, shards and decode to workers with a ``GPU`` resource.
-    work_per_shard : float
-        Units of work of one shard, passed to the latency model (the block size with ``stragglers.unit:
-        sample``, else 1).
+    latency_per_sample : bool
+        Draw injected latencies per sample (``stragglers.unit: sample``): a shard's work is the number of
+        groups of its batch (B, or fewer in a short last batch); else per shard (work 1).
     worker_timeout : float
         Seconds the run waits for workers to come back when every worker is gone, before it stops with a
         :class:`~gcc_dask.errors.ClusterError`.
@@ -182,7 +184,7 @@ class BatchRunner:
         max_in_flight: int = 4,
         reference: bool = True,
         use_gpu: bool = False,
-        work_per_shard: float = 1.0,
+        latency_per_sample: bool = False,
         worker_timeout: float = 10.0,
         echo: Callable[[str], None] | None = None,
     ) -> None:
@@ -195,7 +197,7 @@ class BatchRunner:
         self.output_size = output_size
         self.max_in_flight = max(1, int(max_in_flight))
         self.reference = reference
-        self.work_per_shard = float(work_per_shard)
+        self.latency_per_sample = bool(latency_per_sample)
         self.worker_timeout = float(worker_timeout)
         self.echo = echo or (lambda _msg: None)
         self.layout = plugin.layout
@@ -206,6 +208,7 @@ class BatchRunner:
         self._workers: list[str] = []
         self._workers_at = -INF
         self._no_workers_since: float | None = None
+        self._interrupted = False
 
     # -- submission -------------------------------------------------------------------------------
     def _watch(self, fut, tag: tuple) -> None:
@@ -264,13 +267,18 @@ class BatchRunner:
                 "to resume")
 
     def _submit_reference(self, state: _BatchState) -> None:
-        """(Re)submit the batch's reference task, if the run has one; attempts > 0 get new keys."""
+        """(Re)submit the batch's reference task, if the run has one; attempts > 0 get new keys. A run without
+        a reference still writes the batch's labels (a task of its own, off the latency path)."""
+        sfx = f"-a{state.attempt}" if state.attempt else ""
+        # below every shard: a reference is needed only for the metrics, never by a decode
+        priority = -state.batch - self.max_in_flight - 1
         if self.reference:
-            sfx = f"-a{state.attempt}" if state.attempt else ""
-            # below every shard: a reference is needed only for the metrics, never by a decode
             state.reference = self._submit(reference_task, self.plugin.name, state.batch,
-                                           key=f"reference-b{state.batch}{sfx}",
-                                           priority=-state.batch - self.max_in_flight - 1)
+                                           key=f"reference-b{state.batch}{sfx}", priority=priority)
+        elif getattr(self.plugin.source, "has_labels", False):
+            state.labels = self._submit(reference_task, self.plugin.name, state.batch, True, False,
+                                        key=f"labels-b{state.batch}{sfx}", priority=priority)
+            self._watch(state.labels, ("labels", state.batch, "", -1))
 
     def _submit_scheme(self, state: _BatchState, plan: SchemePlan, restarts: int = 0) -> None:
         """Submit one scheme of a batch: its N shards (each encodes its batch on its worker).
@@ -280,8 +288,9 @@ class BatchRunner:
         name, batch = self.plugin.name, state.batch
         delays = None
         if self.latency_model is not None:
-            delays = np.asarray(self.latency_model.latencies(self.seed, batch, plan.num_workers,
-                                                             work=self.work_per_shard), dtype=float)
+            work = float(self.layout.batch_groups(batch)) if self.latency_per_sample else 1.0
+            delays = np.asarray(self.latency_model.latencies(self.seed, batch, plan.num_workers, work=work),
+                                dtype=float)
         s = _SchemeState(plan=plan, start_wall=time.time(), start_mono=time.monotonic(), delays=delays,
                          restarts=restarts)
         sfx = f"-r{restarts}" if restarts else ""
@@ -561,6 +570,26 @@ class BatchRunner:
         return [self._gather(st) for st in states]
 
     # -- the loop ---------------------------------------------------------------------------------
+    def _catch_sigint(self) -> Callable[[], None]:
+        """While the loop runs, Ctrl-C sets a flag that the loop turns into ``KeyboardInterrupt`` within
+        ``MAX_WAIT_S``: Python's own handler raises it wherever the main thread happens to be, and inside a
+        finaliser (a distributed ``Future.__del__``) it is discarded and the run goes on. A second Ctrl-C
+        raises at once. Returns the function that puts the previous handler back (main thread only)."""
+        import signal
+        import threading
+
+        self._interrupted = False
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+
+        def handler(signum, frame):
+            if self._interrupted:
+                raise KeyboardInterrupt
+            self._interrupted = True
+
+        previous = signal.signal(signal.SIGINT, handler)
+        return lambda: signal.signal(signal.SIGINT, previous)
+
     def run(self, work: Iterable[tuple[int, list[str]]], on_batch_done: Callable[[int, list[dict]], None] | None = None) -> list[dict]:
         """Run every ``(batch, schemes)`` of ``work``; return one metrics dict per (scheme, batch).
 
@@ -571,6 +600,7 @@ class BatchRunner:
         come gets an empty list, so that a long run keeps nothing per batch on the driver.
         """
         self.client.register_plugin(self.plugin, name=self.plugin.name)
+        restore = self._catch_sigint()
         self._fetcher = ThreadPoolExecutor(1, thread_name_prefix="gcc-dask-records")
         self._fetch_future = None
         results: list[dict] = []
@@ -602,6 +632,8 @@ class BatchRunner:
                                 s.wake = self._maybe_cut(state, s)
                             wake = min(wake, s.wake)
                 timeout = MAX_WAIT_S if not math.isfinite(wake) else min(MAX_WAIT_S, max(0.0, wake - time.monotonic()))
+                if self._interrupted:
+                    raise KeyboardInterrupt
                 try:
                     t, tag, fut, status = self._events.get(timeout=timeout)
                 except queue.Empty:
@@ -621,8 +653,9 @@ class BatchRunner:
                         self._on_shard(t, batch, scheme, w, fut, status)
                     elif kind == "decode":
                         self._on_decode(batch, scheme, fut)
-                    else:
+                    elif kind == "score":
                         self._on_score(batch, scheme, fut)
+                    # "labels": nothing to do but the check below (a batch waits for its labels)
                 except GccDaskError:
                     # bad data, or a store that cannot be written: the run stops, but batches that finished
                     # keep their records (else a resume would redo them, and their status would stay 0 next to
@@ -643,10 +676,11 @@ class BatchRunner:
                     ready.append(state)
             clean = True
         finally:
+            restore()
             # after an error or Ctrl-C a fetch may hang on a lost cluster: never wait for it then
             self._fetcher.shutdown(wait=clean, cancel_futures=not clean)
             leftovers = [f for st in self._inflight.values() for s in st.schemes.values()
-                         for f in [*s.shards, s.decode, s.score, st.reference] if f is not None]
+                         for f in [*s.shards, s.decode, s.score, st.reference, st.labels] if f is not None]
             self._inflight.clear()
             try:
                 if leftovers:

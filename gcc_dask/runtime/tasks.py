@@ -326,12 +326,19 @@ def _read_batch(source, layout, batch: int) -> Loaded:
     return Loaded(x=x, labels=None if labels is None else np.asarray(labels), n_real=x.shape[0])
 
 
-def reference_task(name: str, batch: int, write: bool = True) -> np.ndarray:
-    """Compute f(x) uncoded for the batch's samples (slot order); write labels and reference; return it."""
+def reference_task(name: str, batch: int, write: bool = True, evaluate: bool = True) -> np.ndarray | None:
+    """Compute f(x) uncoded for the batch's samples (slot order); write labels and reference; return it.
+
+    With ``evaluate=False`` (a run without a reference) only the labels are written, and None is returned.
+    """
     p = _plugin(name)
     if p is None:
         return None
     loaded = p.load(batch)
+    if not evaluate:
+        if write:
+            _write(p, "inputs", batch, labels=loaded.labels)
+        return None
     ref = to_host(p.fn(loaded.x)).reshape(loaded.n_real, -1)
     if write:
         _write(p, "inputs", batch, reference=ref, labels=loaded.labels)

@@ -51,7 +51,8 @@ def _local(path: str | os.PathLike) -> Path:
     if "://" in text:
         raise StoreError(f"store path: got {text!r}; expected a local or shared-filesystem path "
                          "(URLs are not supported yet)")
-    return Path(text).expanduser().absolute()
+    # symbolic links resolved: two spellings of one store are one store (one lock, one overwrite)
+    return Path(text).expanduser().resolve()
 
 
 def _output_dims(output_shape: tuple[int, ...]) -> tuple[str, ...]:

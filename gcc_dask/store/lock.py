@@ -40,7 +40,15 @@ class StoreLock:
             import fcntl
         except ImportError:  # pragma: no cover - Windows
             return self
-        self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+            return self._acquire(fcntl)
+        except OSError as e:
+            raise StoreError(f"store path: got {str(self.path)!r}; cannot create its lock file "
+                             f"{str(self.lock_path)!r} ({type(e).__name__}: {e.strerror or e}); expected a "
+                             "store path in a folder this process can write") from None
+
+    def _acquire(self, fcntl) -> "StoreLock":
         while True:
             fh = open(self.lock_path, "a+")
             try:

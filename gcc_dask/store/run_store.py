@@ -278,6 +278,10 @@ class RunStore:
         """Status of every batch of `scheme` (or ``"inputs"``): int8 array of shape (num_batches,)."""
         return np.asarray(self._group(scheme)["status"][:], dtype=np.int8)
 
+    def batch_values(self, scheme: str, name: str) -> np.ndarray:
+        """A per-batch array of `scheme` (``cutoff_s``, ``mse``, ...), shape (num_batches,)."""
+        return np.asarray(self._group(scheme)[name][:])
+
     def pending_batches(self, scheme: str) -> np.ndarray:
         """Indices (int64, ascending) of the batches of `scheme` that are not done (status 0)."""
         return np.flatnonzero(~np.isin(self.batch_status(scheme), list(DONE_STATUSES))).astype(np.int64)
