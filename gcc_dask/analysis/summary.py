@@ -21,6 +21,56 @@ def _schemes(path: str) -> list[str]:
     return sorted(name for name, _ in root.groups() if name != "inputs")
 
 
+#: samples read at once when the sample-level metrics are pooled (bounds the memory of a summary)
+SUMMARY_ROWS = 1 << 16
+
+
+def _sample_metrics(decoded, reference, labels, status: np.ndarray) -> dict:
+    """RelAcc, RMSE, accuracy (and f's own), and the missing count, pooled over the samples of the done
+    batches, read block by block (whole chunks at a time) so that a long run is summarised in bounded memory."""
+    n = decoded.shape[0]
+    k = decoded.chunks[0]
+    step = max(k, (SUMMARY_ROWS // k) * k)
+    agree = scored = missing = labelled = hit = hit_uncoded = done_total = 0
+    sq = 0.0
+    sq_rows = 0
+    for start in range(0, n, step):
+        stop = min(start + step, n)
+        done = np.repeat(status[start // k:-(-stop // k)] > 0, k)[: stop - start]
+        if not done.any():
+            continue
+        est = np.asarray(decoded[start:stop])[done]
+        done_total += est.shape[0]
+        ok = metrics.decodable_rows(est)
+        missing += int((~ok).sum())
+        if reference is not None:
+            ref = np.asarray(reference[start:stop])[done]
+            has_ref = metrics.decodable_rows(ref)  # a batch whose reference f could not compute is not scored
+            scored += int(has_ref.sum())
+            both = ok & has_ref
+            e2 = est.reshape(est.shape[0], -1)[both].astype(np.float64)
+            r2 = ref.reshape(ref.shape[0], -1)[both].astype(np.float64)
+            agree += int((np.argmax(e2, axis=1) == np.argmax(r2, axis=1)).sum())
+            sq += float(((e2 - r2) ** 2).sum())
+            sq_rows += int(both.sum())
+        if labels is not None:
+            lab = np.asarray(labels[start:stop])[done]
+            flat = est.reshape(est.shape[0], -1)
+            labelled += lab.size
+            hit += int((ok & (np.argmax(np.where(np.isnan(flat), -np.inf, flat), axis=1) == lab)).sum())
+            if reference is not None:
+                hit_uncoded += int((np.argmax(ref.reshape(ref.shape[0], -1), axis=1) == lab).sum())
+    nan = float("nan")
+    return {
+        "rel_acc": agree / scored if scored else nan,
+        "rmse": float(np.sqrt(sq / sq_rows)) if sq_rows else nan,
+        "accuracy": hit / labelled if labelled and done_total else nan,
+        "accuracy_uncoded": hit_uncoded / labelled if labelled and reference is not None and done_total else nan,
+        "missing": missing,
+        "_done_samples": done_total,
+    }
+
+
 @names_corrupt_chunks
 def summarize_run(path: str) -> pd.DataFrame:
     """Summarise a run store: one row per scheme, indexed by scheme name.
@@ -43,37 +93,19 @@ def summarize_run(path: str) -> pd.DataFrame:
 
     try:
         schemes = _schemes(path)
-        inputs = xr.open_zarr(path, group="inputs", consolidated=False, chunks=None)
+        root = zarr.open_group(path, mode="r", use_consolidated=False)
+        inputs = root["inputs"]
     except Exception as e:
         raise StoreError(f"store: cannot read run store {path!r}: {type(e).__name__}: {e}") from None
-    labels = inputs["labels"].values if "labels" in inputs else None
-    reference = inputs["reference"].values if "reference" in inputs else None
+    labels = inputs["labels"] if "labels" in inputs else None
+    reference = inputs["reference"] if "reference" in inputs else None
     rows = []
     for scheme in schemes:
         ds = xr.open_zarr(path, group=scheme, consolidated=False, chunks=None)
         status = ds["status"].values
         done_batches = np.flatnonzero(status > 0)
-        decoded = ds["decoded"].values
-        k = ds["decoded"].encoding.get("chunks", (decoded.shape[0],))[0] or decoded.shape[0]
-        done_samples = np.zeros(decoded.shape[0], dtype=bool)
-        for b in done_batches:
-            done_samples[b * k : (b + 1) * k] = True
-        est = decoded[done_samples]
-        row = {"scheme": scheme}
-        if reference is not None and est.size:
-            ref = reference[done_samples]
-            scored = metrics.decodable_rows(ref)  # a batch whose reference f could not compute is not scored
-            row["rel_acc"] = metrics.rel_acc(est[scored], ref[scored]) if scored.any() else float("nan")
-            row["rmse"] = float(np.sqrt(metrics.mse(est[scored], ref[scored]))) if scored.any() else float("nan")
-        else:
-            row["rel_acc"] = row["rmse"] = float("nan")
-        if labels is not None and est.size:
-            row["accuracy"] = metrics.accuracy(est, labels[done_samples])
-            row["accuracy_uncoded"] = (
-                metrics.accuracy(reference[done_samples], labels[done_samples]) if reference is not None else np.nan
-            )
-        else:
-            row["accuracy"] = row["accuracy_uncoded"] = float("nan")
+        row = {"scheme": scheme, **_sample_metrics(root[scheme]["decoded"], reference, labels, status)}
+        done_samples = row.pop("_done_samples")
         lat = ds["batch_latency_s"].values[done_batches] if "batch_latency_s" in ds else np.array([])
         cut = ds["cutoff_s"].values[done_batches]
         lat, cut = lat[np.isfinite(lat)], cut[np.isfinite(cut)]
@@ -81,13 +113,12 @@ def summarize_run(path: str) -> pd.DataFrame:
         row["latency_p99_s"] = float(np.percentile(lat, 99)) if lat.size else np.nan
         row["cutoff_p50_s"] = float(np.percentile(cut, 50)) if cut.size else np.nan
         row["cutoff_p99_s"] = float(np.percentile(cut, 99)) if cut.size else np.nan
-        row["samples_per_s"] = float(done_samples.sum() / lat.sum()) if lat.size and lat.sum() > 0 else np.nan
+        row["samples_per_s"] = float(done_samples / lat.sum()) if lat.size and lat.sum() > 0 else np.nan
         row["batches"] = int(status.size)
         row["decoded"] = int(np.isin(status, (1, 2)).sum())
         row["undecodable"] = int((status == 3).sum())
         row["failed"] = int((status == 4).sum())
         row["pending"] = int((status == 0).sum())
-        row["missing"] = int((~metrics.decodable_rows(est)).sum()) if est.size else 0
         received = ds["received"].values[done_batches]
         row["mean_received"] = float(received.sum(axis=1).mean()) if received.size else np.nan
         rows.append(row)

@@ -147,7 +147,7 @@ def throughput_section(client, work: Path, quick: bool, say: Callable[[str], Non
 
     samples = 8 * K * block if quick else 100_000
     data = str(work / "throughput-data.zarr")
-    write_dataset(Path(data), samples, block)
+    client.submit(write_dataset, Path(data), samples, block, pure=False).result()  # on a worker, not the driver
     _plain_map(client, data, work, model, min(samples, 4 * K * block), block)  # warm up: sessions, imports
     base = _plain_map(client, data, work, model, samples, block)
     m = float(np.median(base["chunk_s"]))
@@ -183,6 +183,10 @@ def throughput_section(client, work: Path, quick: bool, say: Callable[[str], Non
         contenders = [("uncoded", {}, K), ("replication", {}, 2 * K), ("gcc", {}, N), ("bacc", {}, N)]
         if scenario.startswith("a"):
             contenders += [("gcc", {"reference": True}, N), ("gcc", {"composition": "similarity"}, N)]
+        if scenario.startswith("b"):
+            # with 16 batches in flight a batch's latency is mostly its wait in the queue; with 2 it is the
+            # stragglers' doing: the tail-latency comparison the coding is for
+            contenders += [("uncoded", {"in_flight": 2}, K), ("gcc", {"in_flight": 2}, N)]
         for scheme, extra, n in contenders:
             label = scheme + "".join(f", {k}: {v}" for k, v in extra.items())
             r = _pipeline(client, work, f"tp-{scheme}", data, model, scheme=scheme, block=block,
@@ -200,15 +204,18 @@ def throughput_section(client, work: Path, quick: bool, say: Callable[[str], Non
         return next(r for r in rows if r["scenario"].startswith(scenario) and r["contender"] == contender)
 
     gcc_a, unc_a = pick("a", "pipeline gcc"), pick("a", "pipeline uncoded")
-    gcc_b, unc_b, map_b = pick("b", "pipeline gcc"), pick("b", "pipeline uncoded"), pick("b", "plain client.map")
+    gcc_b, map_b = pick("b", "pipeline gcc"), pick("b", "plain client.map")
+    gcc_l, unc_l = pick("b", "pipeline gcc, in_flight: 2"), pick("b", "pipeline uncoded, in_flight: 2")
     targets = [
         Target("no stragglers: gcc samples/s / plain map", gcc_a["vs_plain_map"], GCC_VS_MAP_MIN, ">=", "x",
                f"{gcc_a['samples_per_s']:,.0f} vs {pick('a', 'plain client.map')['samples_per_s']:,.0f} samples/s; "
                f"N = 2K limits it to 0.5"),
         Target("no stragglers: uncoded samples/s / plain map", unc_a["vs_plain_map"], UNCODED_VS_MAP_MIN, ">=", "x",
                f"{unc_a['samples_per_s']:,.0f} samples/s"),
-        Target("hangs: gcc p99 batch latency / uncoded p99", gcc_b["batch_p99_s"] / unc_b["batch_p99_s"],
-               GCC_P99_VS_UNCODED_MAX, "<=", "x", f"{gcc_b['batch_p99_s']:.3f} s vs {unc_b['batch_p99_s']:.3f} s"),
+        Target("hangs: gcc p99 batch latency / uncoded p99 (2 batches in flight)",
+               gcc_l["batch_p99_s"] / unc_l["batch_p99_s"], GCC_P99_VS_UNCODED_MAX, "<=", "x",
+               f"{gcc_l['batch_p99_s']:.3f} s vs {unc_l['batch_p99_s']:.3f} s; with 16 in flight "
+               f"{gcc_b['batch_p99_s']:.3f} s vs {pick('b', 'pipeline uncoded')['batch_p99_s']:.3f} s (the queue)"),
         Target("hangs: gcc job wall time / plain map's", gcc_b["job_wall_s"] / map_b["job_wall_s"],
                GCC_WALL_VS_MAP_MAX, "<=", "x", f"{gcc_b['job_wall_s']:.2f} s vs {map_b['job_wall_s']:.2f} s"),
     ]
@@ -235,7 +242,8 @@ def scale_section(client, work: Path, quick: bool, say: Callable[[str], None], m
     rows = []
     for samples in sizes:
         data = work / f"scale-data-{samples}.zarr"
-        write_dataset(data, samples, block)
+        # written by a worker: the driver's memory is what is measured, and a tile of images would stay in it
+        client.submit(write_dataset, data, samples, block, pure=False).result()
         pids = _worker_pids(client)
         with MemorySampler(pids) as mem:
             r = _pipeline(client, work, f"scale-{samples}", str(data), model, scheme="gcc", block=block,

@@ -111,8 +111,12 @@ def connect(spec: ClusterSpec, client=None) -> Iterator:
     if spec.gpu is True and not gpu_available()[0]:
         raise ClusterError(f"cluster.gpu: got true, but this machine has no usable GPU ({gpu_available()[1]}); "
                            "use gpu: auto or false, or install the gpu extra on a machine with a CUDA GPU")
+    # The scheduler lives in this process: its logs of past events are kept short, so that a long run's memory
+    # does not grow with its number of tasks.
     with dask.config.set({"distributed.scheduler.allowed-failures": 0,
-                          "distributed.worker.profile.enabled": False}), _sigint_ignored():
+                          "distributed.worker.profile.enabled": False,
+                          "distributed.admin.log-length": 1000,
+                          "distributed.admin.low-level-log-length": 200}), _sigint_ignored():
         try:
             cluster = LocalCluster(
                 n_workers=spec.n_workers or _default_workers(),
