@@ -269,7 +269,9 @@ def _run_name(path) -> str:
     except Exception:  # a figure without a name is still a figure
         return Path(os.fspath(path)).name
     name = (attrs.get("config") or {}).get("name") or Path(os.fspath(path)).name
-    return f"{name} ({attrs.get('num_batches', '?')} batches of K = {attrs.get('batch_size', '?')})"
+    k = attrs.get("num_inputs", attrs.get("batch_size", "?"))
+    return (f"{name} ({attrs.get('num_batches', '?')} batches of {attrs.get('batch_size', '?')} samples, "
+            f"K = {k}, B = {attrs.get('block_size', 1)})")
 
 
 def plot_deadline(curve):

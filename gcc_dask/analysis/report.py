@@ -141,8 +141,9 @@ def _run_report(path: Path, out: Path, recompute) -> Report:
         rep.files.append(out / name)
     cfg = attrs.get("config", {})
     md = _header(attrs, "run", path)
-    md += [f"- {attrs.get('num_samples')} samples in {attrs.get('num_batches')} batches of K = "
-           f"{attrs.get('batch_size')}; workers per scheme {attrs.get('schemes')}",
+    md += [f"- {attrs.get('num_samples')} samples in {attrs.get('num_batches')} batches of "
+           f"{attrs.get('batch_size')} (groups of K = {attrs.get('num_inputs', attrs.get('batch_size'))}, blocks of "
+           f"B = {attrs.get('block_size', 1)}); workers per scheme {attrs.get('schemes')}",
            f"- stragglers: {cfg.get('stragglers')}", f"- cutoff: {cfg.get('cutoff')}", "",
            "## Per scheme", "",
            _md(summary[[c for c in ("rel_acc", "accuracy", "accuracy_uncoded", "rmse", "rmse_mean", "rmse_std",
