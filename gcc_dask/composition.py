@@ -165,23 +165,15 @@ class BatchLayout:
             return np.arange(start, stop, dtype=np.int64)
         return self.order[start:stop]
 
-    def _padded_local(self, batch: int) -> np.ndarray:
-        """Local slot read for each of the K·G entries of the batch's blocks (padding repeats within a group)."""
-        start, stop = self.batch_slots(batch)
-        n_b, g = stop - start, self.batch_groups(batch)
-        src = np.arange(self.group_size * g)
-        for j in range(n_b, src.size):  # a missing position repeats the group's previous one
-            src[j] = src[j - g]
-        return src
-
     def position_samples(self, batch: int, position: int) -> np.ndarray:
         """Dataset indices of position `position` of every group of `batch`, int64 of shape (G,): the block
         that an uncoded (or replicated) shard evaluates. A group without that position repeats its last one."""
         if not 0 <= position < self.group_size:
             raise ConfigError(f"position: got {position!r}; expected an integer in [0, {self.group_size})")
+        samples = self.samples(batch)
         g = self.batch_groups(batch)
-        local = self._padded_local(batch)[position * g:(position + 1) * g]
-        return self.samples(batch)[local]
+        local = _block_rows(samples.size, self.group_size)[position * g:(position + 1) * g]
+        return samples[local]
 
     def sample_index(self) -> np.ndarray:
         """The dataset index of every slot, int64 of shape (n,) (the store's ``sample`` coordinate)."""
@@ -201,22 +193,17 @@ class BatchLayout:
             first += g
         return group, position
 
-    def to_blocks(self, x: np.ndarray, batch: int | None = None) -> np.ndarray:
+    def to_blocks(self, x: np.ndarray) -> np.ndarray:
         """A batch's samples in slot order, ``(n_b, *shape)``, as the encoder's input ``(K, G, *shape)``.
 
         ``blocks[k, g]`` is position k of group g: a reshape (a view) for a full batch. In a short batch
-        (`n_b` < K·B; `batch` may be given, else G = ceil(n_b / K)) a group's missing positions repeat its
-        last sample; :meth:`from_blocks` drops their outputs.
+        (`n_b` < K·B, G = ceil(n_b / K)) a group's missing positions repeat its last sample;
+        :meth:`from_blocks` drops their outputs.
         """
-        k = self.group_size
-        n_b = x.shape[0]
-        g = -(-n_b // k)
-        if g * k > n_b:
-            src = np.arange(g * k)
-            for j in range(n_b, src.size):
-                src[j] = src[j - g]
-            x = x[src]
-        return x.reshape((k, g, *x.shape[1:]))
+        k, n_b = self.group_size, x.shape[0]
+        if n_b % k:
+            x = x[_block_rows(n_b, k)]
+        return x.reshape((k, -(-n_b // k), *x.shape[1:]))
 
     @staticmethod
     def from_blocks(y: Any, n_real: int) -> Any:
@@ -226,6 +213,16 @@ class BatchLayout:
         """
         k, g = y.shape[0], y.shape[1]
         return y.reshape((k * g, *y.shape[2:]))[:n_real]
+
+
+def _block_rows(n_b: int, k: int) -> np.ndarray:
+    """For a batch of `n_b` samples in slot order, the row read for each of the K·G entries of its blocks:
+    the identity for a full batch; in a short one a missing position repeats the group's previous one."""
+    g = -(-n_b // k)
+    rows = np.arange(k * g)
+    for j in range(n_b, rows.size):
+        rows[j] = rows[j - g]
+    return rows
 
 
 def _is_permutation(order: np.ndarray) -> bool:

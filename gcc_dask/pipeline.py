@@ -37,7 +37,7 @@ from gcc_dask.runtime.cutoff import CutoffPolicy
 from gcc_dask.runtime.executor import BatchRunner, SchemePlan
 from gcc_dask.runtime.tasks import RunPlugin
 from gcc_dask.sources import make_source
-from gcc_dask.store import BatchStatus, StoreLock
+from gcc_dask.store import StoreLock
 from gcc_dask.stragglers import latency_model_from_config
 from gcc_dask.workloads import make_workload
 
@@ -284,17 +284,10 @@ def _compose(cfg: PipelineConfig, source, client, say) -> BatchLayout:
 
 
 def _pending(store, schemes: Sequence[str], num_batches: int) -> list[tuple[int, list[str]]]:
-    """(batch, schemes) still to run: pending batches, and batches that failed for a reason of the environment
-    (a lost decode, a worker error: no cutoff recorded), which a resume retries. A batch failed by the cutoff
-    itself (``cutoff.on_shortfall: fail``, its cutoff time recorded) is an outcome, like an undecodable one."""
-    todo = {}
-    for s in schemes:
-        status = store.batch_status(s)[:num_batches]
-        failed = status == int(BatchStatus.FAILED)
-        if failed.any():
-            failed &= np.isnan(store.batch_values(s, "cutoff_s")[:num_batches])
-        todo[s] = (status == int(BatchStatus.PENDING)) | failed
-    work = [(b, [s for s in schemes if todo[s][b]]) for b in range(num_batches)]
+    """(batch, schemes) still to run: pending batches, and those failed by the environment (retried on resume,
+    see :meth:`~gcc_dask.store.RunStore.pending_batches`)."""
+    todo = {s: set(store.pending_batches(s, retry_failed=True).tolist()) for s in schemes}
+    work = [(b, [s for s in schemes if b in todo[s]]) for b in range(num_batches)]
     return [(b, ss) for b, ss in work if ss]
 
 

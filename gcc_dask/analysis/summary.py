@@ -27,47 +27,46 @@ SUMMARY_ROWS = 1 << 16
 
 def _sample_metrics(decoded, reference, labels, status: np.ndarray) -> dict:
     """RelAcc, RMSE, accuracy (and f's own), and the missing count, pooled over the samples of the done
-    batches, read block by block (whole chunks at a time) so that a long run is summarised in bounded memory."""
+    batches, read block by block (whole chunks at a time) so that a long run is summarised in bounded memory.
+    Each block's :mod:`gcc_dask.metrics` are weighted by the rows they average over."""
     n = decoded.shape[0]
     k = decoded.chunks[0]
     step = max(k, (SUMMARY_ROWS // k) * k)
-    agree = scored = missing = labelled = hit = hit_uncoded = done_total = 0
-    sq = 0.0
-    sq_rows = 0
+    sums = dict.fromkeys(("agree", "scored", "sq", "sq_rows", "hit", "hit_uncoded", "labelled", "missing", "done"), 0.0)
     for start in range(0, n, step):
         stop = min(start + step, n)
         done = np.repeat(status[start // k:-(-stop // k)] > 0, k)[: stop - start]
         if not done.any():
             continue
         est = np.asarray(decoded[start:stop])[done]
-        done_total += est.shape[0]
         ok = metrics.decodable_rows(est)
-        missing += int((~ok).sum())
+        sums["done"] += est.shape[0]
+        sums["missing"] += int((~ok).sum())
+        ref = None
         if reference is not None:
             ref = np.asarray(reference[start:stop])[done]
             has_ref = metrics.decodable_rows(ref)  # a batch whose reference f could not compute is not scored
-            scored += int(has_ref.sum())
-            both = ok & has_ref
-            e2 = est.reshape(est.shape[0], -1)[both].astype(np.float64)
-            r2 = ref.reshape(ref.shape[0], -1)[both].astype(np.float64)
-            agree += int((np.argmax(e2, axis=1) == np.argmax(r2, axis=1)).sum())
-            sq += float(((e2 - r2) ** 2).sum())
-            sq_rows += int(both.sum())
+            if has_ref.any():
+                sums["scored"] += int(has_ref.sum())
+                sums["agree"] += metrics.rel_acc(est[has_ref], ref[has_ref]) * int(has_ref.sum())
+                both = int((ok & has_ref).sum())
+                if both:
+                    sums["sq"] += metrics.mse(est[has_ref], ref[has_ref]) * both
+                    sums["sq_rows"] += both
         if labels is not None:
             lab = np.asarray(labels[start:stop])[done]
-            flat = est.reshape(est.shape[0], -1)
-            labelled += lab.size
-            hit += int((ok & (np.argmax(np.where(np.isnan(flat), -np.inf, flat), axis=1) == lab)).sum())
-            if reference is not None:
-                hit_uncoded += int((np.argmax(ref.reshape(ref.shape[0], -1), axis=1) == lab).sum())
+            sums["labelled"] += lab.size
+            sums["hit"] += metrics.accuracy(est, lab) * lab.size
+            if ref is not None:
+                sums["hit_uncoded"] += metrics.accuracy(ref, lab) * lab.size
     nan = float("nan")
     return {
-        "rel_acc": agree / scored if scored else nan,
-        "rmse": float(np.sqrt(sq / sq_rows)) if sq_rows else nan,
-        "accuracy": hit / labelled if labelled and done_total else nan,
-        "accuracy_uncoded": hit_uncoded / labelled if labelled and reference is not None and done_total else nan,
-        "missing": missing,
-        "_done_samples": done_total,
+        "rel_acc": sums["agree"] / sums["scored"] if sums["scored"] else nan,
+        "rmse": float(np.sqrt(sums["sq"] / sums["sq_rows"])) if sums["sq_rows"] else nan,
+        "accuracy": sums["hit"] / sums["labelled"] if sums["labelled"] else nan,
+        "accuracy_uncoded": sums["hit_uncoded"] / sums["labelled"] if sums["labelled"] and reference is not None else nan,
+        "missing": int(sums["missing"]),
+        "_done_samples": int(sums["done"]),
     }
 
 

@@ -14,6 +14,7 @@ import numpy as np
 from gcc_dask.errors import InvalidInputError, StoreError
 
 from .layout import (
+    BatchStatus,
     _MARKER,
     DONE_STATUSES,
     INPUTS,
@@ -282,9 +283,18 @@ class RunStore:
         """A per-batch array of `scheme` (``cutoff_s``, ``mse``, ...), shape (num_batches,)."""
         return np.asarray(self._group(scheme)[name][:])
 
-    def pending_batches(self, scheme: str) -> np.ndarray:
-        """Indices (int64, ascending) of the batches of `scheme` that are not done (status 0)."""
-        return np.flatnonzero(~np.isin(self.batch_status(scheme), list(DONE_STATUSES))).astype(np.int64)
+    def pending_batches(self, scheme: str, retry_failed: bool = False) -> np.ndarray:
+        """Indices (int64, ascending) of the batches of `scheme` that are not done (status 0).
+
+        With ``retry_failed``, also the batches that failed for a reason of the environment (status 4 with no
+        cutoff recorded: a lost decode, a worker error), which a resume runs again; a batch failed by the cutoff
+        itself (``cutoff.on_shortfall: fail``, its cutoff time recorded) is an outcome and stays.
+        """
+        status = self.batch_status(scheme)
+        todo = ~np.isin(status, list(DONE_STATUSES))
+        if retry_failed and scheme != INPUTS:
+            todo |= (status == int(BatchStatus.FAILED)) & np.isnan(self.batch_values(scheme, "cutoff_s"))
+        return np.flatnonzero(todo).astype(np.int64)
 
     def read_batch(self, scheme: str, batch: int) -> dict[str, np.ndarray]:
         """Every array of `scheme` restricted to `batch` (decoded: its samples; others: its row)."""
