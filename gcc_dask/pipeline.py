@@ -11,6 +11,7 @@ with the per-scheme summary read back from the store. One driver at a time holds
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 import uuid
@@ -24,6 +25,7 @@ from gcc_dask import store as store_mod
 from gcc_dask._digest import files_digest
 from gcc_dask.analysis.summary import summarize_run
 from gcc_dask.coding import make_code
+from gcc_dask.coding.points import spread_order
 from gcc_dask.composition import BatchLayout, compose, num_windows
 from gcc_dask.config import PipelineConfig, load_config
 from gcc_dask.limits import MAX_SAMPLES
@@ -56,7 +58,8 @@ class RunResult:
     path : str
         The Zarr store of the run.
     summary : pandas.DataFrame
-        One row per scheme (see :func:`gcc_dask.analysis.summary.summarize_run`).
+        One row per scheme (see :func:`gcc_dask.analysis.summary.summarize_run`), read from the store on
+        first access (it reads every estimate: seconds for millions of samples), then kept.
     status : str
         "complete", or "incomplete" if some batches are still pending.
     config : PipelineConfig
@@ -65,10 +68,13 @@ class RunResult:
     """
 
     path: str
-    summary: pd.DataFrame
     status: str
     config: PipelineConfig
     wall_s: float
+
+    @functools.cached_property
+    def summary(self) -> pd.DataFrame:
+        return summarize_run(self.path)
 
 
 class StoreSink:
@@ -87,32 +93,62 @@ class StoreSink:
 class RecordBuffer:
     """Collects finished batches' records on the driver and writes them in few, large flushes.
 
-    Flushes every ``max_batches`` batches or ``max_age_s`` seconds, and on :meth:`flush`. A batch whose
-    record is lost with the driver (SIGKILL between two flushes) is still pending in the store and is
-    recomputed on resume: its ``decoded`` rows are rewritten with the same values.
+    Flushes every ``max_batches`` batches or ``max_age_s`` seconds, and on :meth:`flush`. The writes run in
+    a thread of their own, one flush after another (each writes its batches' ``status`` last), so that the
+    driver's loop goes on submitting and deciding meanwhile (bench: a flush blocked it for about 0.1 s).
+    A write that failed raises its error from the next :meth:`add` or :meth:`flush`. A batch whose record
+    is lost with the driver (SIGKILL between two flushes) is still pending in the store and is recomputed
+    on resume: its ``decoded`` rows are rewritten with the same values.
     """
 
     def __init__(self, store, max_batches: int = 64, max_age_s: float = 2.0) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
         self.store = store
         self.max_batches = max_batches
         self.max_age_s = max_age_s
         self._records: dict[str, list[dict]] = {}
         self._batches = 0
         self._since = time.monotonic()
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="gcc-dask-records-writer")
+        self._writes: list = []
 
     def add(self, records: list[dict]) -> None:
         for r in records:
             self._records.setdefault(r["scheme"], []).append(r)
         self._batches += 1
         if self._batches >= self.max_batches or time.monotonic() - self._since >= self.max_age_s:
-            self.flush()
+            self._start_flush()
 
-    def flush(self) -> None:
-        for scheme, records in self._records.items():
-            self.store.write_records(scheme, records)
-        self._records.clear()
+    def _start_flush(self) -> None:
+        self._raise_failed()
+        if self._records:
+            batch, self._records = self._records, {}
+            self._writes.append(self._writer.submit(self._write, batch))
         self._batches = 0
         self._since = time.monotonic()
+
+    def _write(self, records: dict[str, list[dict]]) -> None:
+        for scheme, rs in records.items():
+            self.store.write_records(scheme, rs)
+
+    def _raise_failed(self, wait: bool = False) -> None:
+        finished = [f for f in self._writes if wait or f.done()]
+        self._writes = [f for f in self._writes if f not in finished]
+        for fut in finished:
+            fut.result()  # raises the write's error (once)
+
+    def flush(self) -> None:
+        """Write every record collected so far and wait until it is written (raising a write's error)."""
+        self._start_flush()
+        self._raise_failed(wait=True)
+
+    def close(self) -> None:
+        """Flush, then stop the writing thread."""
+        try:
+            self.flush()
+        finally:
+            self._writer.shutdown(wait=True)
 
 
 def build_codes(cfg: PipelineConfig) -> dict:
@@ -150,7 +186,8 @@ def build_plans(cfg: PipelineConfig, codes: Mapping[str, Any]) -> list[SchemePla
                 deadline=c.deadline, quantile=c.quantile, multiplier=c.multiplier, min_runtime=c.min_runtime,
                 on_shortfall=c.on_shortfall,
             )
-        plans.append(SchemePlan(name=name, num_workers=n, policy=policy))
+        order = tuple(int(w) for w in spread_order(code.data_points, code.worker_points))
+        plans.append(SchemePlan(name=name, num_workers=n, policy=policy, order=order))
     return plans
 
 
@@ -398,7 +435,7 @@ def run_pipeline(
         complete = all((v > 0).all() for v in final.values()) and num_batches == store.num_batches
         run_status = "complete" if complete else "incomplete"
         store.finish(status=run_status)
-    return RunResult(path=path, summary=summarize_run(path), status=run_status, config=cfg, wall_s=wall)
+    return RunResult(path=path, status=run_status, config=cfg, wall_s=wall)
 
 
 def _limited(cfg: PipelineConfig, num_batches: int) -> int:
@@ -434,8 +471,8 @@ def _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, la
         c, plugin, plans, latency_model=latency_model, seed=cfg.seed, num_samples=source.num_samples,
         output_size=int(np.prod(output_shape)), max_in_flight=cfg.run.max_batches_in_flight,
         reference=cfg.run.reference, use_gpu=use_gpu,
-        latency_per_sample=cfg.stragglers.unit == "sample",
-        worker_timeout=cfg.cluster.connect_timeout, echo=say,
+        latency_per_sample=cfg.stragglers.unit == "sample", virtual_clock=cfg.stragglers.clock == "virtual",
+        worker_timeout=cfg.cluster.connect_timeout, spares=cfg.cutoff.spares, echo=say,
     )
     bar = _progress(len(work), cfg.run.progress and progress, cfg.name)
     records = RecordBuffer(store)
@@ -456,7 +493,7 @@ def _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, la
         store.finish(status="interrupted")
         raise
     finally:
-        records.flush()
+        records.close()
         bar.close()
     return time.perf_counter() - t0
 

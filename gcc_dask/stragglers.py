@@ -639,8 +639,9 @@ def latency_model_from_config(
     Parameters
     ----------
     config : mapping
-        ``{"model": "shifted_exponential" | "pareto" | "none", **constructor parameters}``; ``"seed"`` and
-        ``"unit"`` keys are allowed and ignored (they go to ``latencies``: the seed, and the work per shard).
+        ``{"model": "shifted_exponential" | "pareto" | "none", **constructor parameters}``; ``"seed"``,
+        ``"unit"`` and ``"clock"`` keys are allowed and ignored (the seed and the work per shard go to
+        ``latencies``; the clock is the runtime's).
     strict : bool
         If False, keys that belong to the *other* latency model (``alpha`` under
         ``shifted_exponential``, as in a flattened config section) are dropped instead of rejected.
@@ -667,7 +668,7 @@ def latency_model_from_config(
         raise ConfigError(f"stragglers.model must be one of {valid_models}; got {model!r}")
     cls = LATENCY_MODELS[model]
     valid = sorted(f.name for f in fields(cls))
-    params = {k: v for k, v in config.items() if k not in ("model", "seed", "unit")}
+    params = {k: v for k, v in config.items() if k not in ("model", "seed", "unit", "clock")}
     if not strict:
         others = {f.name for c in LATENCY_MODELS.values() for f in fields(c)} - set(valid)
         params = {k: v for k, v in params.items() if k not in others}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import zarr
 
@@ -31,3 +33,16 @@ def direct_decode(path, scheme: str, batch: int, code, f, source) -> np.ndarray:
     decoded = code.decode(y, received)
     n = x.shape[0]
     return np.asarray(BatchLayout.from_blocks(decoded, n)).reshape(n, -1)
+
+
+_CALLS_LOCK = threading.Lock()
+#: calls of :func:`counted_sin` so far (a threaded cluster's workers share this module with the test)
+CALLS = {"n": 0}
+
+
+def counted_sin(x):
+    """f(x) = sin(x), counting its calls in :data:`CALLS` (one call per shard block)."""
+    with _CALLS_LOCK:
+        CALLS["n"] += 1
+    return np.sin(np.asarray(x, dtype=np.float64))
+

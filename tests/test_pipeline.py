@@ -96,3 +96,33 @@ def test_a_different_config_is_refused(client, tmp_path, smoke):
     _run(client, tmp_path, "x.zarr", overrides=["run.limit_batches=1"])
     with pytest.raises(gd.errors.StoreError, match="different configuration"):
         _run(client, tmp_path, "x.zarr", overrides=["code.num_workers=12"])
+
+
+def test_record_buffer_writes_in_order_off_the_loop_and_raises_a_failed_write():
+    import threading
+
+    from gcc_dask.errors import StoreError
+    from gcc_dask.pipeline import RecordBuffer
+
+    class Store:
+        def __init__(self):
+            self.written, self.threads, self.fail = [], set(), False
+
+        def write_records(self, scheme, records):
+            self.threads.add(threading.current_thread().name)
+            if self.fail:
+                raise StoreError("store: cannot write gcc/status")
+            self.written.append((scheme, [r["batch"] for r in records]))
+
+    store = Store()
+    buf = RecordBuffer(store, max_batches=2)
+    for b in range(5):
+        buf.add([{"scheme": "gcc", "batch": b}])
+    buf.flush()
+    assert store.written == [("gcc", [0, 1]), ("gcc", [2, 3]), ("gcc", [4])]
+    assert store.threads and threading.current_thread().name not in store.threads
+    store.fail = True
+    buf.add([{"scheme": "gcc", "batch": 5}])
+    with pytest.raises(StoreError, match="cannot write"):
+        buf.flush()
+    buf.close()  # the error was raised once; closing raises nothing more

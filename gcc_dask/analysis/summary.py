@@ -25,12 +25,12 @@ def _schemes(path: str) -> list[str]:
 SUMMARY_ROWS = 1 << 16
 
 
-def _sample_metrics(decoded, reference, labels, status: np.ndarray) -> dict:
+def _sample_metrics(decoded, reference, labels, status: np.ndarray, k: int) -> dict:
     """RelAcc, RMSE, accuracy (and f's own), and the missing count, pooled over the samples of the done
-    batches, read block by block (whole chunks at a time) so that a long run is summarised in bounded memory.
-    Each block's :mod:`gcc_dask.metrics` are weighted by the rows they average over."""
+    batches (of ``k`` rows each), read block by block (whole batches at a time) so that a long run is
+    summarised in bounded memory. Each block's :mod:`gcc_dask.metrics` are weighted by the rows they average
+    over."""
     n = decoded.shape[0]
-    k = decoded.chunks[0]
     step = max(k, (SUMMARY_ROWS // k) * k)
     sums = dict.fromkeys(("agree", "scored", "sq", "sq_rows", "hit", "hit_uncoded", "labelled", "missing", "done"), 0.0)
     for start in range(0, n, step):
@@ -103,7 +103,8 @@ def summarize_run(path: str) -> pd.DataFrame:
         ds = xr.open_zarr(path, group=scheme, consolidated=False, chunks=None)
         status = ds["status"].values
         done_batches = np.flatnonzero(status > 0)
-        row = {"scheme": scheme, **_sample_metrics(root[scheme]["decoded"], reference, labels, status)}
+        row = {"scheme": scheme, **_sample_metrics(root[scheme]["decoded"], reference, labels, status,
+                                                   int(root.attrs["batch_size"]))}
         done_samples = row.pop("_done_samples")
         lat = ds["batch_latency_s"].values[done_batches] if "batch_latency_s" in ds else np.array([])
         cut = ds["cutoff_s"].values[done_batches]

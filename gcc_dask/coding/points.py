@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["MIN_GAP", "POINTS", "at_node", "check_points", "coincidences", "data_points", "nudge", "placement",
-           "worker_points"]
+           "spread_order", "worker_points"]
 
 POINTS = ("chebyshev", "equispaced", "systematic", "twins")
 #: Placements whose worker points sit on (or next to) data points on purpose: no coincidence warning.
@@ -218,3 +218,49 @@ def nudge(alpha: np.ndarray, beta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
                 beta[n] = candidate
                 break
     return beta, moved
+
+
+def spread_order(alpha: np.ndarray, beta: np.ndarray) -> np.ndarray:
+    """Worker indices in the order a cutoff would best keep them: any prefix is a well-spread set of points.
+
+    First the workers that sit on a data point (β_n = α_k, the systematic ones; one per data point, so the
+    first copy of each input of a replication code), then every other worker; within each stage, farthest
+    point first (the worker farthest from every point taken so far, starting from the leftmost; ties go to
+    the lowest index). The runtime runs the first ``wait_for`` workers of this order at the batch's priority
+    and the rest as spares (docs/pipeline.rst, section 'Spares').
+
+    Parameters
+    ----------
+    alpha : array of float, shape (K,)
+    beta : array of float, shape (N,)
+
+    Returns
+    -------
+    ndarray of int64, shape (N,)
+        A permutation of ``range(N)``.
+
+    Examples
+    --------
+    >>> spread_order(np.array([0.0]), np.array([-1.0, 0.0, 0.5, 1.0])).tolist()
+    [1, 0, 3, 2]
+    """
+    alpha = np.asarray(alpha, dtype=np.float64).ravel()
+    beta = np.asarray(beta, dtype=np.float64).ravel()
+    on_data: list[int] = []
+    for a in alpha:
+        hits = [n for n in np.flatnonzero(np.abs(beta - a) <= COINCIDENCE_TOL) if n not in on_data]
+        if hits:
+            on_data.append(int(hits[0]))
+    rest = [n for n in range(beta.size) if n not in set(on_data)]
+    order: list[int] = []
+    for stage in (on_data, rest):
+        left = list(stage)
+        while left:
+            if order:
+                gap = np.min(np.abs(beta[left][:, None] - beta[order][None, :]), axis=1)
+                pick = left[int(np.argmax(gap))]  # argmax: the first (lowest index) of equal gaps
+            else:
+                pick = min(left, key=lambda n: (beta[n], n))
+            order.append(pick)
+            left.remove(pick)
+    return np.asarray(order, dtype=np.int64)

@@ -360,9 +360,9 @@ class ReplicationConfig(_Section):
 class StragglersConfig(_Section):
     """Injected worker latency (docs/pipeline.rst, section 'Straggler injection').
 
-    With a latency model, each shard sleeps (cooperatively) for its drawn latency and the cutoff runs on
-    the virtual clock of those latencies, so which results are kept depends on the seed only.
-    ``model: none`` injects nothing and the cutoff uses the wall clock.
+    With a latency model, each shard sleeps (cooperatively) for its drawn latency and, with ``clock:
+    virtual``, the cutoff runs on the virtual clock of those latencies, so which results are kept depends
+    on the seed only. ``model: none`` injects nothing and the cutoff uses the wall clock.
 
     Attributes
     ----------
@@ -391,6 +391,11 @@ class StragglersConfig(_Section):
         computing, in which a task's run time scales with its load).
     seed
         The run seed: latencies are a function of (seed, batch, worker) only.
+    clock
+        ``virtual``: a shard's result arrives at its drawn latency, whenever it really finished, and every
+        shard of a batch runs at the batch's priority (``cutoff.spares`` does not apply), so runs are
+        reproducible. ``wall``: shards still sleep their drawn latencies, but the cutoff sees when results
+        really arrive, as with real stragglers (``cutoff.spares`` applies; for throughput measurements).
     """
 
     model: Literal["none", "shifted_exponential", "pareto"] = "none"
@@ -403,6 +408,7 @@ class StragglersConfig(_Section):
     slow_factor: Annotated[float, Field(ge=1)] = 1.0
     unit: Literal["shard", "sample"] = "shard"
     seed: Annotated[int, Field(ge=0)] = 0
+    clock: Literal["virtual", "wall"] = "virtual"
 
     @model_validator(mode="after")
     def _check(self) -> StragglersConfig:
@@ -451,6 +457,12 @@ class CutoffConfig(_Section):
         What to do when the cutoff fires with fewer results than the scheme can decode from: ``wait``
         (until it has that many), ``decode`` (keep the cutoff; the batch is then undecodable) or
         ``fail`` (mark the batch failed).
+    spares
+        ``lazy``: the shards the cutoff needs (``wait_for``, the best-spread worker points first) run at
+        the batch's priority and the other N - ``wait_for`` (the spares) below every batch in flight, so a
+        busy cluster runs a spare only when a result is still missing and cancels the rest unstarted;
+        ``eager``: every shard at the batch's priority (each of the N workers computes, as in the papers'
+        model). Applies to every scheme; on the virtual clock the kept sets are the same either way.
     """
 
     wait_for: Annotated[int | str, BeforeValidator(_wait_for)] = "N-S"
@@ -460,6 +472,7 @@ class CutoffConfig(_Section):
     multiplier: Annotated[float, Field(ge=1)] = 1.5
     min_runtime: Duration = 0.1
     on_shortfall: Literal["wait", "decode", "fail"] = "wait"
+    spares: Literal["lazy", "eager"] = "lazy"
 
 
 def _gpu(value: Any) -> Any:

@@ -32,7 +32,8 @@ import numpy as np
 
 from gcc_dask.errors import ConfigError
 
-__all__ = ["CutoffPolicy", "CutoffDecision", "cutoff_time", "decide", "resolve_wait_for"]
+__all__ = ["CutoffPolicy", "CutoffDecision", "cutoff_time", "decide", "needed_results", "resolve_wait_for",
+           "spares_due"]
 
 Shortfall = Literal["wait", "decode", "fail"]
 Reason = Literal["wait_for", "deadline", "adaptive", "exhausted"]
@@ -143,6 +144,67 @@ def resolve_wait_for(value: int | str, num_workers: int, stragglers: int) -> int
             f"expected a count between 1 and N"
         )
     return count
+
+
+def needed_results(policy: CutoffPolicy) -> int:
+    """How many results the cutoff needs when none fails: the shards a batch runs at full priority.
+
+    ``wait_for``, or fewer when the policy has ``groups`` (one result per group ends the wait), and never
+    fewer than ``min_results``. The other ``N - needed_results(policy)`` shards are the batch's spares
+    (``cutoff.spares``, docs/pipeline.rst, section 'Spares').
+
+    Examples
+    --------
+    >>> needed_results(CutoffPolicy(num_workers=16, wait_for=12))
+    12
+    >>> needed_results(CutoffPolicy(num_workers=16, wait_for=16, groups=tuple(n % 8 for n in range(16))))
+    8
+    """
+    count = policy.wait_for
+    if policy.groups is not None:
+        count = min(count, len(set(policy.groups)))
+    return min(policy.num_workers, max(count, policy.min_results))
+
+
+def spares_due(known: np.ndarray, failed: np.ndarray, regular: np.ndarray, promoted: np.ndarray,
+               overtaken: bool) -> int:
+    """How many more of a batch's spares to run at the batch's own priority now.
+
+    One for every regular shard that failed (and every promoted spare that failed), and, once the batch
+    is *overtaken* (a batch submitted after it has reached its cutoff while it still waits for regular
+    results), one for every regular result still missing: on a busy cluster the batches in flight finish
+    in order, so a batch that falls behind one submitted later waits for a straggler. Spares already
+    promoted count against that, so a promoted spare that is itself slow brings in no further one.
+
+    Parameters
+    ----------
+    known, failed, regular, promoted : arrays of bool, shape (N,)
+        Shards with an outcome (a result or a failure); that failed; that run at the batch's priority from
+        the start; spares already promoted.
+    overtaken : bool
+
+    Returns
+    -------
+    int
+        The spares to promote now, >= 0 (the caller caps it by the spares left).
+
+    Examples
+    --------
+    >>> regular = np.array([True, True, True, False])
+    >>> none = np.zeros(4, dtype=bool)
+    >>> spares_due(np.array([True, False, False, False]), none, regular, none, overtaken=True)
+    2
+    >>> spares_due(np.array([True, True, False, False]), np.array([False, True, False, False]), regular,
+    ...            none, overtaken=False)
+    1
+    """
+    regular = np.asarray(regular, dtype=bool)
+    failed = np.asarray(failed, dtype=bool)
+    promoted = np.asarray(promoted, dtype=bool)
+    due = int((failed & (regular | promoted)).sum())
+    if overtaken:
+        due += int((regular & ~np.asarray(known, dtype=bool)).sum())
+    return max(0, due - int(promoted.sum()))
 
 
 def _groups_covered_time(sorted_t: list[float], order: list[int], groups: tuple[int, ...]) -> float:

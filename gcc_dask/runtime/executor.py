@@ -10,7 +10,8 @@ joins the two afterwards, off the latency path. The driver never calls ``.result
 report through ``add_done_callback`` into one queue, which the loop drains with a timeout (for wall-clock
 deadlines and the worker watchdog).
 
-Worker death: a shard lost with its worker is an erasure, never re-run (``allowed-failures: 0``). The
+Worker death: a shard lost with its worker is an erasure, never re-run (``allowed-failures: 0``; except for a
+scheme decoded with its shards, :meth:`BatchRunner._submit_direct`, whose finished shards Dask recomputes). The
 batch's other tasks (reference, decode, score) are deterministic and are submitted again when they
 die with a worker (``KilledWorker``), at most :data:`MAX_ATTEMPTS` times; when a decode's kept shards were
 lost too, the scheme's batch is run again from its shards (on the virtual clock it keeps the same set).
@@ -20,7 +21,12 @@ When every worker is gone for longer than ``worker_timeout`` the run stops with 
 
 Clocks: with a latency model the cutoff runs on the *virtual clock* (a shard's arrival time is its
 injected latency, seeded by run seed, batch and worker), so the kept set depends on the seed alone; without
-one it runs on the wall clock and the store records what arrived.
+one, or with ``stragglers.clock: wall``, it runs on the wall clock and the store records what arrived.
+
+Spares (``cutoff.spares: lazy``, wall clock only): a batch runs the shards its cutoff needs
+(:meth:`SchemePlan.regular`) at its own priority and the others below every batch in flight, so a busy
+cluster computes them only when a thread is free. When a regular shard fails, or a batch submitted later
+reaches its cutoff first, the batch's spares are submitted again at its own priority (:meth:`_maybe_promote`).
 """
 
 from __future__ import annotations
@@ -38,7 +44,8 @@ from distributed import KilledWorker
 
 from gcc_dask.errors import ClusterError, GccDaskError
 from gcc_dask.runtime.cluster import _accepts_n_workers
-from gcc_dask.runtime.cutoff import CutoffPolicy, cutoff_time, decide
+from gcc_dask.runtime.cutoff import CutoffPolicy, cutoff_time, decide, needed_results, spares_due
+from gcc_dask.runtime.events import FutureEvents
 from gcc_dask.runtime.tasks import (
     RunPlugin,
     decode_task,
@@ -88,11 +95,30 @@ def _samples_text(samples: np.ndarray, limit: int = 8) -> str:
 
 @dataclass(frozen=True)
 class SchemePlan:
-    """One scheme of a run: its name, its code (driver copy) and its cutoff policy."""
+    """One scheme of a run: its name, its number of shards N, its cutoff policy, and the order in which its
+    shards are preferred (:func:`~gcc_dask.coding.points.spread_order`; None: index order). With lazy
+    spares the first :func:`~.cutoff.needed_results` shards of ``order`` run at the batch's priority."""
 
     name: str
     num_workers: int
     policy: CutoffPolicy
+    order: tuple[int, ...] | None = None
+
+    @property
+    def waits_for_all(self) -> bool:
+        """The cutoff keeps every result (no deadline, no adaptive rule, all N needed): no decision to take,
+        so the batch's decode is submitted with its shards (:meth:`BatchRunner._submit_direct`)."""
+        p = self.policy
+        return needed_results(p) == self.num_workers and p.deadline is None and p.quantile is None
+
+    def regular(self, lazy: bool) -> np.ndarray:
+        """Bool mask (N,): the shards that run at the batch's priority (all of them unless ``lazy``)."""
+        mask = np.ones(self.num_workers, dtype=bool)
+        if lazy:
+            order = np.arange(self.num_workers) if self.order is None else np.asarray(self.order)
+            mask[:] = False
+            mask[order[:needed_results(self.policy)]] = True
+        return mask
 
 
 @dataclass
@@ -100,7 +126,8 @@ class _SchemeState:
     plan: SchemePlan
     start_wall: float
     start_mono: float
-    delays: np.ndarray | None  # injected latencies (virtual clock) or None (wall clock)
+    delays: np.ndarray | None  # injected latencies (slept by the shards), or None
+    virtual: bool = False  # the cutoff runs on the virtual clock of ``delays``
     shards: list = field(default_factory=list)
     arrivals: np.ndarray = None  # type: ignore[assignment]
     known: np.ndarray = None  # type: ignore[assignment]
@@ -114,12 +141,16 @@ class _SchemeState:
     received: list | None = None  # the kept shards, once the cutoff is final
     meta: dict | None = None
     wake: float | None = None  # wall clock: when to look at the cutoff again (monotonic); None: now
+    promoted: np.ndarray = None  # type: ignore[assignment]  # spares resubmitted at the batch's priority
+    direct: bool = False  # decode submitted with the shards, which are not watched (_submit_direct)
+    sfx: str = ""  # key suffix of this submission of the scheme's shards
 
     def __post_init__(self) -> None:
         n = self.plan.num_workers
         self.arrivals = np.full(n, INF)
         self.known = np.zeros(n, dtype=bool)
         self.failed = np.zeros(n, dtype=bool)
+        self.promoted = np.zeros(n, dtype=bool)
 
 
 @dataclass
@@ -147,7 +178,11 @@ class BatchRunner:
         Registered on the workers by :meth:`run` and unregistered at the end.
     plans : list of SchemePlan
     latency_model : object with ``latencies(seed, batch, num_workers)`` or None
-        None runs the cutoff on the wall clock (no injected stragglers).
+        Injected latencies, slept by the shards; None injects none (the cutoff runs on the wall clock).
+    virtual_clock : bool
+        With a latency model: the cutoff runs on the virtual clock of the drawn latencies (a result
+        arrives at its latency), and every shard runs at its batch's priority (no lazy spares, whose start
+        would depend on the wall clock). False: the wall clock, as without injected latencies.
     seed : int
         Seeds the latency draws per (seed, batch, worker): every scheme sees the same draws.
     num_samples : int
@@ -167,6 +202,12 @@ class BatchRunner:
     worker_timeout : float
         Seconds the run waits for workers to come back when every worker is gone, before it stops with a
         :class:`~gcc_dask.errors.ClusterError`.
+    spares : {"lazy", "eager"}
+        ``"lazy"``: a batch's spares (the shards beyond what its cutoff needs, :meth:`SchemePlan.regular`)
+        are submitted below the priority of every batch in flight, so a busy cluster runs them only when a
+        thread is free and cancels them unstarted otherwise; when a regular shard fails or the regular
+        results are late (:func:`~.cutoff.spares_due`) spares are submitted again at the batch's own
+        priority. ``"eager"``: every shard at the batch's priority.
     echo : callable, optional
         Where to say what the user should know while the run goes on (all workers lost, ...).
     """
@@ -178,6 +219,7 @@ class BatchRunner:
         plans: list[SchemePlan],
         *,
         latency_model=None,
+        virtual_clock: bool = True,
         seed: int = 0,
         num_samples: int,
         output_size: int,
@@ -186,6 +228,7 @@ class BatchRunner:
         use_gpu: bool = False,
         latency_per_sample: bool = False,
         worker_timeout: float = 10.0,
+        spares: str = "lazy",
         echo: Callable[[str], None] | None = None,
     ) -> None:
         self.client = client
@@ -199,11 +242,17 @@ class BatchRunner:
         self.reference = reference
         self.latency_per_sample = bool(latency_per_sample)
         self.worker_timeout = float(worker_timeout)
+        if spares not in ("lazy", "eager"):
+            raise ValueError(f"spares: got {spares!r}; expected 'lazy' or 'eager'")
+        self.virtual_clock = latency_model is not None and bool(virtual_clock)
+        lazy = spares == "lazy" and not self.virtual_clock
+        self._regular = {p.name: p.regular(lazy) for p in plans}
         self.echo = echo or (lambda _msg: None)
         self.layout = plugin.layout
         self.token = plugin.name_token  # the keys end with it (the workers' log filter recognises them)
         self._resources = {"resources": {"GPU": 1}} if use_gpu else {}
-        self._events: queue.Queue = queue.Queue()
+        self._events = FutureEvents(client)
+        self._decided: dict[str, int] = {}  # per scheme: the latest batch that reached its cutoff
         self._inflight: dict[int, _BatchState] = {}
         self._workers: list[str] = []
         self._workers_at = -INF
@@ -212,9 +261,10 @@ class BatchRunner:
 
     # -- submission -------------------------------------------------------------------------------
     def _watch(self, fut, tag: tuple) -> None:
-        # the status is read when the future finishes: by the time the loop handles the event, a shard whose
-        # worker died after finishing may already be released and recomputed (it must count as arrived)
-        fut.add_done_callback(lambda f, tag=tag: self._events.put((time.monotonic(), tag, f, f.status)))
+        self._events.watch([(fut, tag)])
+
+    def _watch_all(self, items: list[tuple[Any, tuple]]) -> None:
+        self._events.watch(items)
 
     def _submit(self, func, *args, key: str, priority: int, **kwargs):
         return self.client.submit(
@@ -266,12 +316,16 @@ class BatchRunner:
                 "(cluster.connect_timeout); finished batches are in the store: run the same command again "
                 "to resume")
 
+    def _background_priority(self, batch: int) -> int:
+        """Below every shard of the batches in flight, spares included: a reference, the labels and a score
+        are needed only for the metrics, never by a decode."""
+        return -batch - 2 * self.max_in_flight - 1
+
     def _submit_reference(self, state: _BatchState) -> None:
         """(Re)submit the batch's reference task, if the run has one; attempts > 0 get new keys. A run without
         a reference still writes the batch's labels (a task of its own, off the latency path)."""
         sfx = f"-a{state.attempt}" if state.attempt else ""
-        # below every shard: a reference is needed only for the metrics, never by a decode
-        priority = -state.batch - self.max_in_flight - 1
+        priority = self._background_priority(state.batch)
         if self.reference:
             state.reference = self._submit(reference_task, self.plugin.name, state.batch,
                                            key=f"reference-b{state.batch}{sfx}", priority=priority)
@@ -292,31 +346,88 @@ class BatchRunner:
             delays = np.asarray(self.latency_model.latencies(self.seed, batch, plan.num_workers, work=work),
                                 dtype=float)
         s = _SchemeState(plan=plan, start_wall=time.time(), start_mono=time.monotonic(), delays=delays,
-                         restarts=restarts)
-        sfx = f"-r{restarts}" if restarts else ""
-        # one client.map per target worker, not one submit per shard: each submit is its own graph update
-        # on the scheduler (bench: 3.6 vs 6.3 ms of driver+scheduler CPU per shard, BENCHMARKS.md)
-        groups: dict[str, tuple[dict, list[int]]] = {}
+                         virtual=self.virtual_clock, restarts=restarts)
+        s.sfx = f"-r{restarts}" if restarts else ""
+        # one client.map per target worker (and priority), not one submit per shard: each submit is its own
+        # graph update on the scheduler (bench: 3.6 vs 6.3 ms of driver+scheduler CPU per shard, BENCHMARKS.md).
+        # Spares rank below the regular shards of every batch in flight (and above the next batches'): a
+        # busy cluster runs them only when a thread comes free, or once _maybe_promote submits them again.
+        regular = self._regular[plan.name]
+        groups: dict[tuple[str, bool], tuple[dict, list[int]]] = {}
         for w in range(plan.num_workers):
             place = self._placement(batch, w)
-            groups.setdefault(repr(place), (place, []))[1].append(w)
+            groups.setdefault((repr(place), bool(regular[w])), (place, []))[1].append(w)
         s.shards = [None] * plan.num_workers
-        for place, ws in groups.values():
-            futs = self.client.map(
-                evaluate_shard, [name] * len(ws), [plan.name] * len(ws), [batch] * len(ws), ws,
-                [0.0 if delays is None else float(delays[w]) for w in ws],
-                key=[f"eval-b{batch}-w{w}-{plan.name}{sfx}-{self.token}" for w in ws],
-                pure=False, retries=0, priority=-batch, **self._resources, **place,
-            )
-            for w, fut in zip(ws, futs):
-                s.shards[w] = fut
-        for w, fut in enumerate(s.shards):
-            self._watch(fut, ("shard", batch, plan.name, w))
+        # regular shards first: an idle worker starts whatever reaches it first
+        direct = plan.waits_for_all
+        for (_, is_regular), (place, ws) in sorted(groups.items(), key=lambda g: not g[0][1]):
+            self._map_shards(state, s, ws, place, priority=-batch if is_regular else -batch - self.max_in_flight,
+                             watch=not direct)
         state.schemes[plan.name] = s
-        if delays is not None:
+        if direct:
+            self._submit_direct(state, s)
+        if s.virtual:
             # on the virtual clock the cutoff may be final before any shard reports (every injected latency
             # beyond the deadline): decide now, not on the first arrival
             s.wake = self._maybe_cut(state, s)
+
+    def _map_shards(self, state: _BatchState, s: _SchemeState, ws: list[int], place: dict, priority: int,
+                    sfx: str = "", watch: bool = True) -> None:
+        """Submit shards ``ws`` of a scheme's batch to one placement in one ``client.map`` (and watch them)."""
+        name, batch, plan = self.plugin.name, state.batch, s.plan
+        futs = self.client.map(
+            evaluate_shard, [name] * len(ws), [plan.name] * len(ws), [batch] * len(ws), ws,
+            [0.0 if s.delays is None else float(s.delays[w]) for w in ws],
+            key=[f"eval-b{batch}-w{w}-{plan.name}{s.sfx}{sfx}-{self.token}" for w in ws],
+            pure=False, retries=0, priority=priority, **self._resources, **place,
+        )
+        for w, fut in zip(ws, futs):
+            s.shards[w] = fut
+        if watch:
+            self._watch_all([(fut, ("shard", batch, plan.name, w)) for w, fut in zip(ws, futs)])
+
+    def _submit_direct(self, state: _BatchState, s: _SchemeState) -> None:
+        """A scheme whose cutoff keeps every result (``uncoded``): submit its decode now, over all N shards,
+        and watch only the decode. No shard event reaches the driver (bench: a tenth of its CPU for
+        uncoded); the decode times the shards itself (``latency_s`` from each result's end, on the wall
+        clock). If any shard fails, the decode fails with it and :meth:`_on_decode` goes back to watching
+        the shards, so the cutoff decides as for any other scheme."""
+        plan, n = s.plan, s.plan.num_workers
+        s.direct = True
+        s.received = list(range(n))
+        if s.virtual:
+            c = cutoff_time(s.delays, plan.policy)
+            cutoff, latency = float(c.time), s.delays.copy()
+        else:
+            cutoff, latency = math.nan, None  # the decode measures them
+        s.meta = {"status": 1, "cutoff_s": cutoff, "latency_s": latency, "failed": np.zeros(n, dtype=bool),
+                  "batch_start": s.start_wall, "output_size": self.output_size, "score": self.reference}
+        self._submit_decode(state, s)
+
+    def _maybe_promote(self, state: _BatchState, s: _SchemeState) -> None:
+        """Run spares at the batch's own priority when a regular shard failed, or when a batch submitted
+        later has reached its cutoff first (:func:`~.cutoff.spares_due`): submitted again under new keys,
+        the low-priority copies cancelled (unstarted, or stopped between chunks of work)."""
+        if s.decode is not None or s.done:
+            return
+        regular = self._regular[s.plan.name]
+        waiting = np.flatnonzero(~regular & ~s.promoted & ~s.known)
+        if waiting.size == 0:
+            return
+        overtaken = self._decided.get(s.plan.name, -1) > state.batch
+        due = spares_due(s.known, s.failed, regular, s.promoted, overtaken)
+        if not due:
+            return
+        rank = {w: i for i, w in enumerate(s.plan.order or range(s.plan.num_workers))}
+        picked = sorted(waiting.tolist(), key=rank.__getitem__)[:due]
+        self.client.cancel([s.shards[w] for w in picked])
+        s.promoted[picked] = True
+        groups: dict[str, tuple[dict, list[int]]] = {}
+        for w in picked:
+            place = self._placement(state.batch, w)
+            groups.setdefault(repr(place), (place, []))[1].append(w)
+        for place, ws in groups.values():
+            self._map_shards(state, s, ws, place, priority=-state.batch, sfx="-p")
 
     def _submit_batch(self, batch: int, schemes: list[str]) -> None:
         start, stop = self.layout.batch_slots(batch)
@@ -337,10 +448,12 @@ class BatchRunner:
             return  # a late report (decided already, or from a resubmitted scheme's first attempt)
         s.known[w] = True
         if status == "finished":
-            s.arrivals[w] = s.delays[w] if s.delays is not None else t - s.start_mono
+            s.arrivals[w] = s.delays[w] if s.virtual else t - s.start_mono
         else:  # erred, or lost with its worker: an erasure, never retried
             s.failed[w] = True
         s.wake = self._maybe_cut(state, s)
+        if s.failed[w]:
+            self._maybe_promote(state, s)
 
     def _maybe_cut(self, state: _BatchState, s: _SchemeState) -> float:
         """Decode if the cutoff is final; else return the wall time (monotonic) to look again, or inf."""
@@ -348,7 +461,7 @@ class BatchRunner:
             return INF
         outstanding = int((~s.known).sum())
         c = cutoff_time(s.arrivals, s.plan.policy)
-        if s.delays is not None:
+        if s.virtual:
             unknown = s.delays[~s.known]
             horizon = float(unknown.min()) if unknown.size else INF
             d = decide(s.arrivals, s.plan.policy, horizon=horizon, outstanding=outstanding, cutoff=c)
@@ -356,7 +469,7 @@ class BatchRunner:
             d = decide(s.arrivals, s.plan.policy, now=time.monotonic() - s.start_mono, outstanding=outstanding,
                        cutoff=c)
         if d is None:
-            if s.delays is None:
+            if not s.virtual:
                 return s.start_mono + c.time if math.isfinite(c.time) else INF
             return INF
         self._decode(state, s, d)
@@ -371,7 +484,7 @@ class BatchRunner:
         drop = [f for w, f in enumerate(s.shards) if w not in keep]
         if drop:
             self.client.cancel(drop)
-        if s.delays is not None:
+        if s.virtual:
             latency = np.where(np.isin(np.arange(plan.num_workers), received), s.arrivals, np.nan)
         else:
             latency = np.where(np.isfinite(s.arrivals), s.arrivals, np.nan)
@@ -384,6 +497,7 @@ class BatchRunner:
         else:
             status = 2
         s.received = received
+        self._overtake(plan.name, state.batch)
         s.meta = {
             "status": status,
             "cutoff_s": float(d.time),
@@ -394,6 +508,17 @@ class BatchRunner:
             "score": self.reference,
         }
         self._submit_decode(state, s)
+
+    def _overtake(self, scheme: str, batch: int) -> None:
+        """Batch ``batch`` of ``scheme`` reached its cutoff: the older batches still waiting for regular
+        results of that scheme are overtaken, and run spares for them (:meth:`_maybe_promote`)."""
+        if batch <= self._decided.get(scheme, -1):
+            return
+        self._decided[scheme] = batch
+        for older in self._inflight.values():
+            s = older.schemes.get(scheme)
+            if older.batch < batch and s is not None:
+                self._maybe_promote(older, s)
 
     def _keys_suffix(self, s: _SchemeState) -> str:
         return "".join(f"-{c}{n}" for c, n in (("r", s.restarts), ("a", s.attempt)) if n)
@@ -421,7 +546,7 @@ class BatchRunner:
         s.score = self.client.submit(
             score_task, s.decode, reference,
             key=f"score-b{state.batch}-{s.plan.name}{self._keys_suffix(s)}-{self.token}", pure=False, retries=0,
-            priority=-state.batch - self.max_in_flight - 1,
+            priority=self._background_priority(state.batch),
         )
         self._watch(s.score, ("score", state.batch, s.plan.name, -1))
 
@@ -463,6 +588,11 @@ class BatchRunner:
         exc = _error_of(fut)
         if is_storage_error(exc):  # the store cannot be written: stop the run with that one line
             raise exc
+        if s.direct:
+            # a shard failed (or was lost): watch the shards and let the cutoff decide, as for other schemes
+            s.direct, s.decode, s.received = False, None, None
+            self._watch_all([(f, ("shard", batch, scheme, w)) for w, f in enumerate(s.shards)])
+            return
         if isinstance(exc, KilledWorker):
             lost = [w for w in s.received if s.shards[w].status in ("error", "lost", "cancelled")]
             if lost and s.restarts + 1 < MAX_ATTEMPTS:
@@ -551,9 +681,9 @@ class BatchRunner:
         fetch = self._fetcher.submit(self.client.gather, pending) if pending else None
         tag = ("records", -1, "", -1)
         if fetch is None:
-            self._events.put((time.monotonic(), tag, None, "finished"))
+            self._events.put(tag)
         else:
-            fetch.add_done_callback(lambda f: self._events.put((time.monotonic(), tag, f, "finished")))
+            fetch.add_done_callback(lambda f: self._events.put(tag, f))
         self._fetch_future = fetch
         return states
 
@@ -625,7 +755,7 @@ class BatchRunner:
                 wake = INF
                 for state in list(self._inflight.values()):
                     for s in state.schemes.values():
-                        if s.delays is None and s.decode is None and not s.done:
+                        if not s.virtual and s.decode is None and not s.done:
                             # the cutoff time moves only when a result arrives (_on_shard): look again
                             # when it is due, not on every event (bench: 1 ms per shard with 4 in flight)
                             if s.wake is None or s.wake <= time.monotonic():
@@ -635,7 +765,7 @@ class BatchRunner:
                 if self._interrupted:
                     raise KeyboardInterrupt
                 try:
-                    t, tag, fut, status = self._events.get(timeout=timeout)
+                    t, tag, fut, status = self._events.next(timeout)
                 except queue.Empty:
                     self._check_workers()
                     continue

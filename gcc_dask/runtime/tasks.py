@@ -9,6 +9,7 @@ by :class:`RunPlugin`, never once per task.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -389,7 +390,9 @@ def decode_task(
     Nothing but the kept shards is an input: the uncoded reference is joined later (:func:`score_task`),
     off the latency path. ``meta`` carries what the driver decided: ``status`` (int), ``cutoff_s``,
     ``latency_s`` (N,), ``failed`` (N,) bool, ``batch_start`` (``time.time()`` at submission), and
-    ``score`` (bool: keep the decoded rows in the record for :func:`score_task`). The record (status,
+    ``score`` (bool: keep the decoded rows in the record for :func:`score_task`). ``latency_s`` None: the
+    decode was submitted with its shards (a scheme that keeps every result, on the wall clock), and each
+    shard's latency is taken from its result (``finished - batch_start``), the cutoff as the largest. The record (status,
     received/failed masks, latencies) goes back to the driver, which writes it to the store after this
     task has written ``decoded``: the status is always written last.
     """
@@ -433,11 +436,16 @@ def decode_task(
     received_mask[np.asarray(received, dtype=np.int64)] = True
     decoded = decoded.astype(np.float32)
     _write(p, scheme, batch, decoded=decoded)
+    latency, cutoff = meta["latency_s"], float(meta["cutoff_s"])
+    if latency is None:  # submitted with its shards (a scheme that keeps every result): time them here
+        latency = np.full(code.num_workers, np.nan)
+        latency[np.asarray(received, dtype=np.int64)] = [r.finished - meta["batch_start"] for r in results]
+        cutoff = float(np.max(latency[np.asarray(received, dtype=np.int64)])) if received else math.nan
     record = {
         "scheme": scheme, "batch": batch, "status": status, "mse": float("nan"), "rel_acc": float("nan"),
-        "cutoff_s": float(meta["cutoff_s"]), "batch_latency_s": time.time() - meta["batch_start"],
+        "cutoff_s": cutoff, "batch_latency_s": time.time() - meta["batch_start"],
         "error_estimate": error_estimate, "received_mask": received_mask,
-        "latency_s": np.asarray(meta["latency_s"], dtype=np.float64),
+        "latency_s": np.asarray(latency, dtype=np.float64),
         "failed_mask": np.asarray(meta["failed"], dtype=bool),
     }
     if meta.get("score"):

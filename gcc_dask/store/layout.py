@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import shutil
@@ -150,7 +151,10 @@ def _git_sha(root: str | os.PathLike | None = None) -> str | None:
     return None
 
 
-def _versions() -> dict[str, str]:
+@functools.lru_cache(maxsize=1)
+def _installed_versions() -> tuple[tuple[str, str], ...]:
+    """The installed versions, read once per process (importlib.metadata parses every package's metadata:
+    about 25 ms a call)."""
     from importlib.metadata import PackageNotFoundError, version
 
     out = {"python": sys.version.split()[0]}
@@ -160,7 +164,12 @@ def _versions() -> dict[str, str]:
             out[dist] = version(dist)
         except PackageNotFoundError:
             pass
-    return out
+    return tuple(out.items())
+
+
+def _versions() -> dict[str, str]:
+    """Python's and the main packages' versions, for the store's provenance attrs."""
+    return dict(_installed_versions())
 
 
 def _now() -> str:
@@ -225,9 +234,8 @@ def _coordinate(group: Any, name: str, values: np.ndarray, dims: tuple[str, ...]
     """A coordinate array written whole by the driver at creation (one large chunk: never rewritten)."""
     values = np.asarray(values)
     chunk = (max(1, min(values.shape[0], 1 << 20)),)
-    arr = group.create_array(name, shape=values.shape, chunks=chunk, dtype=values.dtype,
-                             dimension_names=dims, attributes=dict(attrs))
-    arr[...] = values
+    # created and written in one call (one round trip through zarr's event loop, not two)
+    group.create_array(name, data=values, chunks=chunk, dimension_names=dims, attributes=dict(attrs))
 
 
 def _create_arrays(root: Any, schemes: Mapping[str, int], n: int, k: int, num_batches: int,

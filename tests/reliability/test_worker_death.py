@@ -129,8 +129,11 @@ def test_restarted_workers_get_the_run_plugin(killed_run):
 
 
 def test_shards_lost_with_their_worker_are_erasures_never_rerun(killed_run):
-    """No erased shard ever started executing twice: once on the worker that died under it, or never (it
-    was still queued on that worker)."""
+    """No erased gcc shard ever started executing twice: once on the worker that died under it, or never (it
+    was still queued on that worker). Uncoded keeps every result, so its decode is submitted with its shards
+    (docs/pipeline.rst, section 'Decode'): a shard that had finished on a worker that then died is computed
+    again by Dask for that decode, as in a plain Dask job, and is an erasure only if that second run dies
+    too."""
     gcc = read_group(killed_run["path"], "gcc")
     unc = read_group(killed_run["path"], "uncoded")
     failed = gcc["failed"].sum() + unc["failed"].sum()
@@ -138,10 +141,10 @@ def test_shards_lost_with_their_worker_are_erasures_never_rerun(killed_run):
           f"uncoded {unc['failed'].sum()} in {(unc['n_failed'] > 0).sum()}")
     assert failed >= 2
     runs = killed_run["runs"]
-    for scheme, g in (("gcc", gcc), ("uncoded", unc)):
+    for scheme, g, most in (("gcc", gcc, 1), ("uncoded", unc, 2)):
         for b, w in zip(*np.nonzero(g["failed"])):
             keys = [k for k in runs if k.startswith(f"eval-b{b}-w{w}-{scheme}-")]
-            assert all(runs[k] == 1 for k in keys), (scheme, b, w, {k: runs[k] for k in keys})
+            assert all(runs[k] <= most for k in keys), (scheme, b, w, {k: runs[k] for k in keys})
     assert not (gcc["received"] & gcc["failed"]).any()
 
 
