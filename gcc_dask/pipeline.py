@@ -12,6 +12,7 @@ with the per-scheme summary read back from the store. One driver at a time holds
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import time
 import uuid
@@ -42,6 +43,8 @@ from gcc_dask.sources import make_source
 from gcc_dask.store import StoreLock
 from gcc_dask.stragglers import latency_model_from_config
 from gcc_dask.workloads import make_workload
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["RunResult", "run_pipeline", "build_codes", "build_plans", "StoreSink", "RecordBuffer"]
 
@@ -112,6 +115,7 @@ class RecordBuffer:
         self._since = time.monotonic()
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="gcc-dask-records-writer")
         self._writes: list = []
+        self._closed = False
 
     def add(self, records: list[dict]) -> None:
         for r in records:
@@ -144,7 +148,10 @@ class RecordBuffer:
         self._raise_failed(wait=True)
 
     def close(self) -> None:
-        """Flush, then stop the writing thread."""
+        """Flush, then stop the writing thread (a second call does nothing)."""
+        if self._closed:
+            return
+        self._closed = True
         try:
             self.flush()
         finally:
@@ -186,7 +193,9 @@ def build_plans(cfg: PipelineConfig, codes: Mapping[str, Any]) -> list[SchemePla
                 deadline=c.deadline, quantile=c.quantile, multiplier=c.multiplier, min_runtime=c.min_runtime,
                 on_shortfall=c.on_shortfall,
             )
-        order = tuple(int(w) for w in spread_order(code.data_points, code.worker_points))
+        order = None
+        if cfg.cutoff.spares == "lazy" and (cfg.stragglers.model == "none" or cfg.stragglers.clock == "wall"):
+            order = tuple(int(w) for w in spread_order(code.data_points, code.worker_points))
         plans.append(SchemePlan(name=name, num_workers=n, policy=policy, order=order))
     return plans
 
@@ -484,18 +493,27 @@ def _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, la
     t0 = time.perf_counter()
     try:
         runner.run(work, on_batch_done=done)
+        records.close()  # a record that cannot be written raises its StoreError here
     except GccDaskError:  # bad data, an unwritable store, every worker lost: stop, say so
-        records.flush()
+        _close_quietly(records)
         store.finish(status="failed")
         raise
     except KeyboardInterrupt:
-        records.flush()
+        _close_quietly(records)
         store.finish(status="interrupted")
         raise
     finally:
-        records.close()
+        _close_quietly(records)
         bar.close()
     return time.perf_counter() - t0
+
+
+def _close_quietly(records: RecordBuffer) -> None:
+    """Write what can still be written while the run stops for another reason (a second error is logged)."""
+    try:
+        records.close()
+    except GccDaskError as e:
+        logger.warning("records not written: %s", e)
 
 
 def _progress(total: int, enabled: bool, name: str):

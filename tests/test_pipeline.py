@@ -126,3 +126,23 @@ def test_record_buffer_writes_in_order_off_the_loop_and_raises_a_failed_write():
     with pytest.raises(StoreError, match="cannot write"):
         buf.flush()
     buf.close()  # the error was raised once; closing raises nothing more
+
+
+def test_a_record_write_that_fails_marks_the_store_failed(client, tmp_path, monkeypatch):
+    from gcc_dask.errors import StoreError
+    from gcc_dask.store import RunStore
+
+    def fail(self, scheme, records):
+        raise StoreError("store: cannot write gcc/status (disk full)")
+
+    monkeypatch.setattr(RunStore, "write_records", fail)
+    cfg = {
+        "name": "records", "source": {"kind": "synthetic", "num_samples": 32, "shape": [3]},
+        "workload": {"kind": "analytic", "name": "xsinx"},
+        "code": {"num_inputs": 4, "num_workers": 8, "block_size": 2}, "schemes": ["gcc"],
+        "cutoff": {"stragglers": 2}, "store": {"path": str(tmp_path / "r.zarr")},
+        "run": {"progress": False, "reference": False},
+    }
+    with pytest.raises(StoreError, match="disk full"):
+        gd.run_pipeline(cfg, client=client)
+    assert zarr.open_group(str(tmp_path / "r.zarr"), mode="r").attrs["status"] == "failed"

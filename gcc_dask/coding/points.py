@@ -247,20 +247,26 @@ def spread_order(alpha: np.ndarray, beta: np.ndarray) -> np.ndarray:
     alpha = np.asarray(alpha, dtype=np.float64).ravel()
     beta = np.asarray(beta, dtype=np.float64).ravel()
     on_data: list[int] = []
+    taken: set[int] = set()
     for a in alpha:
-        hits = [n for n in np.flatnonzero(np.abs(beta - a) <= COINCIDENCE_TOL) if n not in on_data]
-        if hits:
-            on_data.append(int(hits[0]))
-    rest = [n for n in range(beta.size) if n not in set(on_data)]
+        for n in np.flatnonzero(np.abs(beta - a) <= COINCIDENCE_TOL):
+            if int(n) not in taken:
+                on_data.append(int(n))
+                taken.add(int(n))
+                break
+    rest = [n for n in range(beta.size) if n not in taken]
     order: list[int] = []
+    gap = np.full(beta.size, np.inf)  # distance from each point to the nearest point taken so far
     for stage in (on_data, rest):
-        left = list(stage)
-        while left:
+        left = np.asarray(stage, dtype=np.int64)
+        alive = np.ones(left.size, dtype=bool)
+        for _ in range(left.size):
             if order:
-                gap = np.min(np.abs(beta[left][:, None] - beta[order][None, :]), axis=1)
-                pick = left[int(np.argmax(gap))]  # argmax: the first (lowest index) of equal gaps
+                i = int(np.argmax(np.where(alive, gap[left], -1.0)))  # ties: the earliest in the stage
             else:
-                pick = min(left, key=lambda n: (beta[n], n))
+                i = int(np.lexsort((left, beta[left]))[0])
+            pick = int(left[i])
+            alive[i] = False
             order.append(pick)
-            left.remove(pick)
+            gap = np.minimum(gap, np.abs(beta - beta[pick]))
     return np.asarray(order, dtype=np.int64)

@@ -8,7 +8,9 @@ pass of that loop (the scheduler reports them in batches) reach the queue as one
 driver's loop for all of them.
 
 The status is read when the future finishes: by the time the loop handles the event, a shard whose
-worker died after finishing may already be released and recomputed (it must count as arrived).
+worker died after finishing may already be released and recomputed (it must count as arrived). A future
+that is ``lost`` when it is watched (a finished key that Dask computes again) is reported once it is
+finished again, or erred.
 """
 
 from __future__ import annotations
@@ -59,8 +61,9 @@ class FutureEvents:
             task.add_done_callback(self._tasks.discard)
 
     async def _report_when_done(self, fut, tag: tuple) -> None:
-        # as distributed's own done_callback: wait on the future's state until it is no longer pending
-        while fut.status == "pending":
+        # as distributed's own done_callback, wait on the future's state; "lost" is not final either: Dask is
+        # computing that key again (it had finished on a worker that died, and a dependent still needs it)
+        while fut.status in ("pending", "lost"):
             wait = getattr(getattr(fut, "_state", None), "wait", None)
             if wait is None:  # a distributed without FutureState.wait: one thread-pool callback
                 fut.add_done_callback(lambda f: self.put(tag, f, f.status))

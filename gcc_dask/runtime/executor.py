@@ -160,6 +160,7 @@ class _BatchState:
     reference: Any
     schemes: dict[str, _SchemeState]
     attempt: int = 0  # resubmissions of the reference task lost with a worker so far
+    seq: int = 0  # the order in which the batch was submitted: its priorities (batch numbers may have gaps)
     labels: Any = None  # without a reference: the task that writes the batch's labels
 
     @property
@@ -252,7 +253,8 @@ class BatchRunner:
         self.token = plugin.name_token  # the keys end with it (the workers' log filter recognises them)
         self._resources = {"resources": {"GPU": 1}} if use_gpu else {}
         self._events = FutureEvents(client)
-        self._decided: dict[str, int] = {}  # per scheme: the latest batch that reached its cutoff
+        self._decided: dict[str, int] = {}  # per scheme: the latest batch (its seq) that reached its cutoff
+        self._submitted = 0  # batches submitted so far (the next batch's seq)
         self._inflight: dict[int, _BatchState] = {}
         self._workers: list[str] = []
         self._workers_at = -INF
@@ -316,16 +318,16 @@ class BatchRunner:
                 "(cluster.connect_timeout); finished batches are in the store: run the same command again "
                 "to resume")
 
-    def _background_priority(self, batch: int) -> int:
+    def _background_priority(self, state: _BatchState) -> int:
         """Below every shard of the batches in flight, spares included: a reference, the labels and a score
         are needed only for the metrics, never by a decode."""
-        return -batch - 2 * self.max_in_flight - 1
+        return -state.seq - 2 * self.max_in_flight - 1
 
     def _submit_reference(self, state: _BatchState) -> None:
         """(Re)submit the batch's reference task, if the run has one; attempts > 0 get new keys. A run without
         a reference still writes the batch's labels (a task of its own, off the latency path)."""
         sfx = f"-a{state.attempt}" if state.attempt else ""
-        priority = self._background_priority(state.batch)
+        priority = self._background_priority(state)
         if self.reference:
             state.reference = self._submit(reference_task, self.plugin.name, state.batch,
                                            key=f"reference-b{state.batch}{sfx}", priority=priority)
@@ -361,8 +363,8 @@ class BatchRunner:
         # regular shards first: an idle worker starts whatever reaches it first
         direct = plan.waits_for_all
         for (_, is_regular), (place, ws) in sorted(groups.items(), key=lambda g: not g[0][1]):
-            self._map_shards(state, s, ws, place, priority=-batch if is_regular else -batch - self.max_in_flight,
-                             watch=not direct)
+            self._map_shards(state, s, ws, place, watch=not direct,
+                             priority=-state.seq if is_regular else -state.seq - self.max_in_flight)
         state.schemes[plan.name] = s
         if direct:
             self._submit_direct(state, s)
@@ -414,12 +416,21 @@ class BatchRunner:
         waiting = np.flatnonzero(~regular & ~s.promoted & ~s.known)
         if waiting.size == 0:
             return
-        overtaken = self._decided.get(s.plan.name, -1) > state.batch
+        overtaken = self._decided.get(s.plan.name, -1) > state.seq
         due = spares_due(s.known, s.failed, regular, s.promoted, overtaken)
         if not due:
             return
         rank = {w: i for i, w in enumerate(s.plan.order or range(s.plan.num_workers))}
-        picked = sorted(waiting.tolist(), key=rank.__getitem__)[:due]
+        groups = s.plan.policy.groups
+        if groups is None:
+            picked = sorted(waiting.tolist(), key=rank.__getitem__)[:due]
+        else:
+            # one result per group ends the wait: take the spares of the groups still in need first, those
+            # without a result and (unless the batch is overtaken: then its running shards are the late ones)
+            # without a shard still running for them
+            hope = s.known & ~s.failed if overtaken else (regular | s.promoted) & ~s.failed
+            covered = {groups[w] for w in np.flatnonzero(hope)}
+            picked = sorted(waiting.tolist(), key=lambda w: (groups[w] in covered, rank[w]))[:due]
         self.client.cancel([s.shards[w] for w in picked])
         s.promoted[picked] = True
         groups: dict[str, tuple[dict, list[int]]] = {}
@@ -427,11 +438,12 @@ class BatchRunner:
             place = self._placement(state.batch, w)
             groups.setdefault(repr(place), (place, []))[1].append(w)
         for place, ws in groups.values():
-            self._map_shards(state, s, ws, place, priority=-state.batch, sfx="-p")
+            self._map_shards(state, s, ws, place, priority=-state.seq, sfx="-p")
 
     def _submit_batch(self, batch: int, schemes: list[str]) -> None:
         start, stop = self.layout.batch_slots(batch)
-        state = _BatchState(batch=batch, n_real=stop - start, reference=None, schemes={})
+        state = _BatchState(batch=batch, n_real=stop - start, reference=None, schemes={}, seq=self._submitted)
+        self._submitted += 1
         self._submit_reference(state)
         for plan in self.plans:
             if plan.name in schemes:
@@ -497,7 +509,7 @@ class BatchRunner:
         else:
             status = 2
         s.received = received
-        self._overtake(plan.name, state.batch)
+        self._overtake(plan.name, state.seq)
         s.meta = {
             "status": status,
             "cutoff_s": float(d.time),
@@ -509,15 +521,16 @@ class BatchRunner:
         }
         self._submit_decode(state, s)
 
-    def _overtake(self, scheme: str, batch: int) -> None:
-        """Batch ``batch`` of ``scheme`` reached its cutoff: the older batches still waiting for regular
-        results of that scheme are overtaken, and run spares for them (:meth:`_maybe_promote`)."""
-        if batch <= self._decided.get(scheme, -1):
+    def _overtake(self, scheme: str, seq: int) -> None:
+        """The batch submitted ``seq``-th reached its cutoff for ``scheme``: the batches submitted before it
+        that still wait for regular results of that scheme are overtaken, and run spares for them
+        (:meth:`_maybe_promote`)."""
+        if seq <= self._decided.get(scheme, -1):
             return
-        self._decided[scheme] = batch
+        self._decided[scheme] = seq
         for older in self._inflight.values():
             s = older.schemes.get(scheme)
-            if older.batch < batch and s is not None:
+            if older.seq < seq and s is not None:
                 self._maybe_promote(older, s)
 
     def _keys_suffix(self, s: _SchemeState) -> str:
@@ -530,7 +543,7 @@ class BatchRunner:
             decode_task, self.plugin.name, plan.name, state.batch, state.n_real, s.received,
             [s.shards[w] for w in s.received], s.meta,
             key=f"decode-b{state.batch}-{plan.name}{self._keys_suffix(s)}-{self.token}", pure=False, retries=0,
-            priority=-state.batch + 1, **self._resources,
+            priority=-state.seq + 1, **self._resources,
         )
         self._watch(s.decode, ("decode", state.batch, plan.name, -1))
 
@@ -546,7 +559,7 @@ class BatchRunner:
         s.score = self.client.submit(
             score_task, s.decode, reference,
             key=f"score-b{state.batch}-{s.plan.name}{self._keys_suffix(s)}-{self.token}", pure=False, retries=0,
-            priority=self._background_priority(state.batch),
+            priority=self._background_priority(state),
         )
         self._watch(s.score, ("score", state.batch, s.plan.name, -1))
 

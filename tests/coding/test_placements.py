@@ -114,3 +114,13 @@ def test_block_encode_and_decode_in_any_namespace(xp, name):
     for j in range(g):  # each group decodes as on its own
         np.testing.assert_allclose(dec[:, j], code.decode(host[received, j], received), rtol=1e-5, atol=1e-6)
     assert BatchLayout.from_blocks(dec, k * g).shape == x.shape
+
+
+def test_spread_order_of_a_large_code_is_a_permutation_with_the_systematic_workers_first():
+    from gcc_dask.coding import make_code
+    from gcc_dask.coding.points import spread_order
+
+    code = make_code("gcc", num_inputs=64, num_workers=4096, points="systematic")
+    order = spread_order(code.data_points, code.worker_points)
+    assert sorted(order.tolist()) == list(range(4096))
+    np.testing.assert_allclose(np.sort(code.worker_points[order[:64]]), np.sort(code.data_points), atol=1e-12)

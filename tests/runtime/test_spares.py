@@ -311,3 +311,61 @@ def test_bad_clock_value_is_one_config_line(tmp_path):
     cfg = _cfg(tmp_path / "c.zarr", stragglers={"model": "shifted_exponential", "scale": "1ms", "clock": "cpu"})
     with pytest.raises(ConfigError, match=r"stragglers\.clock.*'virtual'"):
         load_config(cfg)
+
+
+def test_a_replication_batch_promotes_a_spare_of_the_group_it_lacks():
+    from types import SimpleNamespace
+
+    from gcc_dask.composition import BatchLayout
+
+    groups = (0, 1, 2, 3, 0, 1, 2, 3)
+    plan = SchemePlan(name="replication", num_workers=8, order=(0, 3, 1, 2, 4, 7, 5, 6),
+                      policy=CutoffPolicy(num_workers=8, wait_for=8, groups=groups))
+    plugin = SimpleNamespace(name="p", name_token="tok", layout=BatchLayout(64, 4, 2),
+                             source=SimpleNamespace(has_labels=False))
+    client = _Client()
+    runner = BatchRunner(client, plugin, [plan], num_samples=64, output_size=1, max_in_flight=4, reference=False)
+    runner._submit_batch(0, ["replication"])
+    s = runner._inflight[0].schemes["replication"]
+    runner._on_shard(0.1, 0, "replication", 2, s.shards[2], "error")
+    # the other copy of input 2 (shard 6), not the first spare in the order (shard 4, a copy of input 0)
+    assert client.maps[-1]["workers"] == [6]
+
+
+def test_priorities_follow_the_submission_order_when_batch_numbers_have_gaps():
+    runner, client, _ = _stub_runner()
+    for batch in (0, 5, 6):  # as after a resume: batches 1-4 were done
+        runner._submit_batch(batch, ["gcc"])
+    regular, spare = {}, {}
+    for m in client.maps:
+        batch = int(m["keys"][0].split("-")[1][1:])
+        (regular if m["priority"] > -4 else spare).setdefault(batch, m["priority"])
+    assert regular == {0: 0, 5: -1, 6: -2}
+    # batch 0's spares rank below the regular shards of every batch in flight
+    assert spare[0] < min(regular.values())
+
+
+def test_a_lost_future_is_reported_once_it_is_finished_again():
+    from gcc_dask.runtime.events import FutureEvents
+
+    class Recomputed:
+        """A finished key whose worker died: "lost" while Dask computes it again, then "finished"."""
+
+        def __init__(self):
+            self.states, self._state = ["lost", "finished"], self
+
+        @property
+        def status(self):
+            return self.states[0]
+
+        async def wait(self):
+            self.states.pop(0)
+
+    events = FutureEvents(client=None)
+
+    async def run():
+        await events._report_when_done(Recomputed(), ("shard", 0, "uncoded", 1))
+        await asyncio.sleep(0)
+
+    asyncio.run(run())
+    assert events.next(timeout=0)[3] == "finished"
