@@ -206,9 +206,9 @@ class BatchRunner:
     spares : {"lazy", "eager"}
         ``"lazy"``: a batch's spares (the shards beyond what its cutoff needs, :meth:`SchemePlan.regular`)
         are submitted below the priority of every batch in flight, so a busy cluster runs them only when a
-        thread is free and cancels them unstarted otherwise; when a regular shard fails or the regular
-        results are late (:func:`~.cutoff.spares_due`) spares are submitted again at the batch's own
-        priority. ``"eager"``: every shard at the batch's priority.
+        thread is free and cancels them unstarted otherwise; when a regular shard fails, or a batch
+        submitted later reaches its cutoff first (:func:`~.cutoff.spares_due`), spares are submitted again
+        at the batch's own priority. ``"eager"``: every shard at the batch's priority.
     echo : callable, optional
         Where to say what the user should know while the run goes on (all workers lost, ...).
     """
