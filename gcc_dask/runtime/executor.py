@@ -93,6 +93,26 @@ def _samples_text(samples: np.ndarray, limit: int = 8) -> str:
     return f"samples {shown}{more}"
 
 
+class _LostFetchLogFilter(logging.Filter):
+    """Drop the client's "Couldn't gather N keys, rescheduling" warning about this run's own keys (log it at
+    DEBUG level instead): results lost with a worker are the runner's to handle (a decode is run again, a
+    batch restarted, or the run stops with one line when every worker is gone), not the user's to read."""
+
+    def __init__(self, token: str) -> None:
+        super().__init__()
+        self.token = token
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            text = record.getMessage()
+        except Exception:  # pragma: no cover - a record whose arguments do not format
+            return True
+        if text.startswith("Couldn't gather") and self.token in text:
+            logger.debug("%s", text)
+            return False
+        return True
+
+
 @dataclass(frozen=True)
 class SchemePlan:
     """One scheme of a run: its name, its number of shards N, its cutoff policy, and the order in which its
@@ -743,6 +763,8 @@ class BatchRunner:
         come gets an empty list, so that a long run keeps nothing per batch on the driver.
         """
         self.client.register_plugin(self.plugin, name=self.plugin.name)
+        quiet = _LostFetchLogFilter(self.token)
+        logging.getLogger("distributed.client").addFilter(quiet)
         restore = self._catch_sigint()
         self._fetcher = ThreadPoolExecutor(1, thread_name_prefix="gcc-dask-records")
         self._fetch_future = None
@@ -820,6 +842,7 @@ class BatchRunner:
             clean = True
         finally:
             restore()
+            logging.getLogger("distributed.client").removeFilter(quiet)
             # after an error or Ctrl-C a fetch may hang on a lost cluster: never wait for it then
             self._fetcher.shutdown(wait=clean, cancel_futures=not clean)
             leftovers = [f for st in self._inflight.values() for s in st.schemes.values()

@@ -369,3 +369,18 @@ def test_a_lost_future_is_reported_once_it_is_finished_again():
 
     asyncio.run(run())
     assert events.next(timeout=0)[3] == "finished"
+
+
+def test_the_clients_lost_fetch_warning_about_this_runs_keys_is_kept_off_the_terminal():
+    import logging
+
+    from gcc_dask.runtime.executor import _LostFetchLogFilter
+
+    quiet = _LostFetchLogFilter("f00d")
+
+    def record(msg, *args):
+        return logging.LogRecord("distributed.client", logging.WARNING, __file__, 1, msg, args, None)
+
+    assert not quiet.filter(record("Couldn't gather %s keys, rescheduling %s", 1, ("score-b14-gcc-f00d",)))
+    assert quiet.filter(record("Couldn't gather %s keys, rescheduling %s", 1, ("someone-elses-key",)))
+    assert quiet.filter(record("Any other warning about %s", "score-b14-gcc-f00d"))
