@@ -282,12 +282,6 @@ class BatchRunner:
         self._interrupted = False
 
     # -- submission -------------------------------------------------------------------------------
-    def _watch(self, fut, tag: tuple) -> None:
-        self._events.watch([(fut, tag)])
-
-    def _watch_all(self, items: list[tuple[Any, tuple]]) -> None:
-        self._events.watch(items)
-
     def _submit(self, func, *args, key: str, priority: int, **kwargs):
         return self.client.submit(
             func, *args, key=f"{key}-{self.token}", pure=False, retries=0, priority=priority,
@@ -354,7 +348,7 @@ class BatchRunner:
         elif getattr(self.plugin.source, "has_labels", False):
             state.labels = self._submit(reference_task, self.plugin.name, state.batch, True, False,
                                         key=f"labels-b{state.batch}{sfx}", priority=priority)
-            self._watch(state.labels, ("labels", state.batch, "", -1))
+            self._events.watch([(state.labels, ("labels", state.batch, "", -1))])
 
     def _submit_scheme(self, state: _BatchState, plan: SchemePlan, restarts: int = 0) -> None:
         """Submit one scheme of a batch: its N shards (each encodes its batch on its worker).
@@ -406,7 +400,7 @@ class BatchRunner:
         for w, fut in zip(ws, futs):
             s.shards[w] = fut
         if watch:
-            self._watch_all([(fut, ("shard", batch, plan.name, w)) for w, fut in zip(ws, futs)])
+            self._events.watch([(fut, ("shard", batch, plan.name, w)) for w, fut in zip(ws, futs)])
 
     def _submit_direct(self, state: _BatchState, s: _SchemeState) -> None:
         """A scheme whose cutoff keeps every result (``uncoded``): submit its decode now, over all N shards,
@@ -565,7 +559,7 @@ class BatchRunner:
             key=f"decode-b{state.batch}-{plan.name}{self._keys_suffix(s)}-{self.token}", pure=False, retries=0,
             priority=-state.seq + 1, **self._resources,
         )
-        self._watch(s.decode, ("decode", state.batch, plan.name, -1))
+        self._events.watch([(s.decode, ("decode", state.batch, plan.name, -1))])
 
     def _submit_score(self, state: _BatchState, s: _SchemeState) -> None:
         """Join the scheme's decoded batch with the batch's reference (a reference lost with its worker is
@@ -581,7 +575,7 @@ class BatchRunner:
             key=f"score-b{state.batch}-{s.plan.name}{self._keys_suffix(s)}-{self.token}", pure=False, retries=0,
             priority=self._background_priority(state),
         )
-        self._watch(s.score, ("score", state.batch, s.plan.name, -1))
+        self._events.watch([(s.score, ("score", state.batch, s.plan.name, -1))])
 
     def _raise_if_bad_data(self, state: _BatchState, s: _SchemeState) -> None:
         """Stop the run with one line when the batch's shards failed on its data, not on f or a worker.
@@ -624,7 +618,7 @@ class BatchRunner:
         if s.direct:
             # a shard failed (or was lost): watch the shards and let the cutoff decide, as for other schemes
             s.direct, s.decode, s.received = False, None, None
-            self._watch_all([(f, ("shard", batch, scheme, w)) for w, f in enumerate(s.shards)])
+            self._events.watch([(f, ("shard", batch, scheme, w)) for w, f in enumerate(s.shards)])
             return
         if isinstance(exc, KilledWorker):
             lost = [w for w in s.received if s.shards[w].status in ("error", "lost", "cancelled")]
