@@ -15,7 +15,8 @@ scheme decoded with its shards, :meth:`BatchRunner._submit_direct`, whose finish
 batch's other tasks (reference, decode, score) are deterministic and are submitted again when they
 die with a worker (``KilledWorker``), at most :data:`MAX_ATTEMPTS` times; when a decode's kept shards were
 lost too, the scheme's batch is run again from its shards (on the virtual clock it keeps the same set).
-A batch's shards are spread over the workers round-robin, so one death erases about N/W of them, not all.
+A batch's shards are spread over the workers round-robin, so one death erases about N/W of them, not all
+(except a scheme decoded with its shards, whose shards the scheduler places).
 When every worker is gone for longer than ``worker_timeout`` the run stops with a
 :class:`~gcc_dask.errors.ClusterError` (the store keeps what finished; a rerun resumes).
 
@@ -46,6 +47,7 @@ from gcc_dask.errors import ClusterError, GccDaskError
 from gcc_dask.runtime.cluster import _accepts_n_workers
 from gcc_dask.runtime.cutoff import CutoffPolicy, cutoff_time, decide, needed_results, spares_due
 from gcc_dask.runtime.events import FutureEvents
+from gcc_dask.runtime.graph import GraphUpdate
 from gcc_dask.runtime.tasks import (
     RunPlugin,
     decode_task,
@@ -288,6 +290,10 @@ class BatchRunner:
             **self._resources, **kwargs,
         )
 
+    def _update(self) -> GraphUpdate:
+        """An empty graph update for this run's tasks (one scheduler round for all of them)."""
+        return GraphUpdate(self.client, self._resources.get("resources"))
+
     def _placement(self, batch: int, w: int) -> dict:
         """Where shard ``w`` of ``batch`` should run: the workers round-robin, so that one death erases
         about N/W of a batch's shards, never all of them (shards depend on no task, so the scheduler would
@@ -337,23 +343,36 @@ class BatchRunner:
         are needed only for the metrics, never by a decode."""
         return -state.seq - 2 * self.max_in_flight - 1
 
-    def _submit_reference(self, state: _BatchState) -> None:
+    def _submit_reference(self, state: _BatchState, update: GraphUpdate | None = None) -> None:
         """(Re)submit the batch's reference task, if the run has one; attempts > 0 get new keys. A run without
-        a reference still writes the batch's labels (a task of its own, off the latency path)."""
+        a reference still writes the batch's labels (a task of its own, off the latency path). Added to
+        `update` when given, else submitted at once."""
         sfx = f"-a{state.attempt}" if state.attempt else ""
         priority = self._background_priority(state)
+        own = update is None
+        update = self._update() if own else update
         if self.reference:
-            state.reference = self._submit(reference_task, self.plugin.name, state.batch,
-                                           key=f"reference-b{state.batch}{sfx}", priority=priority)
-        elif getattr(self.plugin.source, "has_labels", False):
-            state.labels = self._submit(reference_task, self.plugin.name, state.batch, True, False,
-                                        key=f"labels-b{state.batch}{sfx}", priority=priority)
-            self._events.watch([(state.labels, ("labels", state.batch, "", -1))])
+            def bind(futs):
+                state.reference = futs[0]
 
-    def _submit_scheme(self, state: _BatchState, plan: SchemePlan, restarts: int = 0) -> None:
+            update.add(reference_task, [(self.plugin.name, state.batch)], priority=priority, then=bind,
+                       keys=[f"reference-b{state.batch}{sfx}-{self.token}"])
+        elif getattr(self.plugin.source, "has_labels", False):
+            def bind(futs):
+                state.labels = futs[0]
+                self._events.watch([(state.labels, ("labels", state.batch, "", -1))])
+
+            update.add(reference_task, [(self.plugin.name, state.batch, True, False)], priority=priority,
+                       then=bind, keys=[f"labels-b{state.batch}{sfx}-{self.token}"])
+        if own:
+            update.send()
+
+    def _submit_scheme(self, state: _BatchState, plan: SchemePlan, restarts: int = 0,
+                       update: GraphUpdate | None = None) -> None:
         """Submit one scheme of a batch: its N shards (each encodes its batch on its worker).
 
         ``restarts > 0`` runs the scheme's batch again (its kept shards were lost): new keys, same draws.
+        The tasks are added to `update` when given (the caller sends it), else sent at once.
         """
         name, batch = self.plugin.name, state.batch
         delays = None
@@ -364,45 +383,59 @@ class BatchRunner:
         s = _SchemeState(plan=plan, start_wall=time.time(), start_mono=time.monotonic(), delays=delays,
                          virtual=self.virtual_clock, restarts=restarts)
         s.sfx = f"-r{restarts}" if restarts else ""
-        # one client.map per target worker (and priority), not one submit per shard: each submit is its own
-        # graph update on the scheduler (bench: 3.6 vs 6.3 ms of driver+scheduler CPU per shard, BENCHMARKS.md).
-        # Spares rank below the regular shards of every batch in flight (and above the next batches'): a
-        # busy cluster runs them only when a thread comes free, or once _maybe_promote submits them again.
+        # one layer per target worker (and priority) of one graph update, not one submit per shard: each
+        # update costs the scheduler a round of its own (bench: 3.6 vs 6.3 ms of driver+scheduler CPU per
+        # shard, BENCHMARKS.md). Spares rank below the regular shards of every batch in flight (and above the
+        # next batches'): a busy cluster runs them only when a thread comes free, or once _maybe_promote
+        # submits them again.
+        own = update is None
+        update = self._update() if own else update
         regular = self._regular[plan.name]
+        # a scheme that keeps every result gains nothing from spreading its shards (any loss means a rerun,
+        # which Dask does): the scheduler places them as a plain map's tasks, queued until a thread is free
+        # and next to their decode (bench: 0.82 vs 0.71 of the plain map's throughput, placed)
+        direct = plan.waits_for_all
         groups: dict[tuple[str, bool], tuple[dict, list[int]]] = {}
         for w in range(plan.num_workers):
-            place = self._placement(batch, w)
+            place = {} if direct else self._placement(batch, w)
             groups.setdefault((repr(place), bool(regular[w])), (place, []))[1].append(w)
         s.shards = [None] * plan.num_workers
         # regular shards first: an idle worker starts whatever reaches it first
-        direct = plan.waits_for_all
         for (_, is_regular), (place, ws) in sorted(groups.items(), key=lambda g: not g[0][1]):
-            self._map_shards(state, s, ws, place, watch=not direct,
+            self._map_shards(state, s, ws, place, update, watch=not direct,
                              priority=-state.seq if is_regular else -state.seq - self.max_in_flight)
         state.schemes[plan.name] = s
         if direct:
-            self._submit_direct(state, s)
+            self._submit_direct(state, s, update)
+        if own:
+            update.send()
+            self._cut_early(state, s)
+
+    def _cut_early(self, state: _BatchState, s: _SchemeState) -> None:
+        """On the virtual clock the cutoff may be final before any shard reports (every injected latency
+        beyond the deadline): decide once the shards are submitted, not on the first arrival."""
         if s.virtual:
-            # on the virtual clock the cutoff may be final before any shard reports (every injected latency
-            # beyond the deadline): decide now, not on the first arrival
             s.wake = self._maybe_cut(state, s)
 
-    def _map_shards(self, state: _BatchState, s: _SchemeState, ws: list[int], place: dict, priority: int,
-                    sfx: str = "", watch: bool = True) -> None:
-        """Submit shards ``ws`` of a scheme's batch to one placement in one ``client.map`` (and watch them)."""
-        name, batch, plan = self.plugin.name, state.batch, s.plan
-        futs = self.client.map(
-            evaluate_shard, [name] * len(ws), [plan.name] * len(ws), [batch] * len(ws), ws,
-            [0.0 if s.delays is None else float(s.delays[w]) for w in ws],
-            key=[f"eval-b{batch}-w{w}-{plan.name}{s.sfx}{sfx}-{self.token}" for w in ws],
-            pure=False, retries=0, priority=priority, **self._resources, **place,
-        )
-        for w, fut in zip(ws, futs):
-            s.shards[w] = fut
-        if watch:
-            self._events.watch([(fut, ("shard", batch, plan.name, w)) for w, fut in zip(ws, futs)])
+    def _shard_key(self, batch: int, w: int, s: _SchemeState, sfx: str = "") -> str:
+        return f"eval-b{batch}-w{w}-{s.plan.name}{s.sfx}{sfx}-{self.token}"
 
-    def _submit_direct(self, state: _BatchState, s: _SchemeState) -> None:
+    def _map_shards(self, state: _BatchState, s: _SchemeState, ws: list[int], place: dict, update: GraphUpdate,
+                    priority: int, sfx: str = "", watch: bool = True) -> None:
+        """Add shards ``ws`` of a scheme's batch, at one placement, to `update` (and watch them once sent)."""
+        name, batch, plan = self.plugin.name, state.batch, s.plan
+
+        def bind(futs):
+            for w, fut in zip(ws, futs):
+                s.shards[w] = fut
+            if watch:
+                self._events.watch([(fut, ("shard", batch, plan.name, w)) for w, fut in zip(ws, futs)])
+
+        update.add(evaluate_shard,
+                   [(name, plan.name, batch, w, 0.0 if s.delays is None else float(s.delays[w])) for w in ws],
+                   keys=[self._shard_key(batch, w, s, sfx) for w in ws], priority=priority, then=bind, **place)
+
+    def _submit_direct(self, state: _BatchState, s: _SchemeState, update: GraphUpdate) -> None:
         """A scheme whose cutoff keeps every result (``uncoded``): submit its decode now, over all N shards,
         and watch only the decode. No shard event reaches the driver (bench: a tenth of its CPU for
         uncoded); the decode times the shards itself (``latency_s`` from each result's end, on the wall
@@ -418,7 +451,7 @@ class BatchRunner:
             cutoff, latency = math.nan, None  # the decode measures them
         s.meta = {"status": 1, "cutoff_s": cutoff, "latency_s": latency, "failed": np.zeros(n, dtype=bool),
                   "batch_start": s.start_wall, "output_size": self.output_size, "score": self.reference}
-        self._submit_decode(state, s)
+        self._submit_decode(state, s, update)
 
     def _maybe_promote(self, state: _BatchState, s: _SchemeState) -> None:
         """Run spares at the batch's own priority when a regular shard failed, or when a batch submitted
@@ -451,17 +484,23 @@ class BatchRunner:
         for w in picked:
             place = self._placement(state.batch, w)
             groups.setdefault(repr(place), (place, []))[1].append(w)
+        update = self._update()
         for place, ws in groups.values():
-            self._map_shards(state, s, ws, place, priority=-state.seq, sfx="-p")
+            self._map_shards(state, s, ws, place, update, priority=-state.seq, sfx="-p")
+        update.send()
 
     def _submit_batch(self, batch: int, schemes: list[str]) -> None:
         start, stop = self.layout.batch_slots(batch)
         state = _BatchState(batch=batch, n_real=stop - start, reference=None, schemes={}, seq=self._submitted)
         self._submitted += 1
-        self._submit_reference(state)
+        update = self._update()  # the batch's tasks in one graph update
+        self._submit_reference(state, update)
         for plan in self.plans:
             if plan.name in schemes:
-                self._submit_scheme(state, plan)
+                self._submit_scheme(state, plan, update=update)
+        update.send()
+        for s in state.schemes.values():
+            self._cut_early(state, s)
         self._inflight[batch] = state
 
     # -- events -----------------------------------------------------------------------------------
@@ -550,16 +589,23 @@ class BatchRunner:
     def _keys_suffix(self, s: _SchemeState) -> str:
         return "".join(f"-{c}{n}" for c, n in (("r", s.restarts), ("a", s.attempt)) if n)
 
-    def _submit_decode(self, state: _BatchState, s: _SchemeState) -> None:
-        """Submit the decode of the kept shards (again, under a new key, when the last one died)."""
+    def _submit_decode(self, state: _BatchState, s: _SchemeState, update: GraphUpdate | None = None) -> None:
+        """Submit the decode of the kept shards (again, under a new key, when the last one died). With
+        `update` (the shards are in it too), the decode is added to it; else submitted at once."""
         plan = s.plan
-        s.decode = self.client.submit(
-            decode_task, self.plugin.name, plan.name, state.batch, state.n_real, s.received,
-            [s.shards[w] for w in s.received], s.meta,
-            key=f"decode-b{state.batch}-{plan.name}{self._keys_suffix(s)}-{self.token}", pure=False, retries=0,
-            priority=-state.seq + 1, **self._resources,
-        )
-        self._events.watch([(s.decode, ("decode", state.batch, plan.name, -1))])
+        key = f"decode-b{state.batch}-{plan.name}{self._keys_suffix(s)}"
+
+        def bind(futs):
+            s.decode = futs[0]
+            self._events.watch([(s.decode, ("decode", state.batch, plan.name, -1))])
+
+        if update is None:
+            bind([self._submit(decode_task, self.plugin.name, plan.name, state.batch, state.n_real, s.received,
+                               [s.shards[w] for w in s.received], s.meta, key=key, priority=-state.seq + 1)])
+            return
+        update.add(decode_task, [(self.plugin.name, plan.name, state.batch, state.n_real, s.received,
+                                  [self._shard_key(state.batch, w, s) for w in s.received], s.meta)],
+                   keys=[f"{key}-{self.token}"], priority=-state.seq + 1, then=bind)
 
     def _submit_score(self, state: _BatchState, s: _SchemeState) -> None:
         """Join the scheme's decoded batch with the batch's reference (a reference lost with its worker is

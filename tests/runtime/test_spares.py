@@ -208,13 +208,22 @@ class _Client:
         watched = self.watched
         self.loop = type("Loop", (), {"add_callback": staticmethod(lambda fn, items: watched.extend(items))})()
 
-    def map(self, func, *args, key, priority, **kwargs):
-        self.maps.append({"workers": list(args[3]), "priority": priority, "keys": list(key)})
-        return [_Future(k) for k in key]
-
     def submit(self, func, *args, key, **kwargs):
         self.submitted.append((key, args))
         return _Future(key)
+
+    def get(self, graph, keys, sync=True, **kwargs):
+        """A graph update (:class:`~gcc_dask.runtime.graph.GraphUpdate`): its shard layers are recorded as
+        maps, its other tasks as submits."""
+        assert not sync
+        for layer in graph.layers.values():
+            tasks = dict(layer)
+            if all(t[0].__name__ == "evaluate_shard" for t in tasks.values()):
+                self.maps.append({"workers": [t[4] for t in tasks.values()],
+                                  "priority": layer.annotations["priority"], "keys": list(tasks)})
+            else:
+                self.submitted += [(k, t[1:]) for k, t in tasks.items()]
+        return [_Future(k) for k in keys]
 
     def cancel(self, futures):
         self.cancelled += list(futures)
