@@ -56,17 +56,30 @@ def files_digest(paths: Iterable[str | os.PathLike]) -> str:
         path = os.fspath(path)
         h.update(os.path.basename(path.rstrip("/")).encode())
         if os.path.isdir(path):
-            for root, dirs, files in os.walk(path):
-                dirs.sort()
-                for name in sorted(files):
-                    full = os.path.join(root, name)
-                    rel = os.path.relpath(full, path)
-                    h.update(rel.encode())
-                    if name.startswith(("zarr.json", ".z")):
-                        h.update(file_digest(full).encode())
-                    else:
-                        st = os.stat(full)
-                        h.update(f"{st.st_size}:{st.st_mtime_ns}".encode())
+            _tree_digest(h, path, "")
         else:
             h.update(file_digest(path).encode())
     return h.hexdigest()
+
+
+def _tree_digest(h, folder: str, rel: str) -> None:
+    """Add a folder's files to `h`, top-down: its own files in sorted order, then each subfolder in sorted
+    order (``os.walk``'s order; symbolic links to folders are not followed). ``os.scandir`` reads each
+    entry's type with the listing: a Zarr store of 4-D chunks is a folder per chunk, and a walk that
+    stats every path costs twice as much."""
+    with os.scandir(folder) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    subfolders = []
+    for e in entries:
+        if e.is_dir():
+            if not e.is_symlink():
+                subfolders.append(e)
+            continue
+        h.update((rel + e.name).encode())
+        if e.name.startswith(("zarr.json", ".z")):
+            h.update(file_digest(e.path).encode())
+        else:
+            st = e.stat()
+            h.update(f"{st.st_size}:{st.st_mtime_ns}".encode())
+    for e in subfolders:
+        _tree_digest(h, e.path, rel + e.name + "/")

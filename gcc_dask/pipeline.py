@@ -436,7 +436,8 @@ def run_pipeline(
                         worker_points={s: codes[s].worker_points for s in cfg.schemes},
                         **{**layout_kwargs, "attrs": {**layout_kwargs["attrs"],
                                                       "composition_s": round(time.perf_counter() - t0, 3)}})
-                    work = _pending(store, cfg.schemes, _limited(cfg, store.num_batches))
+                    # a new store: every batch pending for every scheme (nothing to read back)
+                    work = [(b, list(cfg.schemes)) for b in range(_limited(cfg, store.num_batches))]
                 wall = _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, latency_model,
                                     output_shape, work, say, echo is not None)
         num_batches = _limited(cfg, store.num_batches)

@@ -490,18 +490,33 @@ class BatchRunner:
         update.send()
 
     def _submit_batch(self, batch: int, schemes: list[str]) -> None:
-        start, stop = self.layout.batch_slots(batch)
-        state = _BatchState(batch=batch, n_real=stop - start, reference=None, schemes={}, seq=self._submitted)
-        self._submitted += 1
-        update = self._update()  # the batch's tasks in one graph update
-        self._submit_reference(state, update)
-        for plan in self.plans:
-            if plan.name in schemes:
-                self._submit_scheme(state, plan, update=update)
+        """Submit one batch (its tasks in one graph update)."""
+        self._submit_batches([(batch, schemes)])
+
+    def _submit_batches(self, work: list[tuple[int, list[str]]]) -> None:
+        """Submit batches ``(batch, schemes)``, every task of all of them in one graph update."""
+        update = self._update()
+        states = []
+        for batch, schemes in work:
+            start, stop = self.layout.batch_slots(batch)
+            state = _BatchState(batch=batch, n_real=stop - start, reference=None, schemes={}, seq=self._submitted)
+            self._submitted += 1
+            self._submit_reference(state, update)
+            for plan in self.plans:
+                if plan.name in schemes:
+                    self._submit_scheme(state, plan, update=update)
+            states.append(state)
         update.send()
-        for s in state.schemes.values():
-            self._cut_early(state, s)
-        self._inflight[batch] = state
+        for state in states:
+            for s in state.schemes.values():
+                self._cut_early(state, s)
+            self._inflight[state.batch] = state
+
+    @property
+    def refill_size(self) -> int:
+        """Batches submitted together once that many slots of the window are free (one graph update for all
+        of them, not one per batch): a quarter of ``max_in_flight``, at least 1."""
+        return max(1, self.max_in_flight // 4)
 
     # -- events -----------------------------------------------------------------------------------
     def _on_shard(self, t: float, batch: int, scheme: str, w: int, fut, status: str) -> None:
@@ -816,13 +831,17 @@ class BatchRunner:
         clean = False
         try:
             while True:
-                while not exhausted and len(self._inflight) < self.max_in_flight:
-                    try:
-                        batch, schemes = next(todo)
-                    except StopIteration:
-                        exhausted = True
-                        break
-                    self._submit_batch(batch, schemes)
+                free = self.max_in_flight - len(self._inflight)
+                if not exhausted and (free >= self.refill_size or not self._inflight):
+                    batches = []
+                    while len(batches) < free:
+                        try:
+                            batches.append(next(todo))
+                        except StopIteration:
+                            exhausted = True
+                            break
+                    if batches:
+                        self._submit_batches(batches)
                 if ready and fetching is None:
                     fetching, ready = self._fetch(ready), []
                 if not self._inflight and fetching is None:

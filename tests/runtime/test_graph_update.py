@@ -83,3 +83,69 @@ def test_a_repeated_key_is_refused_with_the_key():
 def test_keys_and_tasks_must_pair_up():
     with pytest.raises(ValueError, match="keys: got 1 keys for 2 tasks"):
         GraphUpdate(client=None).add(_inc, [(0,), (1,)], keys=["x"], priority=0)
+
+
+# ------------------------------------------------------------------------------- the runner's refills
+def _window_cfg(path, batches: int, in_flight: int) -> dict:
+    return {
+        "name": "window",
+        "source": {"kind": "synthetic", "num_samples": batches * 4 * 2, "shape": [3], "seed": 4},
+        "workload": {"kind": "analytic", "name": "smooth", "params": {"out_dim": 2}},
+        "code": {"num_inputs": 4, "num_workers": 8, "block_size": 2},
+        "composition": {"policy": "as_stored"},
+        "schemes": ["gcc", "uncoded"],
+        "stragglers": {"model": "none"},
+        "cutoff": {"stragglers": 2},
+        "store": {"path": str(path), "overwrite": True},
+        "run": {"progress": False, "max_batches_in_flight": in_flight},
+    }
+
+
+def test_a_window_refill_sends_its_batches_in_one_graph_update(client, tmp_path, monkeypatch):
+    import numpy as np
+    import xarray as xr
+
+    import gcc_dask as gd
+    from gcc_dask.runtime import executor
+
+    refills = []  # per refill: its batches, and the graph updates it sent
+    real_submit, real_send = executor.BatchRunner._submit_batches, GraphUpdate.send
+
+    def submit(self, work):
+        refills.append(([b for b, _ in work], []))
+        return real_submit(self, work)
+
+    def send(self):
+        if refills:
+            refills[-1][1].append(len(self))
+        return real_send(self)
+
+    monkeypatch.setattr(executor.BatchRunner, "_submit_batches", submit)
+    monkeypatch.setattr(GraphUpdate, "send", send)
+    run = gd.run_pipeline(_window_cfg(tmp_path / "w.zarr", batches=21, in_flight=8), client=client)
+    assert run.status == "complete"
+    batches = [b for bs, _ in refills for b in bs]
+    assert sorted(batches) == list(range(21))  # every batch once
+    assert refills[0][0] == list(range(8))  # the window filled at once
+    # the window is refilled once a quarter of it (2 batches) is free, never batch by batch (the last refill
+    # takes what is left)
+    assert all(len(bs) >= 2 for bs, _ in refills[:-1])
+    # each refill is one graph update: per batch a reference and 8 + 4 shards, and uncoded's decode with them
+    assert [sends for _, sends in refills] == [[len(bs) * (1 + 8 + 4 + 1)] for bs, _ in refills]
+    for scheme in ("gcc", "uncoded"):
+        ds = xr.open_zarr(run.path, group=scheme)
+        assert (ds["status"].values == 1).all()
+    ref = xr.open_zarr(run.path, group="inputs")["reference"].values
+    # f on blocks of 2 against f on the whole batch: float32 rounding apart
+    np.testing.assert_allclose(xr.open_zarr(run.path, group="uncoded")["decoded"].values, ref, atol=1e-6)
+
+
+def test_the_refill_size_is_a_quarter_of_the_window():
+    from gcc_dask.runtime.executor import BatchRunner
+
+    sizes = {}
+    for in_flight in (1, 2, 4, 7, 16):
+        runner = BatchRunner.__new__(BatchRunner)
+        runner.max_in_flight = in_flight
+        sizes[in_flight] = runner.refill_size
+    assert sizes == {1: 1, 2: 1, 4: 1, 7: 1, 16: 4}
