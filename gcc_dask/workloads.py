@@ -18,8 +18,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 import importlib
+import json
 import os
+import threading
 import warnings
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -27,7 +30,8 @@ import numpy as np
 
 from gcc_dask.errors import ConfigError, WorkloadError
 
-__all__ = ["Workload", "list_workloads", "make_workload", "register_workload", "resolve_model_path"]
+__all__ = ["Workload", "list_workloads", "load_workload", "make_workload", "register_workload",
+           "resolve_model_path"]
 
 _WORKLOADS: dict[str, type["Workload"]] = {}
 
@@ -176,10 +180,11 @@ class Workload(ABC):
         return [path] if path else []
 
     def __call__(self, X: Any) -> Any:
-        """Evaluate f on X, loading it on first use in this process (the loaded f is not pickled)."""
+        """Evaluate f on X, loading it on first use in this process (:func:`load_workload`; the loaded f is
+        not pickled)."""
         fn = self.__dict__.get("_loaded")
         if fn is None:
-            fn = self._loaded = self.load()
+            fn = self._loaded = load_workload(self)
         return fn(X)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -198,6 +203,61 @@ class Workload(ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.params!r}>"
+
+
+#: workloads loaded in this process, kept across runs (most recently used last; :func:`load_workload`)
+_LOADED: OrderedDict[str, Callable] = OrderedDict()
+_LOADED_LOCK = threading.Lock()
+#: loaded workloads kept per process
+LOADED_MAX = 4
+
+
+def load_workload(workload) -> Callable:
+    """``workload.load()``, or the f an earlier run loaded in this process from the same files.
+
+    Used by each Dask worker (the run's plugin) and by :meth:`Workload.__call__`. A workload built from
+    model files (``workload.files()``: ONNX, TorchScript) is kept, at most :data:`LOADED_MAX` of them,
+    under its parameters and the size and modification time of each file: a second job on the same
+    cluster reuses the loaded model, as a plain Dask map that caches its session does, and a rewritten
+    file is loaded anew (one rewritten with its old size and modification time goes unseen, as in a run's
+    inputs digest). A fresh ONNX Runtime session runs its first calls on each thread up
+    to twice as slowly (it plans its memory then), which a job of a few seconds would pay every time.
+    Workloads without files (analytic functions, callables) are loaded every time: their identity is code.
+
+    Parameters
+    ----------
+    workload : Workload
+        Or any object with ``load()`` (and optionally ``files()`` and ``params``).
+
+    Returns
+    -------
+    callable
+        f, as :meth:`Workload.load` returns it; shared by the callers of the same workload.
+
+    Raises
+    ------
+    WorkloadError
+        As :meth:`Workload.load` (a missing model file, a model that does not load).
+    """
+    files = list(getattr(workload, "files", list)())  # any object with load() is a workload here
+    if not files:
+        return workload.load()
+    try:
+        stamps = [(f, st.st_size, st.st_mtime_ns) for f in files for st in [os.stat(f)]]
+    except OSError:
+        return workload.load()  # load() names the missing file
+    key = json.dumps([getattr(workload, "params", None), stamps], sort_keys=True, default=str)
+    with _LOADED_LOCK:
+        fn = _LOADED.get(key)
+        if fn is not None:
+            _LOADED.move_to_end(key)
+            return fn
+    fn = workload.load()
+    with _LOADED_LOCK:
+        _LOADED[key] = fn
+        while len(_LOADED) > LOADED_MAX:
+            _LOADED.popitem(last=False)
+    return fn
 
 
 # ------------------------------------------------------------------------------------------------ ONNX

@@ -224,31 +224,31 @@ def test_a_worker_reuses_a_loaded_model_until_its_file_changes(tmp_path, mnist32
     import os
     import shutil
 
-    from gcc_dask.runtime import tasks
+    from gcc_dask import workloads as wl
 
-    monkeypatch.setattr(tasks, "_LOADED", type(tasks._LOADED)())
+    monkeypatch.setattr(wl, "_LOADED", type(wl._LOADED)())
     model = tmp_path / "lenet.onnx"
     shutil.copy(MODEL, model)
-    first = tasks.load_workload(make_workload("onnx", path=model))
+    first = wl.load_workload(make_workload("onnx", path=model))
     # a later run's plugin carries an equal description: it gets the loaded f, not a fresh session
-    assert tasks.load_workload(make_workload("onnx", path=model)) is first
+    assert wl.load_workload(make_workload("onnx", path=model)) is first
     # other parameters, or the same file rewritten, are another model
-    assert tasks.load_workload(make_workload("onnx", path=model, intra_op_num_threads=2)) is not first
+    assert wl.load_workload(make_workload("onnx", path=model, intra_op_num_threads=2)) is not first
     st = model.stat()
     os.utime(model, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
-    again = tasks.load_workload(make_workload("onnx", path=model))
+    again = wl.load_workload(make_workload("onnx", path=model))
     assert again is not first
     x = mnist32[0][:4]
     np.testing.assert_array_equal(again(x), first(x))
     # at most LOADED_MAX are kept, the least recently used dropped first
-    for threads in range(2, 2 + tasks.LOADED_MAX):
-        tasks.load_workload(make_workload("onnx", path=model, intra_op_num_threads=threads))
-    assert len(tasks._LOADED) == tasks.LOADED_MAX
-    assert tasks.load_workload(make_workload("onnx", path=model)) is not again
+    for threads in range(2, 2 + wl.LOADED_MAX):
+        wl.load_workload(make_workload("onnx", path=model, intra_op_num_threads=threads))
+    assert len(wl._LOADED) == wl.LOADED_MAX
+    assert wl.load_workload(make_workload("onnx", path=model)) is not again
 
 
 def test_workloads_without_files_are_loaded_by_every_run():
-    from gcc_dask.runtime import tasks
+    from gcc_dask import workloads as wl
 
     w = make_workload("analytic", name="smooth", out_dim=2)
-    assert tasks.load_workload(w) is not tasks.load_workload(w)
+    assert wl.load_workload(w) is not wl.load_workload(w)

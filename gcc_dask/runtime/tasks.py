@@ -8,10 +8,8 @@ by :class:`RunPlugin`, never once per task.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import os
 import threading
 import time
 from collections import OrderedDict
@@ -24,6 +22,7 @@ from distributed.worker import thread_state
 
 from gcc_dask import metrics
 from gcc_dask.errors import GccDaskError, StoreError
+from gcc_dask.workloads import load_workload
 
 logger = logging.getLogger(__name__)
 
@@ -31,44 +30,6 @@ logger = logging.getLogger(__name__)
 #: often, in seconds, in case a wake-up is missed
 POLL_INTERVAL_S = 0.1
 _GONE = ("cancelled", "released", "forgotten")
-
-
-#: workloads loaded in this worker process, kept across runs (most recently used last)
-_LOADED: OrderedDict[str, Callable] = OrderedDict()
-_LOADED_LOCK = threading.Lock()
-#: loaded workloads kept per worker process
-LOADED_MAX = 4
-
-
-def load_workload(workload) -> Callable:
-    """``workload.load()``, or the f an earlier run loaded in this process from the same files.
-
-    A workload built from model files (``workload.files()``: ONNX, TorchScript) is kept, at most
-    :data:`LOADED_MAX` of them, under its parameters and the size and modification time of each file: a
-    second job on the same cluster reuses the loaded model, as a plain Dask map that caches its session does,
-    and a rewritten file is loaded anew. A fresh ONNX Runtime session runs its first calls on each thread up
-    to twice as slowly (it plans its memory then), which a job of a few seconds would pay every time.
-    Workloads without files (analytic functions, callables) are loaded every time: their identity is code.
-    """
-    files = list(getattr(workload, "files", list)())  # any object with load() is a workload here
-    if not files:
-        return workload.load()
-    try:
-        stamps = [(f, st.st_size, st.st_mtime_ns) for f in files for st in [os.stat(f)]]
-    except OSError:
-        return workload.load()  # load() names the missing file
-    key = json.dumps([workload.params, stamps], sort_keys=True, default=str)
-    with _LOADED_LOCK:
-        fn = _LOADED.get(key)
-        if fn is not None:
-            _LOADED.move_to_end(key)
-            return fn
-    fn = workload.load()
-    with _LOADED_LOCK:
-        _LOADED[key] = fn
-        while len(_LOADED) > LOADED_MAX:
-            _LOADED.popitem(last=False)
-    return fn
 
 
 class RunPlugin(WorkerPlugin):
