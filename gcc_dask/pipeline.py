@@ -42,7 +42,7 @@ from gcc_dask.runtime.tasks import RunPlugin
 from gcc_dask.sources import make_source
 from gcc_dask.store import StoreLock
 from gcc_dask.stragglers import latency_model_from_config
-from gcc_dask.workloads import make_workload
+from gcc_dask.workloads import load_workload, make_workload
 
 logger = logging.getLogger(__name__)
 
@@ -226,7 +226,7 @@ def _check_model_fits(workload, source, nan_policy: str = "raise") -> tuple[int,
         raise InvalidInputError("source: sample 0 holds NaN or Inf (run.nan_policy: raise); clean the data "
                                 "or set run.nan_policy: propagate")
     try:
-        y = np.asarray(workload.load()(x))
+        y = np.asarray(load_workload(workload)(x))  # the session stays loaded for the next run
     except WorkloadError:
         raise
     except Exception as e:
