@@ -64,15 +64,26 @@ def files_digest(paths: Iterable[str | os.PathLike]) -> str:
 
 def _tree_digest(h, folder: str, rel: str) -> None:
     """Add a folder's files to `h`, top-down: its own files in sorted order, then each subfolder in sorted
-    order (``os.walk``'s order; symbolic links to folders are not followed). ``os.scandir`` reads each
-    entry's type with the listing: a Zarr store of 4-D chunks is a folder per chunk, and a walk that
-    stats every path costs twice as much."""
-    with os.scandir(folder) as it:
-        entries = sorted(it, key=lambda e: e.name)
+    order (``os.walk``'s order and rules: symbolic links to folders are not followed, a folder that cannot
+    be listed is skipped). ``os.scandir`` reads each entry's type with the listing: a Zarr store of 4-D
+    chunks is a folder per chunk, and a walk that stats every path costs twice as much."""
+    try:
+        with os.scandir(folder) as it:
+            entries = sorted(it, key=lambda e: e.name)
+    except OSError:
+        return
     subfolders = []
     for e in entries:
-        if e.is_dir():
-            if not e.is_symlink():
+        try:
+            is_dir = e.is_dir()
+        except OSError:
+            is_dir = False
+        if is_dir:
+            try:
+                link = e.is_symlink()
+            except OSError:
+                link = False
+            if not link:
                 subfolders.append(e)
             continue
         h.update((rel + e.name).encode())

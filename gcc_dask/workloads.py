@@ -217,12 +217,13 @@ def load_workload(workload) -> Callable:
 
     Used by each Dask worker (the run's plugin) and by :meth:`Workload.__call__`. A workload built from
     model files (``workload.files()``: ONNX, TorchScript) is kept, at most :data:`LOADED_MAX` of them,
-    under its parameters and the size and modification time of each file: a second job on the same
-    cluster reuses the loaded model, as a plain Dask map that caches its session does, and a rewritten
-    file is loaded anew (one rewritten with its old size and modification time goes unseen, as in a run's
-    inputs digest). A fresh ONNX Runtime session runs its first calls on each thread up
-    to twice as slowly (it plans its memory then), which a job of a few seconds would pay every time.
-    Workloads without files (analytic functions, callables) are loaded every time: their identity is code.
+    under its class, its parameters and each file's absolute path, size, inode, modification and change
+    times: a second job on the same cluster reuses the loaded model, as a plain Dask map that caches its
+    session does, and a file rewritten or replaced (even by ``cp -p`` or ``rsync -a``, which keep the
+    modification time; the change time cannot be set) is loaded anew. A fresh ONNX Runtime session runs
+    its first calls on each thread up to twice as slowly (it plans its memory then), which a job of a few
+    seconds would pay every time. Workloads without files (analytic functions, callables), and objects
+    without ``params``, are loaded every time: their identity is code.
 
     Parameters
     ----------
@@ -240,13 +241,16 @@ def load_workload(workload) -> Callable:
         As :meth:`Workload.load` (a missing model file, a model that does not load).
     """
     files = list(getattr(workload, "files", list)())  # any object with load() is a workload here
-    if not files:
+    params = getattr(workload, "params", None)
+    if not files or params is None:
         return workload.load()
     try:
-        stamps = [(f, st.st_size, st.st_mtime_ns) for f in files for st in [os.stat(f)]]
+        stamps = [(os.path.abspath(f), st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+                  for f in files for st in [os.stat(f)]]
     except OSError:
         return workload.load()  # load() names the missing file
-    key = json.dumps([getattr(workload, "params", None), stamps], sort_keys=True, default=str)
+    kind = f"{type(workload).__module__}.{type(workload).__qualname__}"
+    key = json.dumps([kind, params, stamps], sort_keys=True, default=str)
     with _LOADED_LOCK:
         fn = _LOADED.get(key)
         if fn is not None:

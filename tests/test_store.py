@@ -369,3 +369,27 @@ def test_write_records_many_batches_at_once(path):
     np.testing.assert_array_equal(root["gcc/n_received"][:], [8, -1, 8, -1])
     with pytest.raises(InvalidInputError, match="at most once"):
         st.write_records("gcc", recs + recs[:1])
+
+
+def test_the_inputs_digest_skips_a_folder_it_cannot_list(tmp_path, monkeypatch):
+    import os
+
+    from gcc_dask import _digest
+
+    (tmp_path / "data" / "ok").mkdir(parents=True)
+    (tmp_path / "data" / "ok" / "f").write_text("1")
+    (tmp_path / "data" / "locked").mkdir()
+    (tmp_path / "data" / "locked" / "g").write_text("2")
+    real = os.scandir
+
+    def scandir(path):  # as os.walk does, a folder that cannot be listed (lost+found, no permission) is skipped
+        if os.path.basename(path) == "locked":
+            raise PermissionError(13, "Permission denied", path)
+        return real(path)
+
+    monkeypatch.setattr(_digest.os, "scandir", scandir)
+    seen = _digest.files_digest([tmp_path / "data"])
+    (tmp_path / "data" / "locked" / "g").write_text("3")
+    assert _digest.files_digest([tmp_path / "data"]) == seen
+    (tmp_path / "data" / "ok" / "f").write_text("22")
+    assert _digest.files_digest([tmp_path / "data"]) != seen

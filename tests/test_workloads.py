@@ -252,3 +252,45 @@ def test_workloads_without_files_are_loaded_by_every_run():
 
     w = make_workload("analytic", name="smooth", out_dim=2)
     assert wl.load_workload(w) is not wl.load_workload(w)
+
+
+def test_a_model_replaced_with_its_old_size_and_time_is_loaded_anew(tmp_path, monkeypatch):
+    import os
+    import shutil
+
+    from gcc_dask import workloads as wl
+
+    monkeypatch.setattr(wl, "_LOADED", type(wl._LOADED)())
+    model, other = tmp_path / "m.onnx", tmp_path / "other.onnx"
+    shutil.copy(MODEL, model)
+    shutil.copy(MODEL, other)
+    first = wl.load_workload(make_workload("onnx", path=model))
+    st = model.stat()
+    os.replace(other, model)  # another file in its place (cp -p, rsync -a): same size, old times
+    os.utime(model, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert wl.load_workload(make_workload("onnx", path=model)) is not first
+
+
+def test_the_cache_tells_workload_classes_apart(tmp_path, monkeypatch):
+    from gcc_dask import workloads as wl
+    from gcc_dask.workloads import OnnxWorkload
+
+    class Probabilities(OnnxWorkload):  # the same params as its parent, another f
+        def load(self):
+            f = super().load()
+            return lambda X: np.exp(f(X))
+
+    class Duck:  # any object with load() and files(), without params: never kept
+        def __init__(self, scale):
+            self.scale = scale
+
+        def files(self):
+            return [str(MODEL)]
+
+        def load(self):
+            return lambda X: self.scale * np.ones(1)
+
+    monkeypatch.setattr(wl, "_LOADED", type(wl._LOADED)())
+    plain = wl.load_workload(make_workload("onnx", path=MODEL))
+    assert wl.load_workload(Probabilities(MODEL)) is not plain
+    assert wl.load_workload(Duck(2))(None)[0] == 2 and wl.load_workload(Duck(3))(None)[0] == 3

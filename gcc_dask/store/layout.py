@@ -248,8 +248,9 @@ IO_THREADS = 8
 
 class Concurrently:
     """Calls on different zarr arrays that overlap: ``run(fn, *args, **kwargs)`` starts ``fn(*args, **kwargs)``
-    in a thread pool. Leaving the ``with`` block waits for all of them and raises the first error (after an
-    error inside the block it only waits, so that nothing is still writing when the caller cleans up)."""
+    in a thread pool. Leaving the ``with`` block waits for all of them and raises the first error. After an
+    error inside the block (Ctrl-C included) the calls not started are dropped and the running ones waited
+    for, so that nothing is still writing when the caller cleans up."""
 
     def __enter__(self) -> Concurrently:
         self._pool = ThreadPoolExecutor(IO_THREADS, thread_name_prefix="gcc-dask-store-io")
@@ -260,7 +261,11 @@ class Concurrently:
         self._started.append(self._pool.submit(fn, *args, **kwargs))
 
     def __exit__(self, exc_type: Any, *exc: Any) -> None:
-        self._pool.shutdown(wait=True)
+        try:
+            self._pool.shutdown(wait=True, cancel_futures=exc_type is not None)
+        except BaseException:  # Ctrl-C while waiting: drop what has not started, wait for what runs
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            raise
         if exc_type is None:
             for f in self._started:
                 f.result()
