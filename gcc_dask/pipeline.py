@@ -475,7 +475,7 @@ def _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, la
     plugin = RunPlugin(
         name=f"gcc-dask-{uuid.uuid4().hex[:8]}", workload=workload, codes=codes, source=source,
         sink=StoreSink(os.path.abspath(path)), layout=layout, use_gpu=use_gpu,
-        cache_batches=cfg.run.max_batches_in_flight,
+        cache_batches=cfg.run.max_batches_in_flight, order_from=store_mod.SampleIndex(os.path.abspath(path)),
     )
     runner = BatchRunner(
         c, plugin, plans, latency_model=latency_model, seed=cfg.seed, num_samples=source.num_samples,

@@ -62,7 +62,7 @@ def test_design_example_loads_with_resolved_defaults():
     assert cfg.run.max_batches_in_flight == 16
     assert cfg.run.reference is True
     assert cfg.replication.copies == 2 and cfg.replication.stop == "cutoff" and cfg.replication.fill == "none"
-    assert cfg.code.block_size == 256 and cfg.composition.policy == "similarity"
+    assert cfg.code.block_size == 512 and cfg.composition.policy == "similarity"
     assert cfg.seed == 0
     assert cfg.store.path.endswith("runs/mnist-lenet.zarr") and cfg.store.path.startswith("/")
 

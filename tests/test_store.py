@@ -393,3 +393,22 @@ def test_the_inputs_digest_skips_a_folder_it_cannot_list(tmp_path, monkeypatch):
     assert _digest.files_digest([tmp_path / "data"]) == seen
     (tmp_path / "data" / "ok" / "f").write_text("22")
     assert _digest.files_digest([tmp_path / "data"]) != seen
+
+
+def test_a_sample_index_reads_the_stored_composition_and_pickles_to_its_path(tmp_path):
+    import pickle
+
+    perm = np.random.default_rng(3).permutation(30)
+    make(tmp_path / "r.zarr", sample_index=perm)
+    reader = store_mod.SampleIndex(tmp_path / "r.zarr")
+    got = pickle.loads(pickle.dumps(reader))()
+    assert got.dtype == np.int64 and np.array_equal(got, perm)
+    assert len(pickle.dumps(reader)) < 200
+    with pytest.raises(StoreError, match="store"):
+        store_mod.SampleIndex(tmp_path / "missing.zarr")()
+
+
+@pytest.mark.parametrize("bad", [[0, 1, 1], [0, 1, 3], [-1, 0, 1]], ids=["repeat", "beyond", "negative"])
+def test_a_sample_index_that_is_not_a_permutation_is_refused(tmp_path, bad):
+    with pytest.raises(InvalidInputError, match="sample_index: expected a permutation of range"):
+        make(tmp_path / "r.zarr", num_samples=3, batch_size=3, sample_index=np.array(bad))

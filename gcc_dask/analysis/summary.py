@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import xarray as xr
 import zarr
 
 from gcc_dask import metrics
@@ -100,14 +99,16 @@ def summarize_run(path: str) -> pd.DataFrame:
     reference = inputs["reference"] if "reference" in inputs else None
     rows = []
     for scheme in schemes:
-        ds = xr.open_zarr(path, group=scheme, consolidated=False, chunks=None)
-        status = ds["status"].values
+        # the per-batch arrays straight from zarr: xarray would build a pandas index over the million-row
+        # ``sample`` coordinate (about 30 MB of the driver's memory at a million samples, BENCHMARKS.md)
+        group = root[scheme]
+        status = group["status"][...]
         done_batches = np.flatnonzero(status > 0)
-        row = {"scheme": scheme, **_sample_metrics(root[scheme]["decoded"], reference, labels, status,
+        row = {"scheme": scheme, **_sample_metrics(group["decoded"], reference, labels, status,
                                                    int(root.attrs["batch_size"]))}
         done_samples = row.pop("_done_samples")
-        lat = ds["batch_latency_s"].values[done_batches] if "batch_latency_s" in ds else np.array([])
-        cut = ds["cutoff_s"].values[done_batches]
+        lat = group["batch_latency_s"][...][done_batches] if "batch_latency_s" in group else np.array([])
+        cut = group["cutoff_s"][...][done_batches]
         lat, cut = lat[np.isfinite(lat)], cut[np.isfinite(cut)]
         row["latency_p50_s"] = float(np.percentile(lat, 50)) if lat.size else np.nan
         row["latency_p99_s"] = float(np.percentile(lat, 99)) if lat.size else np.nan
@@ -119,7 +120,7 @@ def summarize_run(path: str) -> pd.DataFrame:
         row["undecodable"] = int((status == 3).sum())
         row["failed"] = int((status == 4).sum())
         row["pending"] = int((status == 0).sum())
-        received = ds["received"].values[done_batches]
+        received = group["received"][...][done_batches]
         row["mean_received"] = float(received.sum(axis=1).mean()) if received.size else np.nan
         rows.append(row)
     return pd.DataFrame(rows).set_index("scheme")

@@ -40,7 +40,7 @@ __all__ = ["run_pipeline_bench", "noop_f", "pool_f", "MemorySampler", "SECTIONS"
 
 SECTIONS = ("throughput", "scale", "stragglers", "orchestration", "scaling", "memory")
 #: the block size of the throughput and scale sections (the pipeline's default ``code.block_size``)
-BLOCK = 256
+BLOCK = 512
 K = 8
 HANG_PROB = 0.05
 HANG_FACTOR = 20.0

@@ -8,6 +8,7 @@ by :class:`RunPlugin`, never once per task.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import threading
@@ -53,15 +54,22 @@ class RunPlugin(WorkerPlugin):
     cache_batches : int
         Batches kept per worker, read (:meth:`load`) and encoded (:meth:`encoded`); the run's batches in
         flight.
+    order_from : callable, optional
+        ``order_from()`` returns ``layout.order`` (int64, shape (num_samples,)), e.g. a
+        :class:`gcc_dask.store.SampleIndex` of the run's store. When given, the plugin is pickled without
+        the order (O(num_samples) bytes that would pass through the scheduler) and each worker reads it in
+        :meth:`setup`.
     """
 
-    def __init__(self, name, workload, codes, source, sink, layout, use_gpu=False, cache_batches=4):
+    def __init__(self, name, workload, codes, source, sink, layout, use_gpu=False, cache_batches=4,
+                 order_from: Callable[[], np.ndarray] | None = None):
         self.name = name
         self.workload = workload
         self.codes = codes
         self.source = source
         self.sink = sink
         self.layout = layout
+        self.order_from = order_from if layout.order is not None else None
         self.use_gpu = use_gpu
         self.cache_batches = max(1, int(cache_batches))
         self.fn: Callable | None = None
@@ -70,6 +78,8 @@ class RunPlugin(WorkerPlugin):
         self._batches_lock = threading.Lock()
 
     def setup(self, worker) -> None:
+        if self.order_from is not None and self.layout.order is None:
+            self.layout = dataclasses.replace(self.layout, order=self.order_from())
         self.fn = load_workload(self.workload)
         self._quiet = _ErasureLogFilter(self.name_token)
         logging.getLogger("distributed.worker").addFilter(self._quiet)
@@ -98,6 +108,8 @@ class RunPlugin(WorkerPlugin):
         state["_sleepers"] = {}
         state["_batches"] = OrderedDict()
         del state["_batches_lock"]
+        if self.order_from is not None:  # read back by setup on the worker
+            state["layout"] = dataclasses.replace(self.layout, order=None)
         return state
 
     def __setstate__(self, state):

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from gcc_dask.composition import is_permutation
 from gcc_dask.errors import InvalidInputError, StoreError
 
 from .layout import (
@@ -125,7 +126,7 @@ class RunStore:
         num_batches = -(-n // k)
         if sample_index is not None:
             sample_index = np.asarray(sample_index, dtype=np.int64)
-            if sample_index.shape != (n,) or not np.array_equal(np.sort(sample_index), np.arange(n)):
+            if sample_index.shape != (n,) or not is_permutation(sample_index):
                 raise InvalidInputError(f"sample_index: expected a permutation of range({n}); got an array of "
                                         f"shape {sample_index.shape}")
         root_attrs = {

@@ -71,3 +71,44 @@ def test_task_state_check_is_false_while_running(client):
     assert res is not None and res.worker == 1
     np.testing.assert_array_equal(res.output, [[3.0, 4.0, 5.0]])  # a block of G = 1 sample
     client.unregister_worker_plugin(plugin.name)
+
+
+def test_a_plugin_with_order_from_ships_without_the_order_and_reads_it_on_setup(tmp_path):
+    """The composition of a large run (8 bytes a sample) is read by each worker, not pickled through the
+    scheduler with the plugin: the pickle's size does not grow with the dataset."""
+    import pickle
+
+    from gcc_dask.coding import make_code
+    from gcc_dask.composition import BatchLayout
+    from gcc_dask.sources import make_source
+
+    n = 20_000
+    perm = np.random.default_rng(0).permutation(n)
+    np.save(tmp_path / "order.npy", perm)
+    source = make_source("array", array=np.arange(float(n)).reshape(n, 1))
+    codes = {"uncoded": make_code("uncoded", num_inputs=2, num_workers=2)}
+
+    def plugin(order_from, order=perm):
+        return RunPlugin("p-order", _Identity(), codes, source, None, layout=BatchLayout(n, 2, 4, order),
+                         order_from=order_from)
+
+    shipped = pickle.dumps(plugin(_Order(tmp_path / "order.npy")))
+    assert len(pickle.dumps(plugin(None))) - len(shipped) > 0.9 * perm.nbytes  # the order stays home
+    worker_copy = pickle.loads(shipped)
+    assert worker_copy.layout.order is None
+    worker_copy.setup(worker=None)
+    assert np.array_equal(worker_copy.layout.order, perm)
+    assert np.array_equal(worker_copy.load(3).x.ravel(), perm[24:32].astype(float))  # batch 3: slots 24..31
+    # the driver's own plugin keeps its order, and an identity layout has nothing to read
+    assert plugin(_Order(tmp_path / "order.npy")).layout.order is not None
+    assert plugin(_Order(tmp_path / "order.npy"), order=None).order_from is None
+
+
+class _Order:
+    """Pickles to a path, as :class:`gcc_dask.store.SampleIndex` does."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __call__(self):
+        return np.load(self.path)
