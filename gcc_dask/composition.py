@@ -104,10 +104,7 @@ class BatchLayout:
         for name in ("num_samples", "group_size", "block_size"):
             object.__setattr__(self, name, _positive(name, getattr(self, name)))
         if self.order is not None:
-            order = np.asarray(self.order, dtype=np.int64)
-            if order.shape != (self.num_samples,) or not is_permutation(order):
-                raise ConfigError(f"order: expected a permutation of range({self.num_samples}); got an array "
-                                  f"of shape {order.shape}")
+            order = permutation_or_raise("order", self.order, self.num_samples, ConfigError)
             order.setflags(write=False)
             object.__setattr__(self, "order", order)
 
@@ -225,15 +222,40 @@ def _block_rows(n_b: int, k: int) -> np.ndarray:
     return rows
 
 
-def is_permutation(order: np.ndarray) -> bool:
-    """True if `order` (int, shape (n,)) holds each of 0..n-1 exactly once: one bool per entry, no sorted
-    copy (a million-sample layout is checked without two more 8 MB arrays)."""
+def is_permutation(order: Any) -> bool:
+    """True if `order` is a 1-D integer array holding each of 0..n-1 exactly once (n = its length): one bool
+    per entry, no sorted copy (a million-sample layout is checked without two more 8 MB arrays)."""
+    order = np.asarray(order)
+    if order.ndim != 1 or order.dtype.kind not in "iu":
+        return False
     n = order.size
     if n and (order.min() < 0 or order.max() >= n):
         return False
     seen = np.zeros(n, dtype=bool)
     seen[order] = True
     return bool(seen.all())
+
+
+def permutation_or_raise(name: str, values: Any, n: int, error: type[Exception]) -> np.ndarray:
+    """`values` as an int64 array if it is a permutation of ``range(n)``, else `error` with one line that names
+    `name`, what is wrong (the shape, a non-integer dtype, the first value out of range or repeated) and what
+    is valid."""
+    want = f"expected a permutation of range({n}) (integers, each once)"
+    arr = np.asarray(values)
+    if arr.shape != (n,):
+        raise error(f"{name}: {want}; got an array of shape {arr.shape}")
+    if arr.dtype.kind not in "iu":
+        raise error(f"{name}: {want}; got dtype {arr.dtype} (cast integral values with .astype('int64'))")
+    arr = arr.astype(np.int64, copy=False)
+    if not is_permutation(arr):
+        bad = np.flatnonzero((arr < 0) | (arr >= n))
+        if bad.size:
+            raise error(f"{name}: {want}; got {int(arr[bad[0]])} at position {int(bad[0])}")
+        _, first, counts = np.unique(arr, return_index=True, return_counts=True)
+        dup = int(np.flatnonzero(counts > 1)[0])
+        raise error(f"{name}: {want}; got {int(arr[first[dup]])} more than once (first at position "
+                    f"{int(first[dup])})")
+    return arr
 
 
 # ----------------------------------------------------------------------------------- features (PCA)

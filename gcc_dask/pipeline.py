@@ -28,7 +28,7 @@ from gcc_dask.analysis.summary import summarize_run
 from gcc_dask.coding import make_code
 from gcc_dask.coding.points import spread_order
 from gcc_dask.composition import BatchLayout, compose, num_windows
-from gcc_dask.config import PipelineConfig, load_config
+from gcc_dask.config import FINGERPRINT_IGNORED, PipelineConfig, load_config
 from gcc_dask.limits import MAX_SAMPLES
 from gcc_dask.errors import (
     ClusterError, GccDaskError, InvalidInputError, SourceError, StoreError, WorkloadError,
@@ -376,7 +376,9 @@ def run_pipeline(
     """
     say = echo or (lambda _msg: None)
     cfg = config if isinstance(config, PipelineConfig) else load_config(config, overrides=overrides)
-    path = os.fspath(out) if out is not None else cfg.store.path
+    # '~' expanded here as the store does: the reachability probe, the workers' sink and the composition
+    # reader get the same absolute path
+    path = os.path.expanduser(os.fspath(out) if out is not None else cfg.store.path)
     src = cfg.source.model_dump(exclude_none=True)
     for key in ("path", "labels"):
         if isinstance(src.get(key), str):
@@ -409,7 +411,8 @@ def run_pipeline(
         attrs={"block_size": block, "composition": cfg.composition.policy},
     )
     with StoreLock(path):
-        store = store_mod.RunStore.resume(path, overwrite=cfg.store.overwrite, **layout_kwargs)
+        store = store_mod.RunStore.resume(path, overwrite=cfg.store.overwrite, config_ignore=FINGERPRINT_IGNORED,
+                                          **layout_kwargs)
         work = None
         if store is not None:
             layout = _layout(cfg, source.num_samples, store.sample_index())

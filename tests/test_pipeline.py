@@ -94,7 +94,8 @@ def test_virtual_clock_is_deterministic_across_in_flight_bounds(client, tmp_path
 
 def test_a_different_config_is_refused(client, tmp_path, smoke):
     _run(client, tmp_path, "x.zarr", overrides=["run.limit_batches=1"])
-    with pytest.raises(gd.errors.StoreError, match="different configuration"):
+    with pytest.raises(gd.errors.StoreError, match=r"different configuration .*it differs in code\.num_workers "
+                                                   r"\(16 in the store, 12 now\)\); pass"):
         _run(client, tmp_path, "x.zarr", overrides=["code.num_workers=12"])
 
 
@@ -146,3 +147,19 @@ def test_a_record_write_that_fails_marks_the_store_failed(client, tmp_path, monk
     with pytest.raises(StoreError, match="disk full"):
         gd.run_pipeline(cfg, client=client)
     assert zarr.open_group(str(tmp_path / "r.zarr"), mode="r").attrs["status"] == "failed"
+
+
+def test_a_store_path_with_a_tilde_is_the_home_folder(client, tmp_path, monkeypatch, smoke):
+    """``out="~/..."`` runs into the home folder, as ``store.path: ~/...`` does: the reachability probe, the
+    workers' writes and the composition they read all get the expanded path."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    res = gd.run_pipeline(SMOKE, client=client, out="~/home-run.zarr", overrides=["run.progress=false"])
+    assert res.status == "complete" and (tmp_path / "home-run.zarr").is_dir()
+    assert res.path == str(tmp_path / "home-run.zarr")
+    ours = zarr.open_group(str(tmp_path / "home-run.zarr"), mode="r")
+    theirs = zarr.open_group(str(smoke.path), mode="r")
+    np.testing.assert_array_equal(ours["inputs/sample"][:], theirs["inputs/sample"][:])
+    np.testing.assert_array_equal(ours["gcc/decoded"][:], theirs["gcc/decoded"][:])
+    from gcc_dask.analysis.summary import summarize_run
+
+    assert summarize_run("~/home-run.zarr").loc["gcc", "rel_acc"] == res.summary.loc["gcc", "rel_acc"]

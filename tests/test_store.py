@@ -412,3 +412,34 @@ def test_a_sample_index_reads_the_stored_composition_and_pickles_to_its_path(tmp
 def test_a_sample_index_that_is_not_a_permutation_is_refused(tmp_path, bad):
     with pytest.raises(InvalidInputError, match="sample_index: expected a permutation of range"):
         make(tmp_path / "r.zarr", num_samples=3, batch_size=3, sample_index=np.array(bad))
+
+
+@pytest.mark.parametrize("bad, why", [([0.5, 1.9, 2.2, 3.7], "got dtype float64"), (["0", "1", "2", "3"], "got dtype <U1"),
+                                      ([0, 0, 1, 2], "got 0 more than once"), ([0, 1, 2, 9], "got 9 at position 3")],
+                         ids=["floats", "strings", "repeat", "beyond"])
+def test_a_bad_sample_index_names_what_is_wrong_and_leaves_an_existing_store(tmp_path, bad, why):
+    make(tmp_path / "r.zarr", num_samples=4, batch_size=4)
+    with pytest.raises(InvalidInputError, match=rf"sample_index: expected a permutation of range\(4\).*{why}"):
+        make(tmp_path / "r.zarr", num_samples=4, batch_size=4, sample_index=bad, overwrite=True)
+    assert RunStore.open(tmp_path / "r.zarr").num_samples == 4  # the old store is still there
+
+
+def test_a_refused_resume_names_the_config_keys_that_differ(tmp_path):
+    cfg = {"name": "t", "code": {"num_inputs": K, "block_size": 256}, "run": {"progress": True}}
+    make(tmp_path / "r.zarr", config_resolved=cfg)
+    now = {"name": "t", "code": {"num_inputs": K, "block_size": 512}, "run": {"progress": False}}
+    with pytest.raises(StoreError, match=r"differs in code\.block_size \(256 in the store, 512 now\)\); pass") as e:
+        RunStore.resume(tmp_path / "r.zarr", fingerprint="0" * 64, config_resolved=now, config_ignore=("run.progress",))
+    assert "progress" not in str(e.value)
+
+
+def test_a_damaged_stored_composition_is_one_line_naming_the_store(tmp_path):
+    make(tmp_path / "r.zarr", sample_index=np.random.default_rng(1).permutation(30))
+    st = RunStore.open(tmp_path / "r.zarr")
+    st._root["inputs"]["sample"][:2] = [5, 5]
+    with pytest.raises(StoreError, match=r"r\.zarr.*inputs/sample: expected a permutation of range\(30\).*got 5 more than once"):
+        RunStore.open(tmp_path / "r.zarr").sample_index()
+    chunk = next(p for p in (tmp_path / "r.zarr" / "inputs" / "sample").rglob("*") if p.is_file() and p.name != "zarr.json")
+    chunk.write_bytes(b"not a zstd frame")
+    with pytest.raises(StoreError, match=r"cannot read the stored composition \(inputs/sample\)"):
+        RunStore.open(tmp_path / "r.zarr").sample_index()

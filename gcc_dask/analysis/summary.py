@@ -87,8 +87,11 @@ def summarize_run(path: str) -> pd.DataFrame:
         If ``path`` is not a readable run store, or a chunk of it cannot be decoded (the message names the
         array, the chunk and its batch).
     """
+    import os
+
     from gcc_dask.errors import StoreError
 
+    path = os.path.expanduser(os.fspath(path))  # "~/run.zarr", as the store's own readers take it
     try:
         schemes = _schemes(path)
         root = zarr.open_group(path, mode="r", use_consolidated=False)

@@ -15,7 +15,7 @@ overrides, paths, :func:`load_config`). None imports :mod:`gcc_dask.coding` or a
 names are a static tuple (a test keeps it equal to ``gcc_dask.coding.list_codes()``).
 """
 
-from .fields import CODED_SCHEMES, SCHEMES, parse_duration
+from .fields import CODED_SCHEMES, FINGERPRINT_IGNORED, SCHEMES, parse_duration
 from .loading import load_config
 from .sections import (
     ClusterConfig,
@@ -33,6 +33,7 @@ from .sections import (
 )
 
 __all__ = [
+    "FINGERPRINT_IGNORED",
     "SCHEMES",
     "CODED_SCHEMES",
     "PipelineConfig",

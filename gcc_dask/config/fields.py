@@ -25,6 +25,8 @@ CODED_SCHEMES: tuple[str, ...] = ("bacc", "bspline", "gcc", "lcc", "letcc")
 
 _FINGERPRINT_EXCLUDE = ("store", "cluster", ("run", "progress"), ("run", "max_batches_in_flight"),
                         ("run", "limit_batches"))
+#: the same keys, dotted (``"run.progress"``): left out of the fingerprint, so never a reason to refuse a resume
+FINGERPRINT_IGNORED: tuple[str, ...] = tuple(".".join(i) if isinstance(i, tuple) else i for i in _FINGERPRINT_EXCLUDE)
 
 
 class _Invalid(ValueError):

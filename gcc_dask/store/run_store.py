@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from gcc_dask.composition import is_permutation
+from gcc_dask.composition import permutation_or_raise
 from gcc_dask.errors import InvalidInputError, StoreError
 
 from .layout import (
@@ -36,6 +36,29 @@ from .writes import _write_records, write_batch, write_inputs
 
 
 # ----------------------------------------------------------------------------------------- RunStore
+def _config_diff(stored: Mapping[str, Any], now: Mapping[str, Any], ignore: tuple[str, ...] = (),
+                 limit: int = 4) -> str:
+    """``"; it differs in code.block_size (256 in the store, 512 now), ..."``: the first `limit` dotted keys
+    whose values differ between two resolved configs (a default that changed between versions shows here
+    too), leaving out the keys under an `ignore` prefix; empty when no key differs."""
+    def flat(d: Any, prefix: str = "") -> dict[str, Any]:
+        if not isinstance(d, Mapping):
+            return {prefix: d}
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out.update(flat(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+
+    a, b = flat(stored), flat(now)
+    keys = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)
+            and not any(k == p or k.startswith(p + ".") for p in ignore)]
+    if not keys:
+        return ""
+    shown = ", ".join(f"{k} ({a.get(k)!r} in the store, {b.get(k)!r} now)" for k in keys[:limit])
+    more = f" and {len(keys) - limit} more" if len(keys) > limit else ""
+    return f"; it differs in {shown}{more}"
+
+
 class RunStore:
     """The driver's handle on a run store: create, resume, inspect and finish it.
 
@@ -117,18 +140,15 @@ class RunStore:
         _check_layout(schemes, num_samples, batch_size, output_shape)
         if path.is_dir() and not any(path.iterdir()):
             path.rmdir()  # an empty directory (e.g. made by mkdtemp) is as good as nothing
+        k, n = int(batch_size), int(num_samples)
+        num_batches = -(-n // k)
+        if sample_index is not None:  # checked before an existing store is replaced
+            sample_index = permutation_or_raise("sample_index", sample_index, n, InvalidInputError)
         if path.exists():
             if not overwrite:
                 raise StoreError(f"store path: got {str(path)!r}; it already exists (resume it, or pass "
                                  "--overwrite / store.overwrite: true to start over)")
             _remove_store(path)
-        k, n = int(batch_size), int(num_samples)
-        num_batches = -(-n // k)
-        if sample_index is not None:
-            sample_index = np.asarray(sample_index, dtype=np.int64)
-            if sample_index.shape != (n,) or not is_permutation(sample_index):
-                raise InvalidInputError(f"sample_index: expected a permutation of range({n}); got an array of "
-                                        f"shape {sample_index.shape}")
         root_attrs = {
             _MARKER: STORE_FORMAT,
             "gcc_dask_version": _versions().get("gcc-dask", "unknown"),
@@ -186,7 +206,9 @@ class RunStore:
         arguments of :meth:`create` as `expected` (``num_samples``, ``batch_size``, ``output_shape``,
         ``schemes``, ``has_labels``, ``has_reference``, ``dtype``; others are ignored) and checks them
         against the store, and `inputs_digest` (when given) against the digest of the model and data files
-        the store was made with. The returned store has ``resumed=True``.
+        the store was made with. The returned store has ``resumed=True``. With ``config_resolved`` (the new
+        run's resolved config) among `expected`, a refusal names the keys that differ from the stored
+        config, except those under a dotted prefix in ``config_ignore``.
 
         Raises
         ------
@@ -200,9 +222,12 @@ class RunStore:
         store = cls(path)
         old = store.attrs.get("config_fingerprint")
         if old != fingerprint:
+            diff = _config_diff(store.attrs.get("config") or {}, expected.get("config_resolved") or {},
+                                ignore=tuple(expected.get("config_ignore", ())))
             raise StoreError(f"store path: got {str(path)!r}, a run made by a different configuration "
-                             f"(fingerprint {str(old)[:12]}, this config {fingerprint[:12]}); pass "
-                             "--overwrite (store.overwrite: true) to replace it, or choose another --out")
+                             f"(fingerprint {str(old)[:12]}, this config {fingerprint[:12]}{diff}); pass "
+                             "--overwrite (store.overwrite: true) to replace it, set those keys back to resume "
+                             "it, or choose another --out")
         old_inputs = store.attrs.get("inputs_digest")
         if inputs_digest is not None and old_inputs is not None and old_inputs != inputs_digest:
             raise StoreError(f"store path: got {str(path)!r}, a run made with other model or data files (their "
@@ -272,7 +297,13 @@ class RunStore:
 
     def sample_index(self) -> np.ndarray:
         """The stored composition: the dataset index of the sample in each slot, int64 of shape (num_samples,)."""
-        return np.asarray(self._root[INPUTS]["sample"][:], dtype=np.int64)
+        try:
+            index = np.asarray(self._root[INPUTS]["sample"][:], dtype=np.int64)
+        except Exception as e:
+            raise StoreError(f"store: cannot read the stored composition ({INPUTS}/sample) of {str(self.path)!r}: "
+                             f"{type(e).__name__}: {e}") from None
+        return permutation_or_raise(f"store {str(self.path)!r}: {INPUTS}/sample", index, self.num_samples,
+                                    StoreError)
 
     def batch_rows(self, batch: int) -> tuple[int, int]:
         """The ``[start, stop)`` sample rows of `batch`."""
