@@ -37,8 +37,8 @@ the driver's records) ← :mod:`.run_store` (:class:`RunStore`); :mod:`.readers`
 
 from .layout import BATCH_CHUNK, DONE_STATUSES, INPUTS, STORE_FORMAT, BatchStatus
 from .lock import StoreLock
-from .readers import SampleIndex, check_writable, open_run, open_scheme
-from .run_store import RunStore
+from .readers import check_writable, open_run, open_scheme
+from .run_store import RunStore, SampleIndex
 from .writes import write_batch, write_decoded, write_inputs
 
 __all__ = [

@@ -1,5 +1,4 @@
-"""Reading a run store back: :func:`open_scheme`, :func:`open_run` (xarray), :func:`check_writable`, and
-:class:`SampleIndex` (the stored composition, read where it is needed)."""
+"""Reading a run store back: :func:`open_scheme`, :func:`open_run` (xarray), :func:`check_writable`."""
 
 from __future__ import annotations
 
@@ -100,33 +99,3 @@ def check_writable(path: str | os.PathLike, *, must_exist: bool = False) -> str:
                          f"({type(exc).__name__}: {exc.strerror or exc})") from None
     return str(target)
 
-
-class SampleIndex:
-    """Picklable reader of a store's composition: ``SampleIndex(path)()`` is the dataset index of the sample
-    in each slot, int64 of shape (num_samples,) (the ``inputs/sample`` coordinate).
-
-    Shipped to the workers instead of the index itself: a 1,000,000-sample run's index is 8 MB, which a
-    pickled worker plugin would carry through the driver's scheduler (about 35 MB of the driver's peak
-    memory at a million samples, BENCHMARKS.md); this object pickles to its path.
-
-    Raises
-    ------
-    StoreError
-        If `path` is not a readable run store.
-    """
-
-    def __init__(self, path: str | os.PathLike) -> None:
-        self.path = str(path)
-
-    def __repr__(self) -> str:
-        return f"SampleIndex({self.path!r})"
-
-    def __call__(self):
-        import numpy as np
-
-        root = _open_root(_local(self.path), mode="r")
-        try:
-            return np.asarray(root[INPUTS]["sample"][:], dtype=np.int64)
-        except Exception as e:
-            raise StoreError(f"store: cannot read the sample index of {self.path!r}: {type(e).__name__}: "
-                             f"{e}") from None

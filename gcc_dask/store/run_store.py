@@ -387,3 +387,27 @@ class RunStore:
             warnings.simplefilter("ignore")  # "consolidated metadata is not part of the v3 spec"
             _zarr().consolidate_metadata(str(self.path))
         self._root = _open_root(self.path)
+
+
+class SampleIndex:
+    """Picklable reader of a store's composition: ``SampleIndex(path)()`` is
+    :meth:`RunStore.sample_index` of the store at `path`, int64 of shape (num_samples,).
+
+    Shipped to the workers instead of the index itself: a 1,000,000-sample run's index is 8 MB, which a
+    pickled worker plugin would carry through the driver's scheduler (about 35 MB of the driver's peak
+    memory at a million samples, BENCHMARKS.md); this object pickles to its path.
+
+    Raises
+    ------
+    StoreError
+        If `path` is not a readable run store, or its composition is damaged.
+    """
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = str(path)
+
+    def __repr__(self) -> str:
+        return f"SampleIndex({self.path!r})"
+
+    def __call__(self) -> np.ndarray:
+        return RunStore.open(self.path).sample_index()
