@@ -6,6 +6,8 @@ p50/p99, samples/s, and how many batches were undecodable or failed (docs/concep
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pandas as pd
 import zarr
@@ -87,8 +89,6 @@ def summarize_run(path: str) -> pd.DataFrame:
         If ``path`` is not a readable run store, or a chunk of it cannot be decoded (the message names the
         array, the chunk and its batch).
     """
-    import os
-
     from gcc_dask.errors import StoreError
 
     path = os.path.expanduser(os.fspath(path))  # "~/run.zarr", as the store's own readers take it
