@@ -112,6 +112,9 @@ class FrontierConfig(_Section):
     groups
         Analytic functions: how many groups of K inputs to draw. ``dnn``: at most this many of the split's
         groups (a seeded choice; null: every group).
+    samples
+        ``dnn`` only: compose a seeded sample of this many of the source's samples instead of the whole
+        source (null: every sample).
     num_inputs
         K.
     ratios
@@ -130,6 +133,7 @@ class FrontierConfig(_Section):
     function: FunctionConfig
     composition: Literal["as_stored", "random", "pc1", "similarity"] = "similarity"
     groups: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+    samples: Annotated[int, Field(ge=2, le=10_000_000)] | None = None
     num_inputs: Annotated[int, Field(ge=2, le=MAX_INPUTS)]
     ratios: Annotated[list[Annotated[float, Field(ge=1, le=64)]], BeforeValidator(_as_list), Field(min_length=1)]
     stragglers: FrontierStragglers
@@ -145,6 +149,8 @@ class FrontierConfig(_Section):
     def _check(self) -> FrontierConfig:
         if self.function.kind != "dnn" and self.groups is None:
             raise _Bad("groups", None, "the number of groups of K inputs to draw (analytic functions)")
+        if self.function.kind != "dnn" and self.samples is not None:
+            raise _Bad("samples", self.samples, "null unless function.kind is 'dnn' (use groups)")
         ns = self.num_workers
         if len(set(ns)) != len(ns):
             raise _Bad("ratios", self.ratios, f"ratios giving distinct N = round(ratio * {self.num_inputs})")
@@ -178,7 +184,7 @@ class FrontierConfig(_Section):
     def data_fingerprint(self) -> str:
         """SHA-256 of what fixes the groups and f (function, composition, groups, K, seed): coded outputs
         computed for one frontier are reused by another with the same data fingerprint."""
-        data = {k: self.resolved()[k] for k in ("function", "composition", "groups", "num_inputs", "seed")}
+        data = {k: self.resolved()[k] for k in ("function", "composition", "groups", "samples", "num_inputs", "seed")}
         blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(("gcc-dask-frontier-data-v1\n" + blob).encode()).hexdigest()
 
