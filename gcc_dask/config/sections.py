@@ -363,9 +363,10 @@ class ReplicationConfig(_Section):
         deadline, the adaptive rule), the fair comparison; an input whose copies all straggled is then
         lost. ``recovery``: wait for one copy of every input, however long that takes.
     fill
-        What a lost input gets: ``none`` leaves it NaN (counted in the summary's ``missing``); ``nearest``
-        gives it the result of the received input nearest along the group's positions; ``linear``
-        interpolates between the received neighbours on each side (the nearest one beyond an end). A similarity
+        What a lost input gets: ``linear`` (the default) interpolates between the received neighbours on each
+        side along the group's positions (the nearest one beyond an end), the strongest cheap estimator on the
+        held-out frontiers of RESULTS.md; ``nearest`` gives it the result of the received input nearest along
+        the group's positions; ``none`` leaves it NaN (counted in the summary's ``missing``). A similarity
         composition makes neighbours similar. Filled outputs are marked in the store (``filled``) and counted
         in the summary.
     """
@@ -374,7 +375,7 @@ class ReplicationConfig(_Section):
     extra: Annotated[Literal["spread", "ends"] | list[Annotated[int, Field(ge=0)]],
                      BeforeValidator(_as_list)] = "spread"
     stop: Literal["cutoff", "recovery"] = "cutoff"
-    fill: Literal["none", "nearest", "linear"] = "none"
+    fill: Literal["none", "nearest", "linear"] = "linear"
 
 
 class UncodedConfig(_Section):

@@ -46,8 +46,6 @@ DEFAULT_SAMPLES = 2000
 #: seeded batches of the pipeline's latency model whose kept sets advice scores ("latency" pattern)
 LATENCY_DRAWS = 2000
 TIE_SE = 2.0
-#: MSE differences below this are rounding (an exact decoder's MSE is 1e-14 or so, not 0): a tie
-MSE_ROUNDING = 1e-12
 
 
 @dataclass
@@ -156,7 +154,7 @@ def choose(table: pd.DataFrame, values: Mapping[str, np.ndarray], metric: str, *
     -------
     (candidate, tied, reason)
     """
-    from gcc_dask.analysis.frontier import paired_difference
+    from gcc_dask.analysis.frontier import MSE_ROUNDING, paired_difference
 
     sign = 1.0 if metric == "rel_acc" else -1.0
     rows = table.dropna(subset=["value"])

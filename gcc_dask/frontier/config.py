@@ -124,6 +124,9 @@ class FrontierConfig(_Section):
     candidates
         ``default`` (every estimator at equal cost, :func:`default_candidates`) or a list of
         :class:`CandidateSpec`.
+    metric
+        What decides a cell: ``rel_acc`` (higher is better), ``mse`` (lower is better) or ``auto`` (RelAcc for
+        an f with more than one output, else MSE). Both are stored either way.
     seed
         Seeds the analytic inputs, the group choice, the composition and the straggler draws.
     """
@@ -138,6 +141,7 @@ class FrontierConfig(_Section):
     ratios: Annotated[list[Annotated[float, Field(ge=1, le=64)]], BeforeValidator(_as_list), Field(min_length=1)]
     stragglers: FrontierStragglers
     candidates: Literal["default"] | list[CandidateSpec] = "default"
+    metric: Literal["auto", "rel_acc", "mse"] = "auto"
     seed: Annotated[int, Field(ge=0)] = 0
     store: StoreSection = Field(default_factory=StoreSection)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
@@ -195,8 +199,8 @@ def default_candidates(polynomial: bool = False, degree: int | None = None) -> l
     * ``replication`` at every N ≥ K with each fill (``none``, ``nearest``, ``linear``): at N = K it is uncoded
       cut off at K − S results (the same decoder as the ``uncoded`` scheme with that fill), below 2K partial
       replication (the extra copies at ``spread`` positions, and at ``ends`` for comparison);
-    * ``gcc`` with the pipeline's defaults (``sobolev2``, λ = 0, ``systematic`` points) and with Chebyshev
-      points; ``bacc`` (Berrut, Chebyshev points);
+    * ``gcc`` with the pipeline's defaults (``sobolev2``, λ = 0, ``systematic`` points), with Chebyshev
+      points, and with the ``sobolev1`` kernel (piecewise linear); ``bacc`` (Berrut, Chebyshev points);
     * ``lcc`` (exact from its recovery threshold) when f is a polynomial of known degree.
     """
     out = [CandidateSpec(label=f"replication/{fill}", code="replication", params={"fill": fill})
@@ -205,6 +209,7 @@ def default_candidates(polynomial: bool = False, degree: int | None = None) -> l
                           params={"fill": "linear", "extra": "ends"}, ratios=None)]
     out += [CandidateSpec(label="gcc", code="gcc", params={"points": "systematic"}),
             CandidateSpec(label="gcc/chebyshev", code="gcc", params={"points": "chebyshev"}),
+            CandidateSpec(label="gcc/sobolev1", code="gcc", params={"points": "systematic", "kernel": "sobolev1"}),
             CandidateSpec(label="bacc", code="bacc", params={"points": "chebyshev"})]
     if polynomial and degree:
         out.append(CandidateSpec(label="lcc", code="lcc", params={"degree": int(degree), "points": "chebyshev"}))

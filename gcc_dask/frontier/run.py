@@ -312,7 +312,7 @@ def run_frontier(config: str | os.PathLike | Mapping[str, Any] | FrontierConfig,
     patterns = [p for p in PATTERNS if p in st.patterns]
     ds = _dataset(candidates, results, index, labels, reference, skipped, S=list(st.S), patterns=patterns,
                   attrs={"name": cfg.name, "config": cfg.resolved(), "data_fingerprint": cfg.data_fingerprint(),
-                         "num_inputs": cfg.num_inputs})
+                         "num_inputs": cfg.num_inputs, **({} if cfg.metric == "auto" else {"metric": cfg.metric})})
     _write(path, ds, outputs)
     return FrontierResult(path=str(path), status="complete", config=cfg, wall_s=wall,
                           cells=frontier_cells(open_frontier(path)))
@@ -456,7 +456,7 @@ def _dataset(candidates: Sequence[Candidate], results: dict, index: np.ndarray, 
     if labels is not None:
         ds["labels"] = (("group", "position"), labels)
     ds.attrs.update({
-        MARKER: 1, **attrs, "metric": "rel_acc" if multi else "mse", "skipped": skipped,
+        MARKER: 1, "metric": "rel_acc" if multi else "mse", **attrs, "skipped": skipped,
         "params": json_params(candidates), "created": _now(), "gcc_dask_version": _versions().get("gcc-dask"),
         "versions": _versions(), "status": "complete",
     })
