@@ -436,12 +436,7 @@ def run_pipeline(
             say(f"resuming {path}: {done} of {_limited(cfg, store.num_batches)} batches already done")
         wall = 0.0
         if store is None or work:
-            spec = ClusterSpec(
-                address=cfg.cluster.address, scheduler_file=cfg.cluster.scheduler_file,
-                n_workers=cfg.cluster.n_workers, threads_per_worker=cfg.cluster.threads_per_worker,
-                processes=True if cfg.cluster.processes is None else cfg.cluster.processes,
-                connect_timeout=cfg.cluster.connect_timeout, gpu=cfg.cluster.gpu,
-            )
+            spec = ClusterSpec.from_config(cfg.cluster)
             with connect(spec, client) as c:
                 say(f"dask dashboard: {c.dashboard_link}")
                 _wait_for_workers(c, cfg.cluster.connect_timeout)
