@@ -40,12 +40,17 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def client():
-    """A threaded-worker LocalCluster client shared by the whole session (no dashboard)."""
+    """A threaded-worker LocalCluster client shared by the whole session (no dashboard).
+
+    Its scheduler never re-runs a lost task (``allowed-failures: 0``), as the embedded cluster of a run: a
+    run on a cluster that would re-run lost shards warns (tests/test_coded_map.py shows the warning)."""
+    import dask
     from distributed import Client, LocalCluster
 
-    cluster = LocalCluster(
-        n_workers=2, threads_per_worker=8, processes=False, dashboard_address=":0", silence_logs=40
-    )
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        cluster = LocalCluster(
+            n_workers=2, threads_per_worker=8, processes=False, dashboard_address=":0", silence_logs=40
+        )
     c = Client(cluster)
     yield c
     c.close()

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 from gcc_dask.errors import ConfigError
 
 from .fields import _as_path_str, _fail, _Invalid, _key_path, _short
-from .sections import _NAME_RE, _SECTIONS, _SOURCE_KEYS, PipelineConfig, _default_store_path
+from .sections import _NAME_RE, _SECTIONS, _SOURCE_KEYS, _WORKLOAD_OBJECTS, PipelineConfig, _default_store_path
 
 class _UniqueKeyLoader(yaml.SafeLoader):
     """A safe loader that rejects duplicate keys instead of silently keeping the last one."""
@@ -252,6 +252,9 @@ def _load(path_or_mapping: Any, overrides: Sequence[str], check_paths: bool) -> 
         if path_or_mapping.source.kind == "array":
             data["source"] = {k: getattr(path_or_mapping.source, k)
                               for k in ("kind", *_SOURCE_KEYS["array"])}
+        for key in _WORKLOAD_OBJECTS:  # an in-memory f: the object itself, not its label
+            if getattr(path_or_mapping.workload, key) is not None:
+                data["workload"][key] = getattr(path_or_mapping.workload, key)
     elif isinstance(path_or_mapping, Mapping):
         data = _copy_tree(path_or_mapping)
         base_dir = Path.cwd()

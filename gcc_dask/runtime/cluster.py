@@ -22,7 +22,8 @@ from gcc_dask.limits import MAX_LOCAL_WORKERS
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ClusterSpec", "connect", "check_gpu_workers", "cluster_has_gpu", "gpu_available", "describe_target"]
+__all__ = ["ClusterSpec", "allowed_failures", "connect", "check_gpu_workers", "cluster_has_gpu", "current_client",
+           "gpu_available", "describe_target", "performance_report", "run_on_cluster"]
 
 
 @dataclass(frozen=True)
@@ -239,3 +240,49 @@ def thread_slots(client) -> int:
         return int(sum(client.nthreads().values()))
     except Exception:  # pragma: no cover - a scheduler that cannot answer
         return 0
+
+
+def allowed_failures(client) -> int | None:
+    """The scheduler's ``distributed.scheduler.allowed-failures``: how often it re-runs a task whose worker died
+    before it gives up (``KilledWorker``). None when the scheduler cannot be asked (it refuses pickled code)."""
+    try:
+        value = client.run_on_scheduler(_scheduler_allowed_failures)
+    except Exception:
+        return None
+    return None if value is None else int(value)
+
+
+def _scheduler_allowed_failures(dask_scheduler=None):
+    return getattr(dask_scheduler, "allowed_failures", None)
+
+
+def current_client():
+    """The ``distributed.Client`` that Dask would use now (``distributed.default_client``), or None."""
+    from distributed import default_client
+
+    try:
+        return default_client()
+    except ValueError:
+        return None
+
+
+@contextlib.contextmanager
+def performance_report(client, path) -> Iterator[None]:
+    """Write Dask's performance report of what runs inside the block to `path` (HTML), or do nothing when
+    `path` is None (:class:`distributed.performance_report`: task stream, worker profiles, bandwidth, the
+    scheduler's and workers' logs of the time)."""
+    if path is None:
+        yield
+        return
+    from distributed import performance_report as report
+
+    target = os.path.abspath(os.path.expanduser(os.fspath(path)))
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    with client.as_current(), report(filename=target):
+        yield
+
+
+def run_on_cluster(client, func, *args):
+    """``func(*args)`` as one Dask task (e.g. a read of a source that only the workers read); its result, or its
+    exception raised here."""
+    return client.submit(func, *args, pure=False).result()
