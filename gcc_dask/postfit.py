@@ -49,8 +49,9 @@ class CodedPostFit:
     scores : {"auto", "decision_function", "predict_proba"}
         What ``predict`` of a classifier decodes (see above).
     schemes, client, out, performance_report, **config
-        As :func:`gcc_dask.coded_map` (e.g. ``code={"num_inputs": 8, "num_workers": 12}``). ``out`` is a
-        folder: each call writes ``<method>.zarr`` in it, replacing that of the call before; by default every
+        As :func:`gcc_dask.coded_map` (e.g. ``code={"num_inputs": 8, "num_workers": 12}``). ``client`` is not
+        an estimator parameter (``get_params`` leaves it out, so a clone uses Dask's default client). ``out`` is
+        a folder: each call writes ``<method>.zarr`` in it, replacing that of the call before; by default every
         call gets a temporary store.
 
     Attributes
@@ -76,10 +77,10 @@ class CodedPostFit:
 
     # ------------------------------------------------------------------------------ scikit-learn protocol
     def get_params(self, deep: bool = True) -> dict[str, Any]:
-        """The constructor's arguments (``**config`` spread out), so that ``sklearn.base.clone`` works."""
+        """The constructor's arguments (``**config`` spread out), so that ``sklearn.base.clone`` works; not
+        ``client`` (a connection is not copied: a clone uses Dask's default client)."""
         params = {"estimator": self.estimator, "scores": self.scores, "schemes": self.schemes,
-                  "client": self.client, "out": self.out, "performance_report": self.performance_report,
-                  **self.config}
+                  "out": self.out, "performance_report": self.performance_report, **self.config}
         if deep and hasattr(self.estimator, "get_params"):
             params.update({f"estimator__{k}": v for k, v in self.estimator.get_params(deep=True).items()})
         return params

@@ -55,3 +55,19 @@ def client():
     yield c
     c.close()
     cluster.close()
+
+
+@pytest.fixture(scope="session")
+def process_client():
+    """A LocalCluster of 2 worker processes (4 threads each) shared by the tests that need real processes: what is
+    pickled reaches the workers as bytes, and the driver's own process can be told apart from theirs."""
+    import dask
+    from distributed import Client, LocalCluster
+
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        cluster = LocalCluster(n_workers=2, threads_per_worker=4, processes=True, dashboard_address=":0",
+                               silence_logs=40)
+    c = Client(cluster, set_as_default=False)
+    yield c
+    c.close()
+    cluster.close()
