@@ -524,7 +524,8 @@ def _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, la
     Marks the store ``failed`` when the run stops on an error, ``interrupted`` on Ctrl-C (and re-raises).
     """
     _check_reachable(c, os.path.abspath(path))
-    failures = allowed_failures(c)
+    # an in-process cluster (workers are threads of this process) cannot lose a worker alone: nothing to warn of
+    failures = None if str(c.scheduler.address).startswith("inproc://") else allowed_failures(c)
     if failures and warn is not None:
         warn(f"the Dask scheduler at {c.scheduler.address} re-runs a task lost with its worker up to {failures} "
              "times (distributed.scheduler.allowed-failures), so a shard lost with a dead worker is computed again "
