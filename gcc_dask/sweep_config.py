@@ -425,9 +425,10 @@ def _check_sizes(cfg: SweepConfig) -> None:
 
 
 # ------------------------------------------------------------------------------------------- loading
-def _error_line(exc: ValidationError) -> str:
+def _error_line(exc: ValidationError, root: type[BaseModel] | None = None) -> str:
+    """One line for the first error of a validation of `root` (default :class:`SweepConfig`); an unknown key
+    first, since a typo in a required key also makes the real key missing, and the typo is what was written."""
     errors = exc.errors(include_url=False)
-    # an unknown key first: a typo in a required key also makes the real key missing, and the typo is what was written
     err = next((e for e in errors if e.get("type") == "extra_forbidden"), errors[0])
     loc = [str(p) for p in err.get("loc", ())]
     cause = (err.get("ctx") or {}).get("error")
@@ -442,7 +443,7 @@ def _error_line(exc: ValidationError) -> str:
     if kind == "extra_forbidden":
         import difflib
 
-        valid = _valid_keys(loc[:-1])
+        valid = _valid_keys(loc[:-1], root)
         close = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.75)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         return f"{path}: got unknown key {loc[-1]!r}{hint}; expected one of: {', '.join(valid)}"
@@ -459,8 +460,8 @@ def _short(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _valid_keys(loc: Sequence[str]) -> list[str]:
-    model: Any = SweepConfig
+def _valid_keys(loc: Sequence[str], root: type[BaseModel] | None = None) -> list[str]:
+    model: Any = SweepConfig if root is None else root
     for part in loc:
         field = getattr(model, "model_fields", {}).get(part)
         ann = getattr(field, "annotation", None)
@@ -507,18 +508,35 @@ def load_sweep_config(path_or_mapping: Any, overrides: Sequence[str] = ()) -> Sw
     ConfigError
         One line naming the key, the value and what would be valid.
     """
+    if isinstance(path_or_mapping, SweepConfig) and not overrides:
+        return path_or_mapping
+    data, config_path = read_job_file(path_or_mapping, SweepConfig, "sweep", overrides)
+    try:
+        cfg = SweepConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_error_line(exc).replace("\n", "\\n")) from None
+    cfg._config_path = config_path
+    return cfg
+
+
+def read_job_file(path_or_mapping: Any, model: type[BaseModel], what: str,
+                  overrides: Sequence[str] = ()) -> tuple[dict, str | None]:
+    """The raw mapping of a job file (a sweep's or a frontier's), with its overrides and absolute paths.
+
+    `path_or_mapping` is a YAML path, a mapping, or a validated `model` (its resolved form); `what` names the
+    kind of file in error lines. ``name`` defaults to the file's stem, ``store.path`` to ``runs/<name>.zarr``
+    and the ``dnn`` workload path is searched next to the file. Returns ``(data, config_path)``.
+    """
     config_path = None
-    if isinstance(path_or_mapping, SweepConfig):
-        if not overrides:
-            return path_or_mapping
-        config_path = path_or_mapping.config_path
+    if isinstance(path_or_mapping, model):
+        config_path = getattr(path_or_mapping, "config_path", None)
         data, base = path_or_mapping.resolved(), Path.cwd()
     elif isinstance(path_or_mapping, Mapping):
         data, base = json.loads(json.dumps(path_or_mapping, default=str)), Path.cwd()
     elif isinstance(path_or_mapping, (str, os.PathLike)):
         path = Path(path_or_mapping).expanduser().absolute()
         if not path.is_file():
-            raise ConfigError(f"sweep config: got {str(path)!r}; expected an existing YAML file")
+            raise ConfigError(f"{what} config: got {str(path)!r}; expected an existing YAML file")
         try:
             data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         except (yaml.YAMLError, OSError, UnicodeDecodeError) as exc:
@@ -530,34 +548,29 @@ def load_sweep_config(path_or_mapping: Any, overrides: Sequence[str] = ()) -> Sw
         data.setdefault("name", path.stem.replace("_", "-"))
         config_path, base = str(path), path.parent
     else:
-        raise ConfigError(f"sweep config: got {_short(path_or_mapping)}; expected a YAML path or a mapping")
+        raise ConfigError(f"{what} config: got {_short(path_or_mapping)}; expected a YAML path or a mapping")
     for item in [overrides] if isinstance(overrides, str) else overrides:
         _set(data, item)
-    _check_top_level(data)
+    _check_top_level(data, model, what)
     _resolve_paths(data, base)
-    try:
-        cfg = SweepConfig.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(_error_line(exc).replace("\n", "\\n")) from None
-    cfg._config_path = config_path
-    return cfg
+    return data, config_path
 
 
 #: top-level keys of a pipeline file (gcc_dask.config) that a sweep file never has
 _PIPELINE_ONLY = ("source", "workload", "cutoff", "composition", "gcc", "lcc", "replication")
 
 
-def _check_top_level(data: Mapping[str, Any]) -> None:
-    """Before any file is looked for: a pipeline file given as a sweep, and unknown top-level keys (with the
-    nearest valid key when it looks like a typo)."""
+def _check_top_level(data: Mapping[str, Any], model: type[BaseModel], what: str) -> None:
+    """Before any file is looked for: a pipeline file given as a `what` (sweep, frontier) file, and unknown
+    top-level keys (with the nearest valid key when it looks like a typo)."""
     import difflib
 
-    valid = list(SweepConfig.model_fields)
+    valid = list(model.model_fields)
     unknown = [k for k in data if k not in valid]
     pipelineish = [k for k in unknown if k in _PIPELINE_ONLY]
     if pipelineish and "function" not in data:
-        raise ConfigError(f"sweep config: got a pipeline file (it has {', '.join(map(repr, pipelineish))} and no "
-                          "'function'); expected a sweep file: run a pipeline with `gcc-dask run FILE` "
+        raise ConfigError(f"{what} config: got a pipeline file (it has {', '.join(map(repr, pipelineish))} and no "
+                          f"'function'); expected a {what} file: run a pipeline with `gcc-dask run FILE` "
                           "(gcc_dask.run_pipeline)")
     if unknown:
         close = difflib.get_close_matches(str(unknown[0]), valid, n=1, cutoff=0.75)

@@ -270,6 +270,9 @@ def _check_top_level(data: Mapping[str, Any]) -> None:
     valid = list(PipelineConfig.model_fields)
     unknown = [k for k in data if k not in valid]
     sweepish = [k for k in unknown if k in _SWEEP_ONLY]
+    if data.get("kind") == "frontier" and "source" not in data:
+        raise ConfigError("config: got a frontier file (kind: frontier); expected a pipeline file: run a frontier "
+                          "with `gcc-dask sweep FILE` (gcc_dask.frontier.run_frontier)")
     if sweepish and "source" not in data and "workload" not in data:
         raise ConfigError(f"config: got a sweep file (it has {', '.join(map(repr, sweepish))} and no 'source' or "
                           "'workload'); expected a pipeline file: run a sweep with `gcc-dask sweep FILE` "
