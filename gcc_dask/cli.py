@@ -43,7 +43,7 @@ def _job_options(example: str):
         click.option("--no-progress", is_flag=True, help="Do not show the progress bar."),
         click.option("--performance-report", "performance_report", type=click.Path(dir_okay=False), default=None,
                      metavar="PATH", help="Write Dask's performance report of the job (an HTML file: task stream, "
-                     "worker profiles, bandwidth), e.g. to share it or to look at it after an embedded cluster's "
+                     "bandwidth, logs), e.g. to share it or to look at it after an embedded cluster's "
                      "dashboard has closed."),
     ]
 

@@ -82,8 +82,8 @@ def read_in_dataset_order(path: str | os.PathLike, group: str, name: str = "deco
 
     Returns
     -------
-    numpy.ndarray or dask.array.Array of shape (num_samples, *output_shape)
-        float32 for ``decoded`` (NaN where a batch was undecodable).
+    numpy.ndarray or dask.array.Array
+        Shape ``(num_samples, *output_shape)``; float32 for ``decoded`` (NaN where a batch was undecodable).
 
     Raises
     ------
