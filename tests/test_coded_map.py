@@ -224,3 +224,18 @@ def test_default_client_and_temporary_store(client):
     assert os.path.basename(res.store) == "coded-map.zarr" and os.path.isdir(res.store)
     assert os.path.basename(os.path.dirname(res.store)).startswith("gcc-dask-")
     assert res.estimates.shape == (64, 3)
+
+
+@pytest.mark.slow
+def test_a_script_without_a_main_guard_is_told_how_to_fix_it(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "no_guard.py"
+    script.write_text("import numpy as np\nimport gcc_dask as gd\n"
+                      "gd.coded_map(np.tanh, np.zeros((64, 2), 'float32'), cluster={'n_workers': 1})\n")
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert res.returncode != 0
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("gcc_dask.errors.ClusterError: cannot start a LocalCluster")
+    assert 'in a script (no_guard.py), put the calls that start a cluster under `if __name__ == "__main__":`' in last

@@ -128,14 +128,28 @@ def connect(spec: ClusterSpec, client=None) -> Iterator:
                 silence_logs=logging.CRITICAL,  # expected erasures and shutdown noise: see the store, not the terminal
                 resources={"GPU": 1} if gpu else None,
             )
-        except Exception as e:  # pragma: no cover - depends on the machine
-            raise ClusterError(f"cannot start a LocalCluster: {type(e).__name__}: {e}") from e
+        except Exception as e:
+            text = str(e).rstrip(".")
+            raise ClusterError(f"cannot start a LocalCluster: {type(e).__name__}: {text}{_script_hint(spec)}") from e
     c = Client(cluster)
     try:
         yield c
     finally:
         c.close()
         cluster.close()
+
+
+def _script_hint(spec: ClusterSpec) -> str:
+    """Why worker processes may fail to start from a script: each one imports the script (multiprocessing's
+    spawn), so calls at its top level run again in every worker, which cannot start processes of its own."""
+    import sys
+
+    main = sys.modules.get("__main__")
+    if not spec.processes or not getattr(main, "__file__", None) or hasattr(sys, "ps1"):
+        return ""
+    return (f"; in a script ({os.path.basename(main.__file__)}), put the calls that start a cluster under "
+            "`if __name__ == \"__main__\":` (each Dask worker process imports the script), or set "
+            "cluster.processes: false")
 
 
 @contextlib.contextmanager
