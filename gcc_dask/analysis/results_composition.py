@@ -79,7 +79,7 @@ def _figure(tables: dict[str, tuple[pd.DataFrame, pd.DataFrame]]):
 def composition_section(runs: Path, fig: Callable[[object, str], str], open_sweep: Callable) -> tuple[list[str], list[str]]:
     """The Markdown of the section and the stores it missed. `fig(figure, name)` saves a figure and returns its
     Markdown; `open_sweep(path)` opens a sweep store."""
-    md = ["## 7. Composition, placement and kernel on neural networks (how the pipeline's defaults were chosen)", "",
+    md = ["## 8. Composition, placement and kernel on neural networks (how the pipeline's defaults were chosen)", "",
           "`pipelines/composition_mnist.yaml` and `pipelines/composition_fashion.yaml`: each trial codes one group of "
           "K samples of the scheme's composition of the dataset (docs/pipeline.rst, section 'Composition') and "
           "loses S random workers, the same set for every scheme of the trial; 200 trials per cell. RelAcc is the "
