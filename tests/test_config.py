@@ -61,7 +61,7 @@ def test_design_example_loads_with_resolved_defaults():
     assert cfg.cutoff.quantile is None
     assert cfg.run.max_batches_in_flight == 16
     assert cfg.run.reference is True
-    assert cfg.replication.copies is None and cfg.replication.stop == "cutoff" and cfg.replication.fill == "none"
+    assert cfg.replication.copies is None and cfg.replication.stop == "cutoff" and cfg.replication.fill == "linear"
     assert cfg.workers_for("replication") == cfg.code.num_workers  # equal cost: the coded schemes' N
     assert cfg.code.block_size == 512 and cfg.composition.policy == "similarity"
     assert cfg.seed == 0
