@@ -451,7 +451,7 @@ def run_pipeline(
         else:
             warn = _warn_caller
         return _run_stored(cfg, path, source, workload, output_shape, connected, say, warn, echo is not None,
-                           performance_report)
+                           performance_report, advice)
 
 
 def _warn_caller(message: str) -> None:
@@ -469,8 +469,9 @@ _EMBEDDED_NOTE = (" (an embedded cluster's: it closes when the run ends; --perfo
 
 
 def _run_stored(cfg, path, source, workload, output_shape, connected, say, warn, progress,
-                report_path) -> RunResult:
-    """Resume or create the store at `path`, run what is pending on ``connected()``'s client, finish the store."""
+                report_path, advice=None) -> RunResult:
+    """Resume or create the store at `path`, run what is pending on ``connected()``'s client, finish the store
+    (with `advice`, the choice of ``schemes: [auto]``, in its attrs)."""
     codes = build_codes(cfg)
     plans = build_plans(cfg, codes)
     k, block = cfg.code.num_inputs, cfg.code.block_size
