@@ -93,7 +93,7 @@ def test_report_on_a_missing_store_is_one_line():
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
     assert lines == [f"gcc-dask: error: store path: got {str(Path('runs/nope.zarr').absolute())!r}; it does not "
-                     "exist (expected a gcc-dask run or sweep store)"]
+                     "exist (expected a gcc-dask run, sweep or frontier store)"]
     assert "Usage:" not in res.stderr
 
 
