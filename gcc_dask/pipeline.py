@@ -421,12 +421,7 @@ def run_pipeline(
     if source.num_samples > MAX_SAMPLES:
         raise SourceError(f"source: {source.name!r} holds {source.num_samples:,} samples; expected at most "
                           f"{MAX_SAMPLES:,} in one run (use source.limit, or split the dataset into runs)")
-    spec = ClusterSpec(
-        address=cfg.cluster.address, scheduler_file=cfg.cluster.scheduler_file,
-        n_workers=cfg.cluster.n_workers, threads_per_worker=cfg.cluster.threads_per_worker,
-        processes=True if cfg.cluster.processes is None else cfg.cluster.processes,
-        connect_timeout=cfg.cluster.connect_timeout, gpu=cfg.cluster.gpu,
-    )
+    spec = ClusterSpec.from_config(cfg.cluster)
     with contextlib.ExitStack() as stack:
         cluster: list = []  # the client, once connected (on first need)
 

@@ -486,10 +486,7 @@ def run_sweep(config: str | os.PathLike | Mapping[str, Any] | SweepConfig, clien
     if todo:
         import zarr
 
-        spec = ClusterSpec(address=cfg.cluster.address, scheduler_file=cfg.cluster.scheduler_file,
-                           n_workers=cfg.cluster.n_workers, threads_per_worker=cfg.cluster.threads_per_worker or 1,
-                           processes=True if cfg.cluster.processes is None else cfg.cluster.processes,
-                           connect_timeout=cfg.cluster.connect_timeout)
+        spec = ClusterSpec.from_config(cfg.cluster, threads_per_worker=1)
         blocks = [list(range(lo, min(lo + block, cfg.trials))) for lo in range(0, cfg.trials, block)]
         K, N, S = cfg.code.num_inputs, cfg.code.num_workers, cfg.stragglers.values
         root = zarr.open_group(str(path), mode="r+", use_consolidated=False)

@@ -301,10 +301,7 @@ def run_frontier(config: str | os.PathLike | Mapping[str, Any] | FrontierConfig,
     index, X, labels = make_groups(cfg)
     say(f"frontier {cfg.name}: {index.shape[0]} groups of K = {cfg.num_inputs}, {len(candidates)} estimators at "
         f"N = {sorted({c.num_workers for c in candidates})}, S = {cfg.stragglers.S}")
-    spec = ClusterSpec(address=cfg.cluster.address, scheduler_file=cfg.cluster.scheduler_file,
-                       n_workers=cfg.cluster.n_workers, threads_per_worker=cfg.cluster.threads_per_worker or 1,
-                       processes=True if cfg.cluster.processes is None else cfg.cluster.processes,
-                       connect_timeout=cfg.cluster.connect_timeout)
+    spec = ClusterSpec.from_config(cfg.cluster, threads_per_worker=1)
     st = cfg.stragglers
     t0 = time.perf_counter()
     with connect(spec, client) as c, perf_report(c, performance_report):

@@ -39,6 +39,15 @@ class ClusterSpec:
     memory_limit: str | None = "auto"
     gpu: bool | str = "auto"
 
+    @classmethod
+    def from_config(cls, cluster, *, threads_per_worker: int | None = None) -> ClusterSpec:
+        """The spec of a config's ``cluster`` section (:class:`gcc_dask.config.ClusterConfig`); an unset
+        ``threads_per_worker`` takes `threads_per_worker` (None: the embedded cluster's default)."""
+        return cls(address=cluster.address, scheduler_file=cluster.scheduler_file, n_workers=cluster.n_workers,
+                   threads_per_worker=cluster.threads_per_worker or threads_per_worker,
+                   processes=True if cluster.processes is None else cluster.processes,
+                   connect_timeout=cluster.connect_timeout, gpu=cluster.gpu)
+
 
 def describe_target(spec: ClusterSpec) -> str:
     """One line naming the cluster :func:`connect` would use."""
