@@ -11,11 +11,15 @@ with the per-scheme summary read back from the store. One driver at a time holds
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
 import logging
 import os
+import sys
 import time
 import uuid
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -34,7 +38,8 @@ from gcc_dask.errors import (
     ClusterError, GccDaskError, InvalidInputError, SourceError, StoreError, WorkloadError,
 )
 from gcc_dask.runtime.cluster import (
-    ClusterSpec, check_gpu_workers, cluster_has_gpu, connect, map_on_cluster, thread_slots,
+    ClusterSpec, allowed_failures, check_gpu_workers, cluster_has_gpu, connect, map_on_cluster,
+    performance_report as perf_report, run_on_cluster, thread_slots,
 )
 from gcc_dask.runtime.cutoff import CutoffPolicy
 from gcc_dask.runtime.executor import BatchRunner, SchemePlan
@@ -316,11 +321,14 @@ def _check_reachable(client, path: str) -> None:
 
 
 def _inputs_digest(source, workload) -> str:
-    """A digest of the model and data files the run reads (see :mod:`gcc_dask._digest`)."""
+    """A digest of the model and data files the run reads (see :mod:`gcc_dask._digest`), and of an in-memory f
+    (its cloudpickle bytes: ``workload.params["token"]``)."""
     try:
-        return files_digest([*workload.files(), *source.files()])
+        digest = files_digest([*workload.files(), *source.files()])
     except OSError as e:
         raise SourceError(f"cannot read the model or data files to fingerprint them: {e}") from None
+    token = getattr(workload, "params", {}).get("token")
+    return digest if token is None else hashlib.sha256(f"{digest}\n{token}".encode()).hexdigest()
 
 
 def _layout(cfg: PipelineConfig, num_samples: int, order) -> BatchLayout:
@@ -335,13 +343,17 @@ def _compose(cfg: PipelineConfig, source, client, say) -> BatchLayout:
     if comp.policy in ("similarity", "pc1"):
         say(f"composing {source.num_samples:,} samples into groups of {cfg.code.num_inputs} ({comp.policy}, "
             f"{windows} window{'s' if windows != 1 else ''})")
-    mapper = None
-    if windows > 1:
+    mapper = run_task = None
+    remote = getattr(source, "remote", False)  # a dask array: read on the workers only
+    if windows > 1 or remote:
         def mapper(func, items, *shared):
             return map_on_cluster(client, func, items, *shared)
+    if remote:
+        def run_task(func, *args):
+            return run_on_cluster(client, func, *args)
     return compose(source, group_size=cfg.code.num_inputs, block_size=cfg.code.block_size, policy=comp.policy,
                    seed=comp.seed, window=comp.window, dims=comp.dims, fit_samples=comp.fit_samples,
-                   map_windows=mapper)
+                   map_windows=mapper, run_task=run_task)
 
 
 def _pending(store, schemes: Sequence[str], num_batches: int) -> list[tuple[int, list[str]]]:
@@ -359,6 +371,7 @@ def run_pipeline(
     *,
     overrides: Sequence[str] = (),
     echo: Callable[[str], None] | None = None,
+    performance_report: str | os.PathLike | None = None,
 ) -> RunResult:
     """Run a coded pipeline end to end and return its summary.
 
@@ -374,7 +387,12 @@ def run_pipeline(
     overrides : sequence of "key=value"
         As ``--set`` on the command line.
     echo : callable, optional
-        Where to print progress lines (the dashboard link); None prints nothing.
+        Where to print progress lines (the dashboard link, warnings about the cluster); None prints nothing
+        (and a warning about the cluster is a :class:`RuntimeWarning`).
+    performance_report : path, optional
+        Write Dask's performance report of the run's work on the cluster to this HTML file
+        (``distributed.performance_report``; ``gcc-dask run --performance-report``). Nothing is written
+        when every batch was already done.
 
     Returns
     -------
@@ -403,7 +421,52 @@ def run_pipeline(
     if source.num_samples > MAX_SAMPLES:
         raise SourceError(f"source: {source.name!r} holds {source.num_samples:,} samples; expected at most "
                           f"{MAX_SAMPLES:,} in one run (use source.limit, or split the dataset into runs)")
-    output_shape = _check_model_fits(workload, source, cfg.run.nan_policy)
+    spec = ClusterSpec.from_config(cfg.cluster)
+    with contextlib.ExitStack() as stack:
+        cluster: list = []  # the client, once connected (on first need)
+
+        embedded = client is None and not (spec.address or spec.scheduler_file
+                                           or os.environ.get("DASK_SCHEDULER_ADDRESS"))
+
+        def connected():
+            if not cluster:
+                c = stack.enter_context(connect(spec, client))
+                say(f"dask dashboard: {c.dashboard_link}" + (_EMBEDDED_NOTE if embedded else ""))
+                _wait_for_workers(c, cfg.cluster.connect_timeout)
+                cluster.append(c)
+            return cluster[0]
+
+        if getattr(source, "remote", False):  # a dask array: not one block of it is read on the driver
+            output_shape = run_on_cluster(connected(), _check_model_fits, workload, source, cfg.run.nan_policy)
+        else:
+            output_shape = _check_model_fits(workload, source, cfg.run.nan_policy)
+        if echo is not None:
+            def warn(message: str) -> None:
+                say(f"warning: {message}")
+        else:
+            warn = _warn_caller
+        return _run_stored(cfg, path, source, workload, output_shape, connected, say, warn, echo is not None,
+                           performance_report, advice)
+
+
+def _warn_caller(message: str) -> None:
+    """A :class:`RuntimeWarning` attributed to the first caller outside gcc-dask (the user's line)."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    frame, level = sys._getframe(0), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, RuntimeWarning, stacklevel=level)
+
+
+#: said after the dashboard link of an embedded cluster, which lives only while the run does
+_EMBEDDED_NOTE = (" (an embedded cluster's: it closes when the run ends; --performance-report PATH keeps its "
+                  "plots as an HTML file)")
+
+
+def _run_stored(cfg, path, source, workload, output_shape, connected, say, warn, progress,
+                report_path, advice=None) -> RunResult:
+    """Resume or create the store at `path`, run what is pending on ``connected()``'s client, finish the store
+    (with `advice`, the choice of ``schemes: [auto]``, in its attrs)."""
     codes = build_codes(cfg)
     plans = build_plans(cfg, codes)
     k, block = cfg.code.num_inputs, cfg.code.block_size
@@ -436,10 +499,8 @@ def run_pipeline(
             say(f"resuming {path}: {done} of {_limited(cfg, store.num_batches)} batches already done")
         wall = 0.0
         if store is None or work:
-            spec = ClusterSpec.from_config(cfg.cluster)
-            with connect(spec, client) as c:
-                say(f"dask dashboard: {c.dashboard_link}")
-                _wait_for_workers(c, cfg.cluster.connect_timeout)
+            c = connected()
+            with perf_report(c, report_path):
                 if store is None:
                     t0 = time.perf_counter()
                     layout = _compose(cfg, source, c, say)
@@ -452,7 +513,9 @@ def run_pipeline(
                     # a new store: every batch pending for every scheme (nothing to read back)
                     work = [(b, list(cfg.schemes)) for b in range(_limited(cfg, store.num_batches))]
                 wall = _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, latency_model,
-                                    output_shape, work, say, echo is not None)
+                                    output_shape, work, say, progress, warn)
+            if report_path is not None:
+                say(f"performance report: {os.path.abspath(os.path.expanduser(os.fspath(report_path)))}")
         num_batches = _limited(cfg, store.num_batches)
         final = {s: store.batch_status(s)[:num_batches] for s in cfg.schemes}
         complete = all((v > 0).all() for v in final.values()) and num_batches == store.num_batches
@@ -466,12 +529,19 @@ def _limited(cfg: PipelineConfig, num_batches: int) -> int:
 
 
 def _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, latency_model, output_shape,
-                 work, say, progress) -> float:
+                 work, say, progress, warn=None) -> float:
     """Run the pending batches on client `c`, writing records as they finish; the wall time taken (s).
 
     Marks the store ``failed`` when the run stops on an error, ``interrupted`` on Ctrl-C (and re-raises).
     """
     _check_reachable(c, os.path.abspath(path))
+    # an in-process cluster (workers are threads of this process) cannot lose a worker alone: nothing to warn of
+    failures = None if str(c.scheduler.address).startswith("inproc://") else allowed_failures(c)
+    if failures and warn is not None:
+        warn(f"the Dask scheduler at {c.scheduler.address} re-runs a task lost with its worker up to {failures} "
+             "times (distributed.scheduler.allowed-failures), so a shard lost with a dead worker is computed again "
+             "instead of decoded around as an erasure; start the scheduler with "
+             "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES=0 (docs/cluster.rst, section 'An existing scheduler')")
     has_gpu = cluster_has_gpu(c)
     if cfg.cluster.gpu is True and not has_gpu:
         raise ClusterError("cluster.gpu: got true, but no Dask worker advertises a GPU resource; start "

@@ -606,8 +606,14 @@ class ArraySource(Source):
     """An in-memory NumPy array or a dask array (programmatic use only; not from YAML).
 
     Parameters: ``array`` (shape (num_samples, ...); ``data`` is an alias), ``labels`` (optional,
-    (num_samples,)), ``name``, ``limit``. A dask array is read by slicing and ``.compute()``, one slice
-    at a time.
+    (num_samples,)), ``name``, ``limit``.
+
+    A NumPy array travels whole with the run, to every Dask worker once. A dask array travels as its task
+    graph and is read where a batch is needed, block by block: :meth:`read` and :meth:`take` compute only the
+    blocks that hold the asked samples, each once, with the synchronous scheduler in the calling process (a
+    Dask worker, in a run: never a task of its own on the cluster, so a busy cluster cannot wait on itself).
+    ``remote`` is then true, and the pipeline reads nothing of it on the driver (the first-sample check of f
+    and the composition run as tasks on the cluster).
     """
 
     def __init__(self, array: Any = None, labels: Any = None, name: str = "array",
@@ -619,6 +625,9 @@ class ArraySource(Source):
             data = np.asarray(data)
         if len(data.shape) < 1:
             raise SourceError("source.data: got a 0-d array; expected shape (num_samples, ...)")
+        if _is_dask(data) and any(np.isnan(c) for c in data.shape):
+            raise SourceError(f"source.array: got a dask array of unknown shape {data.shape}; expected known "
+                              "chunk sizes along every axis (call .compute_chunk_sizes() first)")
         if labels is not None:
             if not hasattr(labels, "compute"):
                 labels = np.asarray(labels)
@@ -626,12 +635,44 @@ class ArraySource(Source):
                 raise SourceError(f"source.labels: got shape {labels.shape}; expected "
                                   f"({data.shape[0]},), one per sample")
         self.data, self.labels = data, labels
+        #: read on the Dask workers only (a dask array), never on the driver
+        self.remote = _is_dask(data) or _is_dask(labels)
         self._finish(str(name), int(data.shape[0]), data.shape[1:], data.dtype, labels is not None,
                      _check_limit(limit), {"kind": "array", "name": str(name)})
 
     def _read(self, start: int, stop: int) -> tuple[Any, Any]:
         def get(a: Any) -> Any:
             part = a[start:stop]
-            return part.compute() if hasattr(part, "compute") else part
+            return part.compute(scheduler="sync") if _is_dask(part) else part
 
         return get(self.data), None if self.labels is None else get(self.labels)
+
+    def take(self, indices: Any) -> tuple[np.ndarray, np.ndarray | None]:
+        """As :meth:`Source.take`; on a dask array one selection of the sorted indices, so that each block
+        that holds some of them is computed once (a composed batch spans many short runs of samples)."""
+        if not self.remote:
+            return super().take(indices)
+        idx = np.asarray(indices)
+        if idx.ndim != 1 or idx.size == 0 or not np.issubdtype(idx.dtype, np.integer):
+            return super().take(indices)  # its checks, and the empty case
+        idx = idx.astype(np.int64, copy=False)
+        if idx.min() < 0 or idx.max() >= self.num_samples:
+            return super().take(indices)  # raises its InvalidInputError
+        order = np.argsort(idx, kind="stable")
+        wanted = idx[order]
+
+        def get(a: Any) -> Any:
+            part = a[wanted]
+            part = part.compute(scheduler="sync") if _is_dask(part) else np.asarray(part)
+            out = np.empty_like(part)
+            out[order] = part
+            return out
+
+        X = np.asarray(get(self.data), dtype=self.dtype).reshape((idx.size, *self.sample_shape))
+        y = None if self.labels is None else np.asarray(get(self.labels), dtype=np.int64).reshape(idx.size)
+        return X, y
+
+
+def _is_dask(a: Any) -> bool:
+    """A dask collection (``dask.is_dask_collection``, without importing dask for NumPy input)."""
+    return a is not None and callable(getattr(a, "__dask_graph__", None)) and a.__dask_graph__() is not None

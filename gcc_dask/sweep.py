@@ -434,7 +434,8 @@ def _finish(path: Path, status: str) -> None:
 
 def run_sweep(config: str | os.PathLike | Mapping[str, Any] | SweepConfig, client=None,
               out: str | os.PathLike | None = None, *, overrides: Sequence[str] = (),
-              echo: Callable[[str], None] | None = None) -> SweepResult:
+              echo: Callable[[str], None] | None = None,
+              performance_report: str | os.PathLike | None = None) -> SweepResult:
     """Run an accuracy/rate sweep on Dask and return its tables.
 
     Parameters
@@ -450,6 +451,10 @@ def run_sweep(config: str | os.PathLike | Mapping[str, Any] | SweepConfig, clien
         As ``--set`` on the command line.
     echo : callable, optional
         Where to print progress lines (dashboard link, resume notes); None prints nothing.
+    performance_report : path, optional
+        Write Dask's performance report of the sweep's tasks to this HTML file
+        (``distributed.performance_report``; ``gcc-dask sweep --performance-report``). Nothing is written when
+        every cell was already done.
 
     Returns
     -------
@@ -465,6 +470,7 @@ def run_sweep(config: str | os.PathLike | Mapping[str, Any] | SweepConfig, clien
     from gcc_dask.analysis.metrics import sweep_table
     from gcc_dask.analysis.rates import rate_table
     from gcc_dask.runtime.cluster import ClusterSpec, connect
+    from gcc_dask.runtime.cluster import performance_report as perf_report
 
     say = echo or (lambda _msg: None)
     cfg = load_sweep_config(config, overrides=overrides)
@@ -488,8 +494,10 @@ def run_sweep(config: str | os.PathLike | Mapping[str, Any] | SweepConfig, clien
         remaining = {cell: len(blocks) for cell in todo}
         token = uuid.uuid4().hex[:8]
         final = "interrupted"
-        with connect(spec, client) as c:
-            say(f"dask dashboard: {c.dashboard_link}")
+        embedded = client is None and not (spec.address or spec.scheduler_file
+                                           or os.environ.get("DASK_SCHEDULER_ADDRESS"))
+        with connect(spec, client) as c, perf_report(c, performance_report):
+            say(f"dask dashboard: {c.dashboard_link}" + (_EMBEDDED_NOTE if embedded else ""))
             futures = {}
             for (a, b, s_i) in todo:
                 for trials in blocks:
@@ -524,11 +532,18 @@ def run_sweep(config: str | os.PathLike | Mapping[str, Any] | SweepConfig, clien
                 wall = time.perf_counter() - t0
                 if final != "complete":
                     _finish(path, final)
+        if performance_report is not None:
+            say(f"performance report: {os.path.abspath(os.path.expanduser(os.fspath(performance_report)))}")
     done = bool((status != STATUS_PENDING).all())
     _finish(path, "complete" if done else "interrupted")
     ds = open_sweep(path)
     return SweepResult(path=str(path), status="complete" if done else "incomplete", config=cfg, wall_s=wall,
                        summary=sweep_table(ds), rates=rate_table(ds))
+
+
+#: said after the dashboard link of an embedded cluster, which lives only while the sweep does
+_EMBEDDED_NOTE = (" (an embedded cluster's: it closes when the sweep ends; --performance-report PATH keeps its "
+                  "plots as an HTML file)")
 
 
 def _progress(total: int, enabled: bool, name: str):

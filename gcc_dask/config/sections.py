@@ -154,16 +154,18 @@ class SourceConfig(_Section):
 
 
 _ANALYTIC = ("xsinx", "polynomial", "smooth")
-_WORKLOAD_KEYS = {"onnx": ("path",), "torch": ("path", "name"), "analytic": ("name",),
-                  "callable": ("name",)}
+_WORKLOAD_KEYS = {"onnx": ("path",), "torch": ("path", "name", "module"), "analytic": ("name",),
+                  "callable": ("name", "function")}
+#: keys that hold a Python object (from Python only, never YAML): summarised by their label in the stored config
+_WORKLOAD_OBJECTS = ("function", "module")
 _CALLABLE_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 
 class WorkloadConfig(_Section):
     """The function f evaluated by the workers (see :func:`gcc_dask.workloads.make_workload`).
 
-    Valid keys per kind: ``onnx``: path; ``torch``: path or name; ``analytic``: name; ``callable``:
-    name; every kind also takes ``params``.
+    Valid keys per kind: ``onnx``: path; ``torch``: path, name or (from Python) module; ``analytic``: name;
+    ``callable``: name or (from Python) function; every kind also takes ``params``.
 
     Attributes
     ----------
@@ -178,6 +180,13 @@ class WorkloadConfig(_Section):
         ``analytic``: ``xsinx``, ``polynomial`` or ``smooth``; ``callable``: an import path
         ``'module:function'`` (e.g. ``'numpy:tanh'``); ``torch``: a ``'module:factory'`` that returns
         a ``torch.nn.Module``.
+    function
+        ``callable``, from Python only (not in YAML): the function itself, any callable on batches (a
+        lambda, a closure, a fitted estimator's ``predict_proba``), instead of ``name``. It is pickled with
+        cloudpickle and unpickled once per Dask worker (:func:`gcc_dask.coded_map` passes f here).
+    module
+        ``torch``, from Python only: a ``torch.nn.Module`` object, instead of ``path`` or ``name``; pickled
+        like ``function``.
     params
         Extra keyword arguments of the workload class, e.g. ``{coeffs: [0, 0, 1]}`` for the
         ``polynomial`` analytic function or ``{kwargs: {...}}`` for a callable. JSON-compatible values.
@@ -185,7 +194,9 @@ class WorkloadConfig(_Section):
 
     kind: Literal["onnx", "analytic", "callable", "torch"]
     path: PathStr | None = None
-    name: str | None = None
+    name: Any = None
+    function: Any = None
+    module: Any = None
     params: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="before")
@@ -206,14 +217,25 @@ class WorkloadConfig(_Section):
 
     @model_validator(mode="after")
     def _check(self) -> WorkloadConfig:
+        if self.name is not None and not isinstance(self.name, str):
+            hint = " (from Python, pass the callable itself as workload.function)" if callable(self.name) else ""
+            raise _Invalid("name", self.name, f"a string{hint}")
         if self.kind == "onnx" and not self.path:
             raise _Invalid("path", self.path, "the path of an .onnx model file")
-        if self.kind == "torch" and not (self.path or self.name):
-            raise _Invalid("path", self.path, "a TorchScript file path (or name: 'module:factory')")
+        if self.kind == "torch" and sum(v is not None for v in (self.path, self.name, self.module)) != 1:
+            raise _Invalid("path", self.path, "exactly one of a TorchScript file path, name: 'module:factory' "
+                                              "or (from Python) module: a torch.nn.Module")
         if self.kind == "analytic" and self.name not in _ANALYTIC:
             raise _Invalid("name", self.name, f"one of {', '.join(map(repr, _ANALYTIC))}")
-        if self.kind == "callable" and not (self.name and _CALLABLE_RE.match(self.name)):
-            raise _Invalid("name", self.name, "an importable 'module:function' such as 'numpy:tanh'")
+        if self.kind == "callable":
+            if self.function is not None:
+                if self.name is not None:
+                    raise _Invalid("name", self.name, "null when workload.function is given (one of the two)")
+                if not callable(self.function):
+                    raise _Invalid("function", self.function, "a callable f(X) -> Y on batches")
+            elif not (self.name and _CALLABLE_RE.match(self.name)):
+                raise _Invalid("name", self.name, "an importable 'module:function' such as 'numpy:tanh' (or, "
+                                                  "from Python, function: the callable itself)")
         if self.kind == "torch" and self.name and not _CALLABLE_RE.match(self.name):
             raise _Invalid("name", self.name, "an importable 'module:factory'")
         try:
@@ -950,7 +972,11 @@ class PipelineConfig(_Section):
         """
         out = self.model_dump(mode="python", exclude={"source"})
         out["workload"] = {k: v for k, v in out["workload"].items()
-                           if k in ("kind", *_WORKLOAD_KEYS[self.workload.kind], "params")}
+                           if k in ("kind", *_WORKLOAD_KEYS[self.workload.kind], "params")
+                           and not (k in _WORKLOAD_OBJECTS and v is None)}
+        for key in _WORKLOAD_OBJECTS:
+            if key in out["workload"]:  # an in-memory f: its label (its content is in the run's inputs digest)
+                out["workload"][key] = _object_label(getattr(self.workload, key))
         src = {"kind": self.source.kind}
         for key in _SOURCE_KEYS[self.source.kind]:
             value = getattr(self.source, key)
@@ -984,6 +1010,13 @@ def _default_store_path(data: dict) -> dict:
     if isinstance(store, Mapping) and store.get("path") is None and isinstance(name, str):
         data["store"] = {**store, "path": f"runs/{name}.zarr"}
     return data
+
+
+def _object_label(obj: Any) -> str:
+    """``module:qualname`` of a Python object passed as f (a function, a bound method, a torch module)."""
+    qual = getattr(obj, "__qualname__", None) or type(obj).__qualname__
+    module = getattr(obj, "__module__", None) or type(obj).__module__
+    return f"<python object {module}:{qual}>"
 
 
 def _array_summary(arr: Any) -> dict[str, Any]:

@@ -22,7 +22,8 @@ from gcc_dask.limits import MAX_LOCAL_WORKERS
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ClusterSpec", "connect", "check_gpu_workers", "cluster_has_gpu", "gpu_available", "describe_target"]
+__all__ = ["ClusterSpec", "allowed_failures", "connect", "check_gpu_workers", "cluster_has_gpu", "current_client",
+           "gpu_available", "describe_target", "performance_report", "run_on_cluster"]
 
 
 @dataclass(frozen=True)
@@ -136,14 +137,28 @@ def connect(spec: ClusterSpec, client=None) -> Iterator:
                 silence_logs=logging.CRITICAL,  # expected erasures and shutdown noise: see the store, not the terminal
                 resources={"GPU": 1} if gpu else None,
             )
-        except Exception as e:  # pragma: no cover - depends on the machine
-            raise ClusterError(f"cannot start a LocalCluster: {type(e).__name__}: {e}") from e
+        except Exception as e:
+            text = str(e).rstrip(".")
+            raise ClusterError(f"cannot start a LocalCluster: {type(e).__name__}: {text}{_script_hint(spec)}") from e
     c = Client(cluster)
     try:
         yield c
     finally:
         c.close()
         cluster.close()
+
+
+def _script_hint(spec: ClusterSpec) -> str:
+    """Why worker processes may fail to start from a script: each one imports the script (multiprocessing's
+    spawn), so calls at its top level run again in every worker, which cannot start processes of its own."""
+    import sys
+
+    main = sys.modules.get("__main__")
+    if not spec.processes or not getattr(main, "__file__", None) or hasattr(sys, "ps1"):
+        return ""
+    return (f"; in a script ({os.path.basename(main.__file__)}), put the calls that start a cluster under "
+            "`if __name__ == \"__main__\":` (each Dask worker process imports the script), or set "
+            "cluster.processes: false")
 
 
 @contextlib.contextmanager
@@ -248,3 +263,49 @@ def thread_slots(client) -> int:
         return int(sum(client.nthreads().values()))
     except Exception:  # pragma: no cover - a scheduler that cannot answer
         return 0
+
+
+def allowed_failures(client) -> int | None:
+    """The scheduler's ``distributed.scheduler.allowed-failures``: how often it re-runs a task whose worker died
+    before it gives up (``KilledWorker``). None when the scheduler cannot be asked (it refuses pickled code)."""
+    try:
+        value = client.run_on_scheduler(_scheduler_allowed_failures)
+    except Exception:
+        return None
+    return None if value is None else int(value)
+
+
+def _scheduler_allowed_failures(dask_scheduler=None):
+    return getattr(dask_scheduler, "allowed_failures", None)
+
+
+def current_client():
+    """The ``distributed.Client`` that Dask would use now (``distributed.default_client``), or None."""
+    from distributed import default_client
+
+    try:
+        return default_client()
+    except ValueError:
+        return None
+
+
+@contextlib.contextmanager
+def performance_report(client, path) -> Iterator[None]:
+    """Write Dask's performance report of what runs inside the block to `path` (HTML), or do nothing when
+    `path` is None (:class:`distributed.performance_report`: task stream, worker profiles, bandwidth, the
+    scheduler's and workers' logs of the time)."""
+    if path is None:
+        yield
+        return
+    from distributed import performance_report as report
+
+    target = os.path.abspath(os.path.expanduser(os.fspath(path)))
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    with client.as_current(), report(filename=target):
+        yield
+
+
+def run_on_cluster(client, func, *args):
+    """``func(*args)`` as one Dask task (e.g. a read of a source that only the workers read); its result, or its
+    exception raised here."""
+    return client.submit(func, *args, pure=False).result()
