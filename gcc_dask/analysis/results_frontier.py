@@ -7,7 +7,6 @@ Reads the frontier stores made by ``gcc-dask sweep pipelines/frontier_*.yaml`` (
 from __future__ import annotations
 
 from pathlib import Path
-import numpy as np
 import pandas as pd
 
 from gcc_dask.analysis.frontier import CHEAP, CODED, cluster_mean, frontier_cells, open_frontier, paired_difference

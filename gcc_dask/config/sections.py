@@ -24,7 +24,6 @@ from gcc_dask.limits import MAX_SAMPLES
 from .fields import (
     Points,
     _FINGERPRINT_EXCLUDE,
-    CODED_SCHEMES,
     SCHEMES,
     Duration,
     InputCount,

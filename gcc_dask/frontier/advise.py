@@ -33,9 +33,7 @@ import pandas as pd
 from gcc_dask.errors import ConfigError
 
 from .config import CandidateSpec, default_candidates
-from .run import (
-    Candidate, _build, _cached_outputs, _dataset, _write, candidates_for_specs, groups_of, measure,
-)
+from .run import _cached_outputs, _dataset, _write, candidates_for_specs, groups_of, measure
 from .sets import PATTERNS, bernoulli_sets, latency_sets
 
 __all__ = ["Advice", "advise", "apply_choice", "choose", "resolve_auto"]
