@@ -25,6 +25,7 @@ import functools
 import gzip
 import os
 import threading
+from collections import OrderedDict
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -509,6 +510,39 @@ class ZarrSource(_ArrayFileSource):
         return one(self.array), None if self.labels is None else one(self.labels)
 
 
+#: the ``.npy`` files memory-mapped in this process, by (absolute path, inode, mtime, size), at most
+#: ``_NPY_KEEP`` of them (each holds a file descriptor)
+_NPY_OPEN: "OrderedDict[tuple, np.ndarray]" = OrderedDict()
+_NPY_LOCK = threading.Lock()
+_NPY_KEEP = 32
+
+
+def _load_npy(path: str) -> np.ndarray:
+    """``np.load(path, mmap_mode="r")``, once per file and process, under a lock.
+
+    NumPy parses a ``.npy`` header with ``ast.literal_eval``, which is not thread-safe on CPython 3.11
+    (``SystemError: AST constructor recursion depth mismatch`` when a worker's threads open a file at
+    once). The memory map is shared by every reader in the process; a file replaced or rewritten since
+    (another inode, mtime or size) is opened anew.
+
+    Raises
+    ------
+    OSError, ValueError
+        As :func:`numpy.load`.
+    """
+    st = os.stat(path)
+    key = (os.path.abspath(path), st.st_ino, st.st_mtime_ns, st.st_size)
+    with _NPY_LOCK:
+        arr = _NPY_OPEN.get(key)
+        if arr is None:
+            arr = _NPY_OPEN[key] = np.load(path, mmap_mode="r", allow_pickle=False)
+            while len(_NPY_OPEN) > _NPY_KEEP:
+                _NPY_OPEN.popitem(last=False)
+        else:
+            _NPY_OPEN.move_to_end(key)
+        return arr
+
+
 @register_source("npy")
 class NpySource(_ArrayFileSource):
     """A ``.npy`` file, memory-mapped (``np.load(mmap_mode="r")``) and read in slices.
@@ -532,7 +566,7 @@ class NpySource(_ArrayFileSource):
     def _open(self) -> tuple[Any, Any]:
         def one(p: str) -> Any:
             try:
-                return np.load(p, mmap_mode="r", allow_pickle=False)
+                return _load_npy(p)  # once per process: np.load's header parser is not thread-safe
             except (OSError, ValueError) as exc:
                 raise SourceError(f"cannot read .npy file {p!r}: {exc}") from exc
 
