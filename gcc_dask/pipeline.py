@@ -448,7 +448,20 @@ def run_pipeline(
         complete = all((v > 0).all() for v in final.values()) and num_batches == store.num_batches
         run_status = "complete" if complete else "incomplete"
         store.finish(status=run_status)
+        if num_batches < store.num_batches:
+            say(_limit_note(cfg, store, num_batches))
     return RunResult(path=path, status=run_status, config=cfg, wall_s=wall)
+
+
+def _limit_note(cfg: PipelineConfig, store, num_batches: int) -> str:
+    """The line that says a run stopped on purpose at ``run.limit_batches``, and what is left."""
+    pending = {s: int((store.batch_status(s) == 0).sum()) for s in cfg.schemes}
+    counts = set(pending.values())
+    left = (f"{counts.pop()} of {store.num_batches} batches still pending per scheme" if len(counts) == 1 else
+            "batches still pending: " + ", ".join(f"{s} {n} of {store.num_batches}" for s, n in pending.items()))
+    return (f"stopped at run.limit_batches = {cfg.run.limit_batches} (the first {num_batches} of "
+            f"{store.num_batches} batches); {left}, so the store is 'incomplete': run the same command without "
+            "run.limit_batches, or with a larger one, to go on")
 
 
 def _limited(cfg: PipelineConfig, num_batches: int) -> int:

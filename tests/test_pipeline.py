@@ -17,8 +17,9 @@ from run_helpers import direct_decode, stored_layout
 SMOKE = "pipelines/smoke.yaml"
 
 
-def _run(client, tmp_path, name="run.zarr", overrides=()):  # noqa: D103
-    return gd.run_pipeline(SMOKE, client=client, out=tmp_path / name, overrides=["run.progress=false", "store.overwrite=false", *overrides])
+def _run(client, tmp_path, name="run.zarr", overrides=(), echo=None):  # noqa: D103
+    return gd.run_pipeline(SMOKE, client=client, out=tmp_path / name, echo=echo,
+                           overrides=["run.progress=false", "store.overwrite=false", *overrides])
 
 
 @pytest.fixture(scope="module")
@@ -69,12 +70,18 @@ def test_store_opens_with_xarray_and_open_run(smoke):
 
 
 def test_resume_recomputes_nothing_done_and_matches_a_clean_run(client, tmp_path, smoke):
-    part = _run(client, tmp_path, "resumed.zarr", overrides=["run.limit_batches=3"])
+    said = []
+    part = _run(client, tmp_path, "resumed.zarr", overrides=["run.limit_batches=3"], echo=said.append)
     assert part.status == "incomplete"
+    # the run says it stopped on purpose at the limit, and what is left
+    assert said[-1] == ("stopped at run.limit_batches = 3 (the first 3 of 8 batches); 5 of 8 batches still "
+                        "pending per scheme, so the store is 'incomplete': run the same command without "
+                        "run.limit_batches, or with a larger one, to go on"), said
     first = zarr.open_group(str(part.path), mode="r")
     before = first["gcc/batch_latency_s"][:3].copy()
-    full = _run(client, tmp_path, "resumed.zarr")
-    assert full.status == "complete"
+    said = []
+    full = _run(client, tmp_path, "resumed.zarr", echo=said.append)
+    assert full.status == "complete" and not any("limit_batches" in line for line in said), said
     root = zarr.open_group(str(full.path), mode="r")
     np.testing.assert_array_equal(root["gcc/batch_latency_s"][:3], before)  # not recomputed
     clean = zarr.open_group(str(smoke.path), mode="r")
