@@ -391,6 +391,11 @@ def run_pipeline(
         raise SourceError(f"source: {source.name!r} holds {source.num_samples:,} samples; expected at most "
                           f"{MAX_SAMPLES:,} in one run (use source.limit, or split the dataset into runs)")
     output_shape = _check_model_fits(workload, source, cfg.run.nan_policy)
+    fixed = getattr(load_workload(workload), "fixed_batch", None)  # loaded once by the check above
+    if fixed is not None and fixed != cfg.code.block_size:
+        say(f"note: the model {getattr(workload, 'path', workload)!r} has a fixed batch dimension of {fixed}, so "
+            f"f runs each block of code.block_size = {cfg.code.block_size} samples in slices of {fixed} (export "
+            f"it with a dynamic batch dimension, or set code.block_size: {fixed}, for one call per block)")
     codes = build_codes(cfg)
     plans = build_plans(cfg, codes)
     k, block = cfg.code.num_inputs, cfg.code.block_size

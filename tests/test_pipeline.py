@@ -170,3 +170,29 @@ def test_a_store_path_with_a_tilde_is_the_home_folder(client, tmp_path, monkeypa
     from gcc_dask.analysis.summary import summarize_run
 
     assert summarize_run("~/home-run.zarr").loc["gcc", "rel_acc"] == res.summary.loc["gcc", "rel_acc"]
+
+
+def test_a_model_with_a_fixed_batch_dimension_runs_and_says_so(client, tmp_path):
+    """An ONNX model exported with a fixed batch of 1 (blocks of 2 samples, batches of 16): every shard and
+    reference runs in slices, so the run completes with finite estimates and references (it used to end
+    'complete' with every shard an erasure and NaN references), and the run says how f is called."""
+    import onnx
+
+    model = onnx.load("pipelines/models/lenet5_mnist.onnx")
+    for value in (*model.graph.input, *model.graph.output):
+        dim = value.type.tensor_type.shape.dim[0]
+        dim.Clear()
+        dim.dim_value = 1
+    onnx.save(model, str(tmp_path / "lenet_b1.onnx"))
+    said = []
+    run = _run(client, tmp_path, echo=said.append,
+               overrides=[f"workload.path={tmp_path / 'lenet_b1.onnx'}", "source.limit=32"])
+    assert run.status == "complete"
+    assert any("has a fixed batch dimension of 1, so f runs each block of code.block_size = 2 samples in "
+               "slices of 1" in line for line in said), said
+    root = zarr.open_group(str(run.path), mode="r")
+    assert np.isfinite(root["inputs/reference"][:]).all()
+    for scheme in ["gcc", "uncoded"]:
+        assert not root[f"{scheme}/failed"][:].any()
+        assert np.isfinite(root[f"{scheme}/decoded"][:]).all()
+    assert run.summary.loc["uncoded", "rel_acc"] == 1.0
