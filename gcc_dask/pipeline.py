@@ -215,33 +215,36 @@ def _check_model_fits(workload, source, nan_policy: str = "raise") -> tuple[int,
     try:
         x, _ = source.read(0, 1)
     except (MemoryError, ValueError, OSError) as e:  # e.g. an absurd source.shape; a corrupt file
-        raise SourceError(f"source: cannot read sample 0 of {source.name!r} ({type(e).__name__}: "
-                          f"{str(e).splitlines()[0] if str(e) else ''}); check the source's shape and files") from None
+        raise SourceError(f"source: got {source.name!r}, whose sample 0 cannot be read ({type(e).__name__}: "
+                          f"{str(e).splitlines()[0] if str(e) else ''}); expected a readable source: check its "
+                          "shape and files") from None
     if not np.issubdtype(x.dtype, np.floating):
         fix = ("set source.dtype: float32 to cast on read" if source.kind in ("zarr", "npy")
                else "store the data as float32 or float64")
-        raise SourceError(f"source: {source.name!r} holds {x.dtype} samples; expected real floating data "
+        raise SourceError(f"source: got {x.dtype} samples in {source.name!r}; expected real floating data "
                           f"(float32 or float64: the codes mix samples linearly); {fix}")
     if nan_policy == "raise" and np.issubdtype(x.dtype, np.floating) and not np.isfinite(x).all():
-        raise InvalidInputError("source: sample 0 holds NaN or Inf (run.nan_policy: raise); clean the data "
-                                "or set run.nan_policy: propagate")
+        raise InvalidInputError("source: got NaN or Inf in sample 0 (run.nan_policy: raise); expected finite "
+                                "data: clean it, or set run.nan_policy: propagate")
     try:
         y = np.asarray(load_workload(workload)(x))  # the session stays loaded for the next run
     except WorkloadError:
         raise
     except Exception as e:
+        text = " ".join(str(e).split())
         raise WorkloadError(
-            f"workload: f fails on a sample of the source (shape {tuple(x.shape[1:])}, dtype {x.dtype}): "
-            f"{type(e).__name__}: {e}"
+            f"workload: got an f that fails on a sample of the source (shape {tuple(x.shape[1:])}, dtype "
+            f"{x.dtype}: {type(e).__name__}: {text}); expected an f that maps (n, ...) samples to (n, ...) outputs"
         ) from None
     if y.ndim < 1 or y.shape[0] != 1:
-        raise WorkloadError(f"workload: f must map (n, ...) to (n, ...); got output shape {y.shape} for n = 1")
+        raise WorkloadError(f"workload: got output shape {y.shape} for n = 1; expected f to map (n, ...) to "
+                            "(n, ...)")
     if not np.issubdtype(y.dtype, np.floating):
-        raise WorkloadError(f"workload: f returns {y.dtype} outputs; expected float32 or float64 (the decoders "
+        raise WorkloadError(f"workload: got {y.dtype} outputs from f; expected float32 or float64 (the decoders "
                             "mix results linearly): cast f's output")
     if nan_policy == "raise" and not np.isfinite(y).all():
-        raise InvalidInputError("workload: f returns NaN/Inf on the first sample of the source "
-                                "(run.nan_policy: raise)")
+        raise InvalidInputError("workload: got NaN or Inf from f on sample 0 of the source (run.nan_policy: "
+                                "raise); expected finite outputs, or set run.nan_policy: propagate")
     return tuple(int(s) for s in y.shape[1:])
 
 
@@ -251,9 +254,9 @@ def _wait_for_workers(client, timeout: float) -> None:
         client.wait_for_workers(1, timeout=timeout)
     except TimeoutError:
         raise ClusterError(
-            f"cluster: the Dask scheduler at {client.scheduler.address!r} has no workers, and none joined "
-            f"within {timeout:g} s (cluster.connect_timeout); start some with `dask worker ADDRESS`, or "
-            f"raise cluster.connect_timeout"
+            f"cluster: got a Dask scheduler at {client.scheduler.address!r} that has no workers, and none joined "
+            f"within {timeout:g} s (cluster.connect_timeout); expected at least one: start some with "
+            f"`dask worker ADDRESS`, or raise cluster.connect_timeout"
         ) from None
 
 
@@ -305,7 +308,8 @@ def _inputs_digest(source, workload) -> str:
     try:
         return files_digest([*workload.files(), *source.files()])
     except OSError as e:
-        raise SourceError(f"cannot read the model or data files to fingerprint them: {e}") from None
+        raise SourceError(f"source: got model or data files that cannot be read to fingerprint them ({e}); "
+                          "expected readable files") from None
 
 
 def _layout(cfg: PipelineConfig, num_samples: int, order) -> BatchLayout:
@@ -388,7 +392,7 @@ def run_pipeline(
     wl.update(wl.pop("params", None) or {})
     workload = make_workload(wl.pop("kind"), base_dir=cfg.base_dir, **wl)
     if source.num_samples > MAX_SAMPLES:
-        raise SourceError(f"source: {source.name!r} holds {source.num_samples:,} samples; expected at most "
+        raise SourceError(f"source: got {source.name!r} with {source.num_samples:,} samples; expected at most "
                           f"{MAX_SAMPLES:,} in one run (use source.limit, or split the dataset into runs)")
     output_shape = _check_model_fits(workload, source, cfg.run.nan_policy)
     fixed = getattr(load_workload(workload), "fixed_batch", None)  # loaded once by the check above

@@ -330,8 +330,8 @@ class OnnxWorkload(Workload):
             try:
                 return sess.run(None, {name: x})[0]
             except Exception as exc:
-                raise WorkloadError(f"workload: ONNX model {path!r} rejected an input of shape {tuple(x.shape)} "
-                                    f"({_one_line(exc)}); expected an input that fits its declared input "
+                raise WorkloadError(f"workload: got input of shape {tuple(x.shape)}, which ONNX model {path!r} "
+                                    f"rejects ({_one_line(exc)}); expected one that fits its declared input "
                                     f"{list(inp.shape)}") from None
 
         def run_sliced(x: np.ndarray) -> np.ndarray:
@@ -354,8 +354,8 @@ class OnnxWorkload(Workload):
                 if int(np.prod(x.shape[1:], dtype=np.int64)) != size or x.ndim < 1:
                     want = ", ".join(map(str, per_sample))
                     raise WorkloadError(
-                        f"input of shape {tuple(x.shape)} does not fit ONNX model {path!r}: expected "
-                        f"(n, {want}) or any (n, ...) with {size} values per sample")
+                        f"workload: got input of shape {tuple(x.shape)}, which does not fit ONNX model {path!r}; "
+                        f"expected (n, {want}) or any (n, ...) with {size} values per sample")
                 x = x.reshape((n, *per_sample))
             x = np.ascontiguousarray(x, dtype=dtype)
             y = run(x) if batch is None or x.ndim < 1 or x.shape[0] == batch else run_sliced(x)

@@ -252,6 +252,30 @@ def test_file_source_errors(tmp_path):
         make_source("npy", path=tmp_path / "bad.npy")
 
 
+@pytest.mark.parametrize("kind", ["npy", "zarr", "array"])
+@pytest.mark.parametrize("labels", [np.arange(4) * 0.5, np.array(["a", "b", "c", "d"]), np.ones(4, bool)],
+                         ids=["float", "str", "bool"])
+def test_labels_that_are_not_integers_are_refused(tmp_path, kind, labels):
+    """Labels are class indices: floats (0.5 read as class 0) and the like are one line naming the dtype."""
+    import zarr
+
+    x = np.zeros((4, 3), np.float32)
+    if kind == "npy":
+        np.save(tmp_path / "x.npy", x)
+        np.save(tmp_path / "y.npy", labels)
+        args = {"path": tmp_path / "x.npy", "labels": tmp_path / "y.npy"}
+    elif kind == "zarr":
+        root = zarr.open_group(str(tmp_path / "d.zarr"), mode="w")
+        root.create_array("x", data=x)
+        root.create_array("y", data=labels if labels.dtype.kind != "U" else labels.astype(str))
+        args = {"path": tmp_path / "d.zarr", "array": "x", "labels": "y"}
+    else:
+        args = {"array": x, "labels": labels}
+    with pytest.raises(SourceError, match=rf"^source\.labels: got labels of dtype {labels.dtype.name}; "
+                                          r"expected integer class labels"):
+        make_source(kind, **args)
+
+
 # --------------------------------------------------------------------------------- synthetic/array
 def test_synthetic_reproducible_per_slice():
     src = make_source("synthetic", num_samples=100, shape=(2, 3), seed=7, low=-1, high=3)

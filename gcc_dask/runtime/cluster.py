@@ -88,9 +88,9 @@ def connect(spec: ClusterSpec, client=None) -> Iterator:
                 c = Client(scheduler_file=spec.scheduler_file, timeout=spec.connect_timeout)
         except (OSError, TimeoutError, ValueError) as e:
             raise ClusterError(
-                f"cluster.address: cannot reach the Dask scheduler at {where!r} within "
-                f"{spec.connect_timeout:g} s ({type(e).__name__}: {e}); start it with `dask scheduler` "
-                f"or leave the address empty for an embedded LocalCluster"
+                f"cluster.address: got {where!r}, but cannot reach the Dask scheduler there within "
+                f"{spec.connect_timeout:g} s ({type(e).__name__}: {e}); expected a running scheduler: start it "
+                f"with `dask scheduler`, or leave the address empty for an embedded LocalCluster"
             ) from None
         try:
             yield c
@@ -128,7 +128,8 @@ def connect(spec: ClusterSpec, client=None) -> Iterator:
                 resources={"GPU": 1} if gpu else None,
             )
         except Exception as e:  # pragma: no cover - depends on the machine
-            raise ClusterError(f"cannot start a LocalCluster: {type(e).__name__}: {e}") from e
+            raise ClusterError(f"cluster: got an embedded LocalCluster that cannot start ({type(e).__name__}: "
+                               f"{' '.join(str(e).split())}); expected one to start on this machine") from e
     c = Client(cluster)
     try:
         yield c
