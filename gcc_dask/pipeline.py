@@ -333,10 +333,24 @@ def _compose(cfg: PipelineConfig, source, client, say) -> BatchLayout:
                    map_windows=mapper)
 
 
+def _inputs_pending(store) -> np.ndarray:
+    """The batches whose ``inputs`` (the reference, the labels) were never written, when the store records
+    any: bool (num_batches,). Such a batch is not done, whatever its schemes' status says: without its
+    reference its MSE and RelAcc are unknown (docs/pipeline.rst, section 'Resume')."""
+    attrs = store.attrs
+    if not (attrs.get("has_reference") or attrs.get("has_labels")):
+        return np.zeros(store.num_batches, dtype=bool)
+    return store.batch_status(store_mod.INPUTS) == 0
+
+
 def _pending(store, schemes: Sequence[str], num_batches: int) -> list[tuple[int, list[str]]]:
     """(batch, schemes) still to run: pending batches, and those failed by the environment (retried on resume,
-    see :meth:`~gcc_dask.store.RunStore.pending_batches`)."""
+    see :meth:`~gcc_dask.store.RunStore.pending_batches`); a batch whose reference or labels are missing runs
+    again for every scheme (its records are rewritten with the metrics)."""
     todo = {s: set(store.pending_batches(s, retry_failed=True).tolist()) for s in schemes}
+    for b in np.flatnonzero(_inputs_pending(store)).tolist():
+        for s in schemes:
+            todo[s].add(b)
     work = [(b, [s for s in schemes if b in todo[s]]) for b in range(num_batches)]
     return [(b, ss) for b, ss in work if ss]
 
@@ -454,7 +468,8 @@ def run_pipeline(
                                     output_shape, work, say, echo is not None)
         num_batches = _limited(cfg, store.num_batches)
         final = {s: store.batch_status(s)[:num_batches] for s in cfg.schemes}
-        complete = all((v > 0).all() for v in final.values()) and num_batches == store.num_batches
+        complete = all((v > 0).all() for v in final.values()) and num_batches == store.num_batches \
+            and not _inputs_pending(store)[:num_batches].any()
         run_status = "complete" if complete else "incomplete"
         store.finish(status=run_status)
         if num_batches < store.num_batches:

@@ -184,10 +184,12 @@ class _BatchState:
     attempt: int = 0  # resubmissions of the reference task lost with a worker so far
     seq: int = 0  # the order in which the batch was submitted: its priorities (batch numbers may have gaps)
     labels: Any = None  # without a reference: the task that writes the batch's labels
+    labels_given_up: bool = False  # the labels task failed, and its failure was handled (_on_labels)
 
     @property
     def done(self) -> bool:
-        labelled = self.labels is None or self.labels.status != "pending"
+        # a failed labels task counts once its event is handled: it may stop the run (an unwritable store)
+        labelled = self.labels is None or self.labels.status == "finished" or self.labels_given_up
         return labelled and all(s.done for s in self.schemes.values())
 
 
@@ -707,6 +709,8 @@ class BatchRunner:
             s.done = True
             return
         exc = _error_of(fut)
+        if is_storage_error(exc):  # the reference (or the labels) cannot be written: stop with that one line
+            raise exc
         if isinstance(exc, KilledWorker) and s.attempt + 1 < MAX_ATTEMPTS:
             # the score, the reference or the decode's record died with a worker: join them again
             s.attempt += 1
@@ -724,6 +728,24 @@ class BatchRunner:
             s.result = dict(failed_record(s.plan.name, batch, s.plan.num_workers, s.start_wall),
                             error=f"lost: {e!r}")
         s.done = True
+
+    def _on_labels(self, batch: int, fut) -> None:
+        """The labels task of a run without a reference ended: nothing to do when it wrote them; a store that
+        cannot be written stops the run (as for ``decoded``); labels lost with their worker are submitted again
+        (at most :data:`MAX_ATTEMPTS` times in all); else the batch's ``inputs/status`` stays pending, which a
+        resume runs again (docs/pipeline.rst, section 'Resume')."""
+        state = self._inflight.get(batch)
+        if state is None or fut is not state.labels or fut.status == "finished":
+            return
+        exc = _error_of(fut)
+        if is_storage_error(exc):
+            raise exc
+        if isinstance(exc, KilledWorker) and state.attempt + 1 < MAX_ATTEMPTS:
+            state.attempt += 1
+            self._submit_reference(state)
+            return
+        logger.warning("batch %d: its labels were not written (%r); a resume runs the batch again", batch, exc)
+        state.labels_given_up = True
 
     def _redecode(self, state: _BatchState, s: _SchemeState) -> dict | None:
         """Decode the same kept shards again and wait for the record (a rare recovery path): the decode's
@@ -879,7 +901,8 @@ class BatchRunner:
                         self._on_decode(batch, scheme, fut)
                     elif kind == "score":
                         self._on_score(batch, scheme, fut)
-                    # "labels": nothing to do but the check below (a batch waits for its labels)
+                    elif kind == "labels":
+                        self._on_labels(batch, fut)
                 except GccDaskError:
                     # bad data, or a store that cannot be written: the run stops, but batches that finished
                     # keep their records (else a resume would redo them, and their status would stay 0 next to
