@@ -48,6 +48,7 @@ from gcc_dask.runtime.cluster import _accepts_n_workers
 from gcc_dask.runtime.cutoff import CutoffPolicy, cutoff_time, decide, needed_results, spares_due
 from gcc_dask.runtime.events import FutureEvents
 from gcc_dask.runtime.graph import GraphUpdate
+from gcc_dask.runtime.signals import SignalFlag
 from gcc_dask.runtime.tasks import (
     RunPlugin,
     decode_task,
@@ -283,7 +284,7 @@ class BatchRunner:
         self._workers: list[str] = []
         self._workers_at = -INF
         self._no_workers_since: float | None = None
-        self._interrupted = False
+        self._signals = SignalFlag()
 
     # -- submission -------------------------------------------------------------------------------
     def _submit(self, func, *args, key: str, priority: int, **kwargs):
@@ -811,24 +812,12 @@ class BatchRunner:
 
     # -- the loop ---------------------------------------------------------------------------------
     def _catch_sigint(self) -> Callable[[], None]:
-        """While the loop runs, Ctrl-C sets a flag that the loop turns into ``KeyboardInterrupt`` within
-        ``MAX_WAIT_S``: Python's own handler raises it wherever the main thread happens to be, and inside a
-        finaliser (a distributed ``Future.__del__``) it is discarded and the run goes on. A second Ctrl-C
-        raises at once. Returns the function that puts the previous handler back (main thread only)."""
-        import signal
-        import threading
-
-        self._interrupted = False
-        if threading.current_thread() is not threading.main_thread():
-            return lambda: None
-
-        def handler(signum, frame):
-            if self._interrupted:
-                raise KeyboardInterrupt
-            self._interrupted = True
-
-        previous = signal.signal(signal.SIGINT, handler)
-        return lambda: signal.signal(signal.SIGINT, previous)
+        """While the loop runs, Ctrl-C or SIGTERM sets a flag that the loop turns into ``KeyboardInterrupt``
+        (:class:`~gcc_dask.errors.Terminated` for SIGTERM) within ``MAX_WAIT_S``: Python's own handler raises
+        it wherever the main thread happens to be, and inside a finaliser (a distributed ``Future.__del__``)
+        it is discarded and the run goes on. A second signal raises at once. Returns the function that puts
+        the previous handlers back (main thread only; :class:`~.signals.SignalFlag`)."""
+        return self._signals.install()
 
     def run(self, work: Iterable[tuple[int, list[str]]], on_batch_done: Callable[[int, list[dict]], None] | None = None) -> list[dict]:
         """Run every ``(batch, schemes)`` of ``work``; return one metrics dict per (scheme, batch).
@@ -878,8 +867,7 @@ class BatchRunner:
                                 s.wake = self._maybe_cut(state, s)
                             wake = min(wake, s.wake)
                 timeout = MAX_WAIT_S if not math.isfinite(wake) else min(MAX_WAIT_S, max(0.0, wake - time.monotonic()))
-                if self._interrupted:
-                    raise KeyboardInterrupt
+                self._signals.check()
                 try:
                     t, tag, fut, status = self._events.next(timeout)
                 except queue.Empty:
