@@ -99,7 +99,8 @@ def _samples_text(samples: np.ndarray, limit: int = 8) -> str:
 class _LostFetchLogFilter(logging.Filter):
     """Drop the client's "Couldn't gather N keys, rescheduling" warning about this run's own keys (log it at
     DEBUG level instead): results lost with a worker are the runner's to handle (a decode is run again, a
-    batch restarted, or the run stops with one line when every worker is gone), not the user's to read."""
+    batch restarted, or the run stops with one line when every worker is gone), not the user's to read. The
+    same for "Failed to reconnect to scheduler": the run then stops with its own line about it."""
 
     def __init__(self, token: str) -> None:
         super().__init__()
@@ -110,7 +111,7 @@ class _LostFetchLogFilter(logging.Filter):
             text = record.getMessage()
         except Exception:  # pragma: no cover - a record whose arguments do not format
             return True
-        if text.startswith("Couldn't gather") and self.token in text:
+        if (text.startswith("Couldn't gather") and self.token in text) or text.startswith("Failed to reconnect"):
             logger.debug("%s", text)
             return False
         return True
@@ -285,6 +286,7 @@ class BatchRunner:
         self._workers_at = -INF
         self._no_workers_since: float | None = None
         self._signals = SignalFlag()
+        self._scheduler_address = getattr(getattr(client, "scheduler", None), "address", None)
 
     # -- submission -------------------------------------------------------------------------------
     def _submit(self, func, *args, key: str, priority: int, **kwargs):
@@ -322,8 +324,32 @@ class BatchRunner:
         except Exception:  # pragma: no cover - the scheduler is unreachable: count it as no workers
             self._workers = []
 
+    def _scheduler_lost(self, exc: BaseException | None = None) -> bool:
+        """Whether the client has lost its scheduler for good: it has closed (after failing to reconnect within
+        its timeout), or `exc` is the client's own "closed" error. An error of the driver's own code while
+        the client is connected is a bug, and is not taken for a lost scheduler."""
+        from distributed.client import ClosedClientError
+        from distributed.comm import CommClosedError
+
+        if self.client.status in ("closing", "closed"):
+            return True
+        return isinstance(exc, (ClosedClientError, CommClosedError)) and self.client.status != "running"
+
+    def _lost_scheduler_error(self, exc: BaseException | None = None) -> ClusterError:
+        """The one line that stops a run whose scheduler is gone (docs/pipeline.rst, 'Failures and erasures')."""
+        why = f" ({type(exc).__name__})" if exc is not None else ""
+        return ClusterError(
+            f"cluster: lost the connection to the Dask scheduler at {self._scheduler_address!r}{why}; the "
+            "batches finished before are in the store: run the same command again to resume once the scheduler "
+            "is back")
+
     def _check_workers(self) -> None:
-        """Stop the run when no worker has been there for ``worker_timeout`` seconds (they were all lost)."""
+        """Stop the run when no worker has been there for ``worker_timeout`` seconds (they were all lost), or
+        when the scheduler is gone (the client closed); wait while the client reconnects."""
+        if self._scheduler_lost():
+            raise self._lost_scheduler_error()
+        if self.client.status != "running":  # reconnecting: the client gives up (and closes) after its timeout
+            return
         self._refresh_workers()
         if self._workers:
             if self._no_workers_since is not None:
@@ -910,8 +936,15 @@ class BatchRunner:
                     del self._inflight[batch]
                     ready.append(state)
             clean = True
+        except GccDaskError:
+            raise
+        except Exception as e:
+            if self._scheduler_lost(e):  # the scheduler died: one line, not a traceback of the client's calls
+                raise self._lost_scheduler_error(e) from None
+            raise
         finally:
             restore()
+            self._events.close()
             logging.getLogger("distributed.client").removeFilter(quiet)
             # after an error or Ctrl-C a fetch may hang on a lost cluster: never wait for it then
             self._fetcher.shutdown(wait=clean, cancel_futures=not clean)

@@ -4,6 +4,7 @@
 - Ctrl-C of ``gcc-dask run`` on a process cluster: one line, exit 130 within seconds, the store marked
   interrupted, and the same command resumes;
 - every worker lost: one line and exit 2 in bounded time (``cluster.connect_timeout``), and a rerun resumes;
+- the external scheduler lost: one line and exit 2, the store marked failed, and a rerun resumes;
 - a store that cannot be written stops the run with one line, and failed batches are retried on resume;
 - more shards than worker threads: the run says so at start.
 """
@@ -165,6 +166,70 @@ def test_losing_every_worker_ends_in_bounded_time_with_one_line(tmp_path):
     finally:
         for p in (worker, scheduler):
             if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+@pytest.mark.slow
+def test_losing_the_scheduler_ends_with_one_line_and_a_rerun_resumes(tmp_path):
+    """The external scheduler is SIGKILLed mid-run: one ClusterError line and exit status 2 (it used to be a
+    traceback of ClosedClientError and exit status 1), the store marked failed with the batches finished
+    before; with a scheduler back, the same command resumes."""
+    env = subprocess_env()
+    sched_file = tmp_path / "scheduler.json"
+
+    def start_cluster():
+        if sched_file.exists():
+            sched_file.unlink()
+        scheduler = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--no-dashboard",
+                                      "--scheduler-file", str(sched_file), "--port", "0"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        deadline = time.monotonic() + 60
+        while not sched_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        worker = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", "--scheduler-file",
+                                   str(sched_file), "--nthreads", "8", "--no-dashboard"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        return [scheduler, worker]
+
+    procs = start_cluster()
+    try:
+        store, pipe = tmp_path / "run.zarr", tmp_path / "pipe.yaml"
+        cfg = synthetic_config(store, batches=200, k=4, n=8,
+                               cluster={"scheduler_file": str(sched_file), "connect_timeout": "3s",
+                                        "processes": None, "n_workers": None, "threads_per_worker": None},
+                               stragglers={"shift": "50ms", "scale": "20ms"}, run={"max_batches_in_flight": 2})
+        pipe.write_text(yaml.safe_dump(cfg))
+        proc = subprocess.Popen(cli("run", str(pipe), "--no-progress"), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if (status(store, "gcc") > 0).sum() >= 3:
+                    break
+            except Exception:
+                pass
+            time.sleep(0.1)
+        procs[0].kill()  # the scheduler
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 2, (proc.returncode, err)
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert len(lines) == 1 and "cluster: lost the connection to the Dask scheduler at" in lines[0], err
+        assert "run the same command again to resume" in lines[0]
+        assert zarr.open_group(str(store), mode="r").attrs["status"] == "failed"
+        done = int((status(store, "gcc") > 0).sum())
+        assert done >= 3
+        for p in procs:
+            p.kill()
+            p.wait()
+        procs = start_cluster()
+        again = subprocess.run(cli("run", str(pipe), "--no-progress", "--set", "run.limit_batches=20"),
+                               capture_output=True, text=True, timeout=300, env=env)
+        assert again.returncode == 0, again.stderr
+        assert "resuming" in again.stdout and (status(store, "gcc")[:20] > 0).all()
+    finally:
+        for p in procs:
+            if p.poll() is None:
                 p.kill()
                 p.wait()
 
