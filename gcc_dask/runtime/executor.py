@@ -284,6 +284,9 @@ class BatchRunner:
         self._inflight: dict[int, _BatchState] = {}
         self._workers: list[str] = []
         self._workers_at = -INF
+        self._seen_workers: set[str] = set()  # the last non-empty set of workers seen
+        self._replaced = False  # every worker seen before is gone and others are there (_restart_in_flight)
+        self._fetch_gen = 0  # the fetch whose records the loop takes (an abandoned one's are dropped)
         self._no_workers_since: float | None = None
         self._signals = SignalFlag()
         self._scheduler_address = getattr(getattr(client, "scheduler", None), "address", None)
@@ -323,6 +326,11 @@ class BatchRunner:
                                    if not gpu or ws.get("resources", {}).get("GPU", 0) > 0)
         except Exception:  # pragma: no cover - the scheduler is unreachable: count it as no workers
             self._workers = []
+        current = set(self._workers)
+        if current and self._seen_workers and not current & self._seen_workers:
+            self._replaced = True
+        if current:
+            self._seen_workers = current
 
     def _scheduler_lost(self, exc: BaseException | None = None) -> bool:
         """Whether the client has lost its scheduler for good: it has closed (after failing to reconnect within
@@ -366,6 +374,35 @@ class BatchRunner:
                 f"cluster: every Dask worker was lost and none came back within {self.worker_timeout:g} s "
                 "(cluster.connect_timeout); finished batches are in the store: run the same command again "
                 "to resume")
+
+    def _restart_in_flight(self, held: list[_BatchState]) -> None:
+        """Every worker seen before is gone and others took their place (all killed and restarted, say): run
+        again, under new keys, every scheme of the batches in flight whose record the driver does not hold
+        yet, ``held`` (those finished but not fetched) included, and cancel the old tasks.
+
+        Needed because the scheduler gives a shard placed on a worker (a loose restriction, see
+        :meth:`_placement`) that went to the ``no-worker`` state while no worker was left only to a worker its
+        restriction names, never to a new one (distributed 2026.8,
+        ``Scheduler.bulk_schedule_unrunnable_after_adding_worker``): those shards, the decodes that need
+        them, and any lost result that Dask would recompute from them, waited forever. On the virtual clock
+        a scheme's batch run again keeps the same received set (docs/pipeline.rst, 'Failures and erasures').
+        """
+        for state in held:
+            self._inflight[state.batch] = state
+        old, again = [], 0
+        for state in list(self._inflight.values()):
+            for s in list(state.schemes.values()):
+                if s.result is not None:  # its record is on the driver already
+                    continue
+                old += [f for f in (*s.shards, s.decode, s.score) if f is not None]
+                self._submit_scheme(state, s.plan, restarts=s.restarts + 1)
+                again += 1
+        if old:
+            self.client.cancel(old)
+        if again:
+            self.echo(f"every Dask worker was replaced: {again} scheme batch(es) in flight run again on the new "
+                      "workers")
+            logger.warning("every worker was replaced; %d scheme batches in flight run again", again)
 
     def _background_priority(self, state: _BatchState) -> int:
         """Below every shard of the batches in flight, spares included: a reference, the labels and a score
@@ -816,7 +853,7 @@ class BatchRunner:
         """
         pending = [_final(s) for st in states for s in st.schemes.values() if s.result is None]
         fetch = self._fetcher.submit(self.client.gather, pending) if pending else None
-        tag = ("records", -1, "", -1)
+        tag = ("records", self._fetch_gen, "", -1)
         if fetch is None:
             self._events.put(tag)
         else:
@@ -879,6 +916,12 @@ class BatchRunner:
                             break
                     if batches:
                         self._submit_batches(batches)
+                if self._replaced:  # every worker was replaced: rerun what was lost with them
+                    self._replaced = False
+                    held, ready = ready + (fetching or []), []
+                    if fetching is not None:  # abandon the fetch (its old tasks are cancelled below)
+                        fetching, self._fetch_gen = None, self._fetch_gen + 1
+                    self._restart_in_flight(held)
                 if ready and fetching is None:
                     fetching, ready = self._fetch(ready), []
                 if not self._inflight and fetching is None:
@@ -901,6 +944,8 @@ class BatchRunner:
                     continue
                 kind, batch, scheme, w = tag
                 if kind == "records":
+                    if batch != self._fetch_gen:  # an abandoned fetch (_restart_in_flight)
+                        continue
                     for st, batch_results in zip(fetching, self._fetched(fetching, fut)):
                         if on_batch_done is not None:
                             on_batch_done(st.batch, batch_results)
