@@ -336,7 +336,7 @@ def _compose(cfg: PipelineConfig, source, client, say) -> BatchLayout:
 def _inputs_pending(store) -> np.ndarray:
     """The batches whose ``inputs`` (the reference, the labels) were never written, when the store records
     any: bool (num_batches,). Such a batch is not done, whatever its schemes' status says: without its
-    reference its MSE and RelAcc are unknown (docs/pipeline.rst, section 'Resume')."""
+    reference its MSE and RelAcc are unknown (docs/pipeline.rst, section 'Resuming')."""
     attrs = store.attrs
     if not (attrs.get("has_reference") or attrs.get("has_labels")):
         return np.zeros(store.num_batches, dtype=bool)
@@ -522,7 +522,8 @@ def _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, la
         output_size=int(np.prod(output_shape)), max_in_flight=cfg.run.max_batches_in_flight,
         reference=cfg.run.reference, use_gpu=use_gpu,
         latency_per_sample=cfg.stragglers.unit == "sample", virtual_clock=cfg.stragglers.clock == "virtual",
-        worker_timeout=cfg.cluster.connect_timeout, spares=cfg.cutoff.spares, echo=say,
+        worker_timeout=cfg.cluster.connect_timeout, unresponsive_after=cfg.cluster.unresponsive_after,
+        spares=cfg.cutoff.spares, echo=say,
     )
     bar = _progress(len(work), cfg.run.progress and progress, cfg.name)
     records = RecordBuffer(store)

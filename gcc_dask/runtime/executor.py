@@ -48,6 +48,7 @@ from gcc_dask.runtime.cluster import _accepts_n_workers
 from gcc_dask.runtime.cutoff import CutoffPolicy, cutoff_time, decide, needed_results, spares_due
 from gcc_dask.runtime.events import FutureEvents
 from gcc_dask.runtime.graph import GraphUpdate
+from gcc_dask.runtime.liveness import HeartbeatWatch, end_worker
 from gcc_dask.runtime.signals import SignalFlag
 from gcc_dask.runtime.tasks import (
     RunPlugin,
@@ -229,6 +230,10 @@ class BatchRunner:
     worker_timeout : float
         Seconds the run waits for workers to come back when every worker is gone, before it stops with a
         :class:`~gcc_dask.errors.ClusterError`.
+    unresponsive_after : float or None
+        Seconds without a heartbeat after which a worker is ended as if it had died (its nanny kills and
+        restarts it), so that its shards become erasures (:mod:`~.liveness`; docs/pipeline.rst, section
+        'Unresponsive workers'). None: never.
     spares : {"lazy", "eager"}
         ``"lazy"``: a batch's spares (the shards beyond what its cutoff needs, :meth:`SchemePlan.regular`)
         are submitted below the priority of every batch in flight, so a busy cluster runs them only when a
@@ -255,6 +260,7 @@ class BatchRunner:
         use_gpu: bool = False,
         latency_per_sample: bool = False,
         worker_timeout: float = 10.0,
+        unresponsive_after: float | None = 5.0,
         spares: str = "lazy",
         echo: Callable[[str], None] | None = None,
     ) -> None:
@@ -269,6 +275,8 @@ class BatchRunner:
         self.reference = reference
         self.latency_per_sample = bool(latency_per_sample)
         self.worker_timeout = float(worker_timeout)
+        self._liveness = HeartbeatWatch(unresponsive_after)
+        self._ender: ThreadPoolExecutor | None = None  # ends unresponsive workers, off the loop
         if spares not in ("lazy", "eager"):
             raise ValueError(f"spares: got {spares!r}; expected 'lazy' or 'eager'")
         self.virtual_clock = latency_model is not None and bool(virtual_clock)
@@ -322,8 +330,12 @@ class BatchRunner:
             client = self.client
             info = client.scheduler_info(n_workers=-1) if _accepts_n_workers(client) else client.scheduler_info()
             gpu = bool(self._resources)
-            self._workers = sorted(a for a, ws in info.get("workers", {}).items()
-                                   if not gpu or ws.get("resources", {}).get("GPU", 0) > 0)
+            workers = info.get("workers", {})
+            for address, age in self._liveness.update(workers, now):
+                self._end_unresponsive(address, age, workers[address].get("nanny"))
+            self._workers = sorted(a for a, ws in workers.items()
+                                   if (not gpu or ws.get("resources", {}).get("GPU", 0) > 0)
+                                   and a not in self._liveness.unresponsive)
         except Exception:  # pragma: no cover - the scheduler is unreachable: count it as no workers
             self._workers = []
         current = set(self._workers)
@@ -331,6 +343,23 @@ class BatchRunner:
             self._replaced = True
         if current:
             self._seen_workers = current
+
+    def _end_unresponsive(self, address: str, age: float, nanny: str | None) -> None:
+        """A worker sent no heartbeat for `age` seconds: no more shards go to it, and it is ended as if it had
+        died (:func:`~.liveness.end_worker`, in a thread of its own: a call to a frozen machine may hang), so
+        that its shards become erasures and what it held is recomputed elsewhere."""
+        self.echo(f"Dask worker {address} sent no heartbeat for {age:.0f} s (cluster.unresponsive_after): ending "
+                  "it as if it had died; its shards are erasures")
+        if self._ender is None:
+            self._ender = ThreadPoolExecutor(1, thread_name_prefix="gcc-dask-unresponsive")
+
+        def end():
+            try:
+                logger.warning("unresponsive worker %s: %s", address, end_worker(self.client, address, nanny))
+            except Exception as e:  # the cluster is going away: nothing more to do
+                logger.warning("could not end unresponsive worker %s: %r", address, e)
+
+        self._ender.submit(end)
 
     def _scheduler_lost(self, exc: BaseException | None = None) -> bool:
         """Whether the client has lost its scheduler for good: it has closed (after failing to reconnect within
@@ -797,7 +826,7 @@ class BatchRunner:
         """The labels task of a run without a reference ended: nothing to do when it wrote them; a store that
         cannot be written stops the run (as for ``decoded``); labels lost with their worker are submitted again
         (at most :data:`MAX_ATTEMPTS` times in all); else the batch's ``inputs/status`` stays pending, which a
-        resume runs again (docs/pipeline.rst, section 'Resume')."""
+        resume runs again (docs/pipeline.rst, section 'Resuming')."""
         state = self._inflight.get(batch)
         if state is None or fut is not state.labels or fut.status == "finished":
             return
@@ -916,6 +945,8 @@ class BatchRunner:
                             break
                     if batches:
                         self._submit_batches(batches)
+                if time.monotonic() - self._workers_at > WORKERS_TTL_S:
+                    self._check_workers()  # also while events flow: an unresponsive worker stalls only some
                 if self._replaced:  # every worker was replaced: rerun what was lost with them
                     self._replaced = False
                     held, ready = ready + (fetching or []), []
@@ -993,6 +1024,8 @@ class BatchRunner:
             logging.getLogger("distributed.client").removeFilter(quiet)
             # after an error or Ctrl-C a fetch may hang on a lost cluster: never wait for it then
             self._fetcher.shutdown(wait=clean, cancel_futures=not clean)
+            if self._ender is not None:
+                self._ender.shutdown(wait=False)
             leftovers = [f for st in self._inflight.values() for s in st.schemes.values()
                          for f in [*s.shards, s.decode, s.score, st.reference, st.labels] if f is not None]
             self._inflight.clear()
