@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from gcc_dask.runtime.liveness import MISSED_HEARTBEATS, HeartbeatWatch, heartbeat_interval
@@ -62,3 +64,23 @@ def test_a_worker_that_never_sent_a_heartbeat_since_it_joined_is_left_alone():
     assert watch.update(_info(a=0.0, b=5.0), now=5.0) == []  # a never moved since it was first seen
     watch.update(_info(a=6.0, b=6.0), now=6.0)  # now it did
     assert watch.update(_info(a=6.0, b=8.0), now=8.0) == [("a", 2.0)]
+
+
+def test_a_worker_without_a_nanny_is_removed_from_the_scheduler():
+    """end_worker on a worker without a nanny (threads in this process): the scheduler forgets it, and the
+    tasks that wait for it are no longer held by it (the nanny case is test_cluster_faults.py's)."""
+    from distributed import Client, LocalCluster
+
+    from gcc_dask.runtime.liveness import end_worker
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0",
+                      silence_logs=40) as cluster, Client(cluster) as client:
+        workers = client.scheduler_info()["workers"]
+        victim = sorted(workers)[0]
+        assert workers[victim]["nanny"] is None
+        assert end_worker(client, victim, None) == "the scheduler removed it"
+        deadline = time.monotonic() + 10
+        while victim in client.scheduler_info()["workers"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert set(client.scheduler_info()["workers"]) == set(workers) - {victim}
+        assert client.submit(lambda x: x + 1, 1, pure=False).result(timeout=10) == 2
