@@ -450,7 +450,8 @@ class BatchRunner:
             def bind(futs):
                 state.reference = futs[0]
 
-            update.add(reference_task, [(self.plugin.name, state.batch)], priority=priority, then=bind,
+            update.add(reference_task, [(self.plugin.name, state.batch, True, True, self.output_size)],
+                       priority=priority, then=bind,
                        keys=[f"reference-b{state.batch}{sfx}-{self.token}"])
         elif getattr(self.plugin.source, "has_labels", False):
             def bind(futs):

@@ -260,6 +260,11 @@ def test_an_f_raising_a_gcc_dask_error_on_every_shard_is_an_erasure(client, tmp_
     g = read_group(run.path, "uncoded", ("status", "failed"))
     assert g["status"].tolist() == [1, 1, 3, 1, 1, 1]
     assert g["failed"][:, 0].tolist() == [False, False, True, False, False, False]
+    # f raised on batch 2's uncoded input too: its reference is written as unknown (NaN), an outcome, so the
+    # batch is not pending work that every resume would meet again
+    inputs = read_group(run.path, "inputs", ("status", "reference"))
+    assert (inputs["status"] == 1).all()
+    assert np.isnan(inputs["reference"][2]).all() and np.isfinite(np.delete(inputs["reference"], 2, axis=0)).all()
 
 
 def _propagated(tmp_path, sample):
