@@ -1,33 +1,56 @@
 """The ``gcc-dask`` command line.
 
 Errors a user can cause (:class:`gcc_dask.errors.GccDaskError`) print one line on stderr and exit with
-status 2; Ctrl-C prints one line and exits with status 130 (the store is marked interrupted, and running
-the same command again resumes it); anything else is a bug and prints a traceback.
+status 2; Ctrl-C prints one line and exits with status 130, SIGTERM (what SLURM, Kubernetes and systemd send
+first) one line and status 143 (the store is marked interrupted, the embedded cluster is closed, and running
+the same command again resumes it); anything else is a bug and prints a traceback (docs/cli.rst, section
+'Exit status').
 """
 
 from __future__ import annotations
 
 import functools
+import signal
 import sys
+import threading
 
 import click
 
-from gcc_dask.errors import GccDaskError
+from gcc_dask.errors import GccDaskError, Terminated
+
+
+#: exit status of a command stopped by Ctrl-C (128 + SIGINT) and by SIGTERM (128 + SIGTERM)
+EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
 
 
 def _user_errors(func):
-    """Turn GccDaskError into one line and exit status 2, and Ctrl-C into one line and status 130."""
+    """Turn GccDaskError into one line and exit status 2, Ctrl-C into one line and status 130, and SIGTERM
+    into one line and status 143 (SIGTERM raises :class:`~gcc_dask.errors.Terminated`, a
+    ``KeyboardInterrupt``, while the command runs, so a run stops as on Ctrl-C)."""
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
+        previous = None
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.signal(signal.SIGTERM, _raise_terminated)
         try:
             return func(*args, **kwargs)
         except GccDaskError as e:
             click.echo(f"gcc-dask: error: {e}", err=True)
             sys.exit(2)
+        except Terminated:
+            click.echo("gcc-dask: terminated (SIGTERM); run the same command again to resume", err=True)
+            sys.exit(EXIT_TERMINATED)
         except KeyboardInterrupt:
             click.echo("gcc-dask: interrupted; run the same command again to resume", err=True)
-            sys.exit(130)
+            sys.exit(EXIT_INTERRUPTED)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
 
     return wrapper
 

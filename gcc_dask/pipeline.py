@@ -235,33 +235,36 @@ def _check_model_fits(workload, source, nan_policy: str = "raise") -> tuple[int,
     try:
         x, _ = source.read(0, 1)
     except (MemoryError, ValueError, OSError) as e:  # e.g. an absurd source.shape; a corrupt file
-        raise SourceError(f"source: cannot read sample 0 of {source.name!r} ({type(e).__name__}: "
-                          f"{str(e).splitlines()[0] if str(e) else ''}); check the source's shape and files") from None
+        raise SourceError(f"source: got {source.name!r}, whose sample 0 cannot be read ({type(e).__name__}: "
+                          f"{str(e).splitlines()[0] if str(e) else ''}); expected a readable source: check its "
+                          "shape and files") from None
     if not np.issubdtype(x.dtype, np.floating):
         fix = ("set source.dtype: float32 to cast on read" if source.kind in ("zarr", "npy")
                else "store the data as float32 or float64")
-        raise SourceError(f"source: {source.name!r} holds {x.dtype} samples; expected real floating data "
+        raise SourceError(f"source: got {x.dtype} samples in {source.name!r}; expected real floating data "
                           f"(float32 or float64: the codes mix samples linearly); {fix}")
     if nan_policy == "raise" and np.issubdtype(x.dtype, np.floating) and not np.isfinite(x).all():
-        raise InvalidInputError("source: sample 0 holds NaN or Inf (run.nan_policy: raise); clean the data "
-                                "or set run.nan_policy: propagate")
+        raise InvalidInputError("source: got NaN or Inf in sample 0 (run.nan_policy: raise); expected finite "
+                                "data: clean it, or set run.nan_policy: propagate")
     try:
         y = np.asarray(load_workload(workload)(x))  # the session stays loaded for the next run
     except WorkloadError:
         raise
     except Exception as e:
+        text = " ".join(str(e).split())
         raise WorkloadError(
-            f"workload: f fails on a sample of the source (shape {tuple(x.shape[1:])}, dtype {x.dtype}): "
-            f"{type(e).__name__}: {e}"
+            f"workload: got an f that fails on a sample of the source (shape {tuple(x.shape[1:])}, dtype "
+            f"{x.dtype}: {type(e).__name__}: {text}); expected an f that maps (n, ...) samples to (n, ...) outputs"
         ) from None
     if y.ndim < 1 or y.shape[0] != 1:
-        raise WorkloadError(f"workload: f must map (n, ...) to (n, ...); got output shape {y.shape} for n = 1")
+        raise WorkloadError(f"workload: got output shape {y.shape} for n = 1; expected f to map (n, ...) to "
+                            "(n, ...)")
     if not np.issubdtype(y.dtype, np.floating):
-        raise WorkloadError(f"workload: f returns {y.dtype} outputs; expected float32 or float64 (the decoders "
+        raise WorkloadError(f"workload: got {y.dtype} outputs from f; expected float32 or float64 (the decoders "
                             "mix results linearly): cast f's output")
     if nan_policy == "raise" and not np.isfinite(y).all():
-        raise InvalidInputError("workload: f returns NaN/Inf on the first sample of the source "
-                                "(run.nan_policy: raise)")
+        raise InvalidInputError("workload: got NaN or Inf from f on sample 0 of the source (run.nan_policy: "
+                                "raise); expected finite outputs, or set run.nan_policy: propagate")
     return tuple(int(s) for s in y.shape[1:])
 
 
@@ -271,9 +274,9 @@ def _wait_for_workers(client, timeout: float) -> None:
         client.wait_for_workers(1, timeout=timeout)
     except TimeoutError:
         raise ClusterError(
-            f"cluster: the Dask scheduler at {client.scheduler.address!r} has no workers, and none joined "
-            f"within {timeout:g} s (cluster.connect_timeout); start some with `dask worker ADDRESS`, or "
-            f"raise cluster.connect_timeout"
+            f"cluster: got a Dask scheduler at {client.scheduler.address!r} that has no workers, and none joined "
+            f"within {timeout:g} s (cluster.connect_timeout); expected at least one: start some with "
+            f"`dask worker ADDRESS`, or raise cluster.connect_timeout"
         ) from None
 
 
@@ -326,7 +329,8 @@ def _inputs_digest(source, workload) -> str:
     try:
         digest = files_digest([*workload.files(), *source.files()])
     except OSError as e:
-        raise SourceError(f"cannot read the model or data files to fingerprint them: {e}") from None
+        raise SourceError(f"source: got model or data files that cannot be read to fingerprint them ({e}); "
+                          "expected readable files") from None
     token = getattr(workload, "params", {}).get("token")
     return digest if token is None else hashlib.sha256(f"{digest}\n{token}".encode()).hexdigest()
 
@@ -356,10 +360,24 @@ def _compose(cfg: PipelineConfig, source, client, say) -> BatchLayout:
                    map_windows=mapper, run_task=run_task)
 
 
+def _inputs_pending(store) -> np.ndarray:
+    """The batches whose ``inputs`` (the reference, the labels) were never written, when the store records
+    any: bool (num_batches,). Such a batch is not done, whatever its schemes' status says: without its
+    reference its MSE and RelAcc are unknown (docs/pipeline.rst, section 'Resuming')."""
+    attrs = store.attrs
+    if not (attrs.get("has_reference") or attrs.get("has_labels")):
+        return np.zeros(store.num_batches, dtype=bool)
+    return store.batch_status(store_mod.INPUTS) == 0
+
+
 def _pending(store, schemes: Sequence[str], num_batches: int) -> list[tuple[int, list[str]]]:
     """(batch, schemes) still to run: pending batches, and those failed by the environment (retried on resume,
-    see :meth:`~gcc_dask.store.RunStore.pending_batches`)."""
+    see :meth:`~gcc_dask.store.RunStore.pending_batches`); a batch whose reference or labels are missing runs
+    again for every scheme (its records are rewritten with the metrics)."""
     todo = {s: set(store.pending_batches(s, retry_failed=True).tolist()) for s in schemes}
+    for b in np.flatnonzero(_inputs_pending(store)).tolist():
+        for s in schemes:
+            todo[s].add(b)
     work = [(b, [s for s in schemes if b in todo[s]]) for b in range(num_batches)]
     return [(b, ss) for b, ss in work if ss]
 
@@ -419,7 +437,7 @@ def run_pipeline(
         cfg, advice = resolve_auto(cfg, path, client=client, say=say)
     source, workload = build_source_and_workload(cfg)
     if source.num_samples > MAX_SAMPLES:
-        raise SourceError(f"source: {source.name!r} holds {source.num_samples:,} samples; expected at most "
+        raise SourceError(f"source: got {source.name!r} with {source.num_samples:,} samples; expected at most "
                           f"{MAX_SAMPLES:,} in one run (use source.limit, or split the dataset into runs)")
     spec = ClusterSpec.from_config(cfg.cluster)
     with contextlib.ExitStack() as stack:
@@ -440,6 +458,12 @@ def run_pipeline(
             output_shape = run_on_cluster(connected(), _check_model_fits, workload, source, cfg.run.nan_policy)
         else:
             output_shape = _check_model_fits(workload, source, cfg.run.nan_policy)
+            fixed = getattr(load_workload(workload), "fixed_batch", None)  # loaded once by the check above
+            if fixed is not None and fixed != cfg.code.block_size:
+                say(f"note: the model {getattr(workload, 'path', workload)!r} has a fixed batch dimension of "
+                    f"{fixed}, so f runs each block of code.block_size = {cfg.code.block_size} samples in slices "
+                    f"of {fixed} (export it with a dynamic batch dimension, or set code.block_size: {fixed}, for "
+                    "one call per block)")
         if echo is not None:
             def warn(message: str) -> None:
                 say(f"warning: {message}")
@@ -518,10 +542,24 @@ def _run_stored(cfg, path, source, workload, output_shape, connected, say, warn,
                 say(f"performance report: {os.path.abspath(os.path.expanduser(os.fspath(report_path)))}")
         num_batches = _limited(cfg, store.num_batches)
         final = {s: store.batch_status(s)[:num_batches] for s in cfg.schemes}
-        complete = all((v > 0).all() for v in final.values()) and num_batches == store.num_batches
+        complete = all((v > 0).all() for v in final.values()) and num_batches == store.num_batches \
+            and not _inputs_pending(store)[:num_batches].any()
         run_status = "complete" if complete else "incomplete"
         store.finish(status=run_status)
+        if num_batches < store.num_batches:
+            say(_limit_note(cfg, store, num_batches))
     return RunResult(path=path, status=run_status, config=cfg, wall_s=wall)
+
+
+def _limit_note(cfg: PipelineConfig, store, num_batches: int) -> str:
+    """The line that says a run stopped on purpose at ``run.limit_batches``, and what is left."""
+    pending = {s: int((store.batch_status(s) == 0).sum()) for s in cfg.schemes}
+    counts = set(pending.values())
+    left = (f"{counts.pop()} of {store.num_batches} batches still pending per scheme" if len(counts) == 1 else
+            "batches still pending: " + ", ".join(f"{s} {n} of {store.num_batches}" for s, n in pending.items()))
+    return (f"stopped at run.limit_batches = {cfg.run.limit_batches} (the first {num_batches} of "
+            f"{store.num_batches} batches); {left}, so the store is 'incomplete': run the same command without "
+            "run.limit_batches, or with a larger one, to go on")
 
 
 def _limited(cfg: PipelineConfig, num_batches: int) -> int:
@@ -565,7 +603,8 @@ def _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, la
         output_size=int(np.prod(output_shape)), max_in_flight=cfg.run.max_batches_in_flight,
         reference=cfg.run.reference, use_gpu=use_gpu,
         latency_per_sample=cfg.stragglers.unit == "sample", virtual_clock=cfg.stragglers.clock == "virtual",
-        worker_timeout=cfg.cluster.connect_timeout, spares=cfg.cutoff.spares, echo=say,
+        worker_timeout=cfg.cluster.connect_timeout, unresponsive_after=cfg.cluster.unresponsive_after,
+        spares=cfg.cutoff.spares, echo=say,
     )
     bar = _progress(len(work), cfg.run.progress and progress, cfg.name)
     records = RecordBuffer(store)

@@ -25,6 +25,7 @@ import functools
 import gzip
 import os
 import threading
+from collections import OrderedDict
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -113,7 +114,8 @@ def _check_split(split: Any) -> str:
 def _existing(path: Any, what: str) -> str:
     p = os.fspath(path)
     if "://" not in p and not os.path.exists(p):
-        raise SourceError(f"{what} not found: {p!r} (path as given, resolved from {os.getcwd()!r})")
+        raise SourceError(f"source: got {p!r}, which does not exist (resolved from {os.getcwd()!r}); expected an "
+                          f"existing {what}")
     return p
 
 
@@ -151,7 +153,8 @@ class Source(ABC):
     def _finish(self, name: str, total: int, sample_shape: tuple, dtype: Any, has_labels: bool,
                 limit: int | None, params: dict[str, Any]) -> None:
         if total < 1:
-            raise SourceError(f"source {name!r} holds no samples (num_samples={total!r})")
+            raise SourceError(f"source: got {name!r}, which holds no samples (num_samples={total!r}); expected at "
+                              "least one sample")
         self.name = name
         self.num_samples = int(total if limit is None else min(total, limit))
         self.sample_shape = tuple(int(s) for s in sample_shape)
@@ -342,7 +345,7 @@ class MnistSource(Source):
 # ------------------------------------------------------------------------------------- Fashion-MNIST
 def _idx_header(raw: bytes, path: str) -> tuple[np.dtype, tuple[int, ...], int]:
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_DTYPES:
-        raise SourceError(f"not an IDX file: {path!r}")
+        raise SourceError(f"source: got {path!r}, which is not an IDX file; expected the Fashion-MNIST IDX files")
     ndim = raw[3]
     dims = tuple(int(d) for d in np.frombuffer(raw[4:4 + 4 * ndim], dtype=">i4"))
     return np.dtype(_IDX_DTYPES[raw[2]]), dims, 4 + 4 * ndim
@@ -354,7 +357,8 @@ def _idx_shape(path: str) -> tuple[int, ...]:
         with (gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")) as fh:
             head = fh.read(64)
     except OSError as exc:
-        raise SourceError(f"cannot read IDX file {path!r}: {exc}") from exc
+        raise SourceError(f"source: got {path!r}, which cannot be read ({exc}); expected a readable IDX "
+                          "file") from exc
     return _idx_header(head, path)[1]
 
 
@@ -373,7 +377,8 @@ def _idx_load(path: str) -> np.ndarray:
             dtype, dims, off = _idx_header(head, path)
             arr = np.memmap(path, dtype=dtype, mode="r", offset=off, shape=dims)
     except OSError as exc:
-        raise SourceError(f"cannot read IDX file {path!r}: {exc}") from exc
+        raise SourceError(f"source: got {path!r}, which cannot be read ({exc}); expected a readable IDX "
+                          "file") from exc
     return arr
 
 
@@ -394,12 +399,12 @@ def _fashion_files(path: str | None) -> tuple[str, dict[str, tuple[str, str]]]:
             return folder, found
     if path is not None:
         raise SourceError(
-            f"Fashion-MNIST IDX files not found in path={path!r}; expected "
+            f"source.path: got {path!r}, which holds no Fashion-MNIST IDX files; expected a folder with "
             f"train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz], t10k-images-idx3-ubyte[.gz], "
             f"t10k-labels-idx1-ubyte[.gz]")
     raise SourceError(
-        f"Fashion-MNIST not found in {folders!r}: install Debian's package with "
-        f"'apt-get install dataset-fashion-mnist', or pass source.path=FOLDER holding the IDX files")
+        f"source.kind: got 'fashion_mnist', but no Fashion-MNIST files are in {folders!r}; expected them "
+        f"installed ('apt-get install dataset-fashion-mnist'), or source.path set to a folder holding the IDX files")
 
 
 @register_source("fashion_mnist")
@@ -422,7 +427,7 @@ class FashionMnistSource(Source):
         for part in parts:
             images, labels = (_idx_shape(f) for f in self.files_by_split[part])
             if images[1:] != (28, 28) or labels != images[:1]:
-                raise SourceError(f"unexpected IDX shapes {images} / {labels} in "
+                raise SourceError(f"source: got IDX shapes {images} / {labels} in "
                                   f"{self.files_by_split[part]!r}; expected (n, 28, 28) / (n,)")
             sizes.append(images[0])
         self._parts = list(zip(parts, np.cumsum([0, *sizes[:-1]]).tolist(), sizes))
@@ -446,6 +451,16 @@ class FashionMnistSource(Source):
         return np.concatenate(xs), np.concatenate(ys)
 
 
+def _check_label_dtype(labels: Any) -> None:
+    """Labels are class indices: refuse floats (0.7 would be read as class 0), strings, bools, objects."""
+    if labels is None:
+        return
+    kind = np.dtype(labels.dtype)
+    if kind.kind not in "iu":
+        raise SourceError(f"source.labels: got labels of dtype {kind.name}; expected integer class labels "
+                          "(int or uint, one per sample): store them as integers, e.g. labels.astype('int64')")
+
+
 # ------------------------------------------------------------------------------ file-backed arrays
 class _ArrayFileSource(Source):
     """Common code of the Zarr and ``.npy`` sources: lazily opened handles, never pickled."""
@@ -453,10 +468,11 @@ class _ArrayFileSource(Source):
     def _setup(self, name: str, arr: Any, labels: Any, limit: Any, params: dict[str, Any],
                dtype: Any) -> None:
         if arr.ndim < 1:
-            raise SourceError(f"{name!r} holds a 0-d array; expected shape (num_samples, ...)")
+            raise SourceError(f"source: got a 0-d array in {name!r}; expected shape (num_samples, ...)")
         if labels is not None and (labels.ndim != 1 or labels.shape[0] != arr.shape[0]):
-            raise SourceError(f"labels of {name!r} have shape {labels.shape}; expected "
+            raise SourceError(f"source.labels: got shape {labels.shape} for the labels of {name!r}; expected "
                               f"({arr.shape[0]},), one per sample")
+        _check_label_dtype(labels)
         self._finish(name, arr.shape[0], arr.shape[1:], arr.dtype if dtype is None else dtype,
                      labels is not None, _check_limit(limit), params)
 
@@ -503,10 +519,44 @@ class ZarrSource(_ArrayFileSource):
             try:
                 return zarr.open_array(store=self.path, path=component or "", mode="r")
             except Exception as exc:
-                raise SourceError(f"cannot open Zarr array {component or ''!r} in store "
-                                  f"{self.path!r}: {type(exc).__name__}: {exc}") from exc
+                raise SourceError(f"source: got Zarr array {component or ''!r} in store {self.path!r}, which "
+                                  f"cannot be opened ({type(exc).__name__}: {exc}); expected an existing Zarr "
+                                  "array") from exc
 
         return one(self.array), None if self.labels is None else one(self.labels)
+
+
+#: the ``.npy`` files memory-mapped in this process, by (absolute path, inode, mtime, size), at most
+#: ``_NPY_KEEP`` of them (each holds a file descriptor)
+_NPY_OPEN: "OrderedDict[tuple, np.ndarray]" = OrderedDict()
+_NPY_LOCK = threading.Lock()
+_NPY_KEEP = 32
+
+
+def _load_npy(path: str) -> np.ndarray:
+    """``np.load(path, mmap_mode="r")``, once per file and process, under a lock.
+
+    NumPy parses a ``.npy`` header with ``ast.literal_eval``, which is not thread-safe on CPython 3.11
+    (``SystemError: AST constructor recursion depth mismatch`` when a worker's threads open a file at
+    once). The memory map is shared by every reader in the process; a file replaced or rewritten since
+    (another inode, mtime or size) is opened anew.
+
+    Raises
+    ------
+    OSError, ValueError
+        As :func:`numpy.load`.
+    """
+    st = os.stat(path)
+    key = (os.path.abspath(path), st.st_ino, st.st_mtime_ns, st.st_size)
+    with _NPY_LOCK:
+        arr = _NPY_OPEN.get(key)
+        if arr is None:
+            arr = _NPY_OPEN[key] = np.load(path, mmap_mode="r", allow_pickle=False)
+            while len(_NPY_OPEN) > _NPY_KEEP:
+                _NPY_OPEN.popitem(last=False)
+        else:
+            _NPY_OPEN.move_to_end(key)
+        return arr
 
 
 @register_source("npy")
@@ -532,9 +582,10 @@ class NpySource(_ArrayFileSource):
     def _open(self) -> tuple[Any, Any]:
         def one(p: str) -> Any:
             try:
-                return np.load(p, mmap_mode="r", allow_pickle=False)
+                return _load_npy(p)  # once per process: np.load's header parser is not thread-safe
             except (OSError, ValueError) as exc:
-                raise SourceError(f"cannot read .npy file {p!r}: {exc}") from exc
+                raise SourceError(f"source: got {p!r}, which cannot be read as a .npy file ({exc}); expected a "
+                                  "file written by numpy.save") from exc
 
         return one(self.path), None if self.labels is None else one(self.labels)
 
@@ -634,6 +685,7 @@ class ArraySource(Source):
             if labels.ndim != 1 or labels.shape[0] != data.shape[0]:
                 raise SourceError(f"source.labels: got shape {labels.shape}; expected "
                                   f"({data.shape[0]},), one per sample")
+            _check_label_dtype(labels)
         self.data, self.labels = data, labels
         #: read on the Dask workers only (a dask array), never on the driver
         self.remote = _is_dask(data) or _is_dask(labels)

@@ -48,6 +48,7 @@ import pandas as pd
 
 from gcc_dask import metrics
 from gcc_dask.coding import make_code
+from gcc_dask.coding.registry import code_parameters
 from gcc_dask.errors import ConfigError, NotEnoughResultsError, StoreError
 from gcc_dask.store.layout import _git_sha, _now, _root_meta, _versions
 from gcc_dask.stragglers import Bernoulli, FixedCount
@@ -173,6 +174,21 @@ def sample_function(cfg: FunctionConfig) -> _Function:
 # ------------------------------------------------------------------------------------------- the task
 def _s_key(value: float | int) -> int:
     return int(value) if isinstance(value, (int, np.integer)) else int(round(float(value) * 1e9))
+
+
+def check_code_params(cfg: SweepConfig) -> None:
+    """Refuse a parameter that no code of its scheme takes (``params: {replication: {policies: 1}}``), with one
+    ConfigError line naming the key and the valid parameters, before anything runs: :func:`_make_codes`
+    would skip every cell of that scheme, and the sweep would run as if it were absent. (Parameter
+    *values* that a code refuses at some (K, N) skip those cells, recorded in the store's ``skipped``.)"""
+    for i, spec in enumerate(cfg.schemes):
+        valid = [p for p in code_parameters(spec.code) if p not in ("num_inputs", "num_workers")]
+        for where, params in ((f"params.{spec.label}", cfg.params.get(spec.label, {})),
+                              (f"schemes[{i}].params", spec.params)):
+            for key, value in params.items():
+                if key not in valid:
+                    raise ConfigError(f"{where}.{key}: got {value!r}; expected a parameter of code {spec.code!r}: "
+                                      f"one of {', '.join(valid)} (num_inputs and num_workers come from code)")
 
 
 def _make_codes(cfg: SweepConfig, K: int, N: int) -> dict[str, Any]:
@@ -474,6 +490,7 @@ def run_sweep(config: str | os.PathLike | Mapping[str, Any] | SweepConfig, clien
 
     say = echo or (lambda _msg: None)
     cfg = load_sweep_config(config, overrides=overrides)
+    check_code_params(cfg)
     path = Path(os.fspath(out) if out is not None else cfg.store.path).expanduser().absolute()
     fn = sample_function(cfg.function)
     X, _ = fn.sample(cfg.code.num_inputs[0], 0, cfg.seed)

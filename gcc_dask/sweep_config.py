@@ -39,7 +39,7 @@ from gcc_dask.config import SCHEMES, ClusterConfig, SourceConfig, WorkloadConfig
 from gcc_dask.config.fields import Points
 from gcc_dask.config.fields import InputCount, WorkerCount
 from gcc_dask.errors import ConfigError
-from gcc_dask.limits import MAX_CODE_ENTRIES, MAX_SWEEP_ENTRIES, MAX_TRIALS, MAX_WORKERS
+from gcc_dask.limits import MAX_CODE_ENTRIES, MAX_INPUTS, MAX_SWEEP_ENTRIES, MAX_TRIALS, MAX_WORKERS
 
 __all__ = ["FunctionConfig", "SchemeSpec", "SweepConfig", "load_sweep_config"]
 
@@ -49,6 +49,9 @@ _DEFAULT_DIM = {"xsinx": 1, "polynomial": 1, "smooth": 8}
 _FINGERPRINT_EXCLUDE = ("store", "cluster", "run")
 _PIPELINES = Path(__file__).resolve().parents[1] / "pipelines"
 PosInt = Annotated[int, Field(ge=1)]
+#: features of an analytic function's input, output or hidden layer: at most MAX_INPUTS (65,536), and the
+#: smooth network's weight matrices at most MAX_CODE_ENTRIES entries each (checked in FunctionConfig)
+Features = Annotated[int, Field(ge=1, le=MAX_INPUTS)]
 
 
 class _Bad(ValueError):
@@ -103,10 +106,10 @@ class FunctionConfig(_Section):
     kind: Literal["xsinx", "polynomial", "smooth", "dnn"]
     low: float | None = None
     high: float | None = None
-    dim: PosInt | None = None
+    dim: Features | None = None
     coeffs: Annotated[list[float], BeforeValidator(_as_list)] | None = None
-    out_dim: PosInt = 10
-    hidden: PosInt = 64
+    out_dim: Features = 10
+    hidden: Features = 64
     seed: Annotated[int, Field(ge=0)] = 0
     source: SourceConfig | None = None
     workload: WorkloadConfig | None = None
@@ -149,6 +152,11 @@ class FunctionConfig(_Section):
     def _check(self) -> FunctionConfig:
         if self.kind != "dnn" and not self.low < self.high:
             raise _Bad("high", self.high, f"a number > low = {self.low}")
+        if self.kind == "smooth":
+            for key, other in (("hidden", self.dim), ("out_dim", self.hidden)):
+                if getattr(self, key) * other > MAX_CODE_ENTRIES:
+                    raise _Bad(key, getattr(self, key), f"a size whose weight matrix with the layer before it "
+                               f"({other:,}) holds at most {MAX_CODE_ENTRIES:,} entries")
         if self.kind == "polynomial" and not self.coeffs:
             raise _Bad("coeffs", self.coeffs, "at least one coefficient (lowest order first)")
         return self

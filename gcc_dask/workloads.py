@@ -122,8 +122,8 @@ def resolve_model_path(path: str | os.PathLike, base_dir: str | os.PathLike | No
     for cand in tried:
         if cand.is_file():
             return cand.resolve()
-    raise WorkloadError(f"model file not found: {os.fspath(path)!r}; tried "
-                        f"{[str(c) for c in dict.fromkeys(tried)]}")
+    raise WorkloadError(f"workload.path: got {os.fspath(path)!r}, which is not a file; expected an existing "
+                        f"model file (tried {[str(c) for c in dict.fromkeys(tried)]})")
 
 
 def _check_path_type(path: Any) -> None:
@@ -264,6 +264,12 @@ def load_workload(workload) -> Callable:
     return fn
 
 
+def _one_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception's text on one line (ONNX Runtime's span several), shortened to `limit` characters."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 # ------------------------------------------------------------------------------------------------ ONNX
 @register_workload("onnx")
 class OnnxWorkload(Workload):
@@ -275,6 +281,11 @@ class OnnxWorkload(Workload):
     ONNX Runtime's default). The input is reshaped to the model's declared per-sample shape (e.g.
     (784,) -> (1, 28, 28)) and cast to its dtype; f returns the first output. CuPy input is copied to
     the host and the result copied back.
+
+    A model exported with a fixed batch dimension b (input shape ``(b, ...)`` instead of ``(N, ...)``)
+    is run in slices of b samples, the last one padded with zeros whose outputs are dropped: f still maps
+    any (n, ...) to (n, ...), whatever ``code.block_size`` is. The loaded f's ``fixed_batch`` attribute
+    is b (None for a dynamic batch dimension).
     """
 
     uses_files = True
@@ -291,10 +302,11 @@ class OnnxWorkload(Workload):
         try:
             import onnxruntime as ort
         except ImportError as exc:  # pragma: no cover - core dependency
-            raise WorkloadError("the onnx workload needs onnxruntime: pip install onnxruntime") from exc
+            raise WorkloadError("workload.kind: got 'onnx', but onnxruntime is not installed; expected it "
+                                "installed (pip install onnxruntime)") from exc
         if not os.path.isfile(self.path):
-            raise WorkloadError(f"model file not found: {self.path!r} (the path must be reachable "
-                                f"from every Dask worker)")
+            raise WorkloadError(f"workload.path: got {self.path!r}, which is not a file here; expected a model "
+                                f"file reachable from the driver and every Dask worker")
         providers = self.providers
         if providers is None:
             providers = ["CPUExecutionProvider"]
@@ -306,12 +318,32 @@ class OnnxWorkload(Workload):
         try:
             sess = ort.InferenceSession(self.path, sess_options=opts, providers=providers)
         except Exception as exc:
-            raise WorkloadError(f"cannot load ONNX model {self.path!r}: {exc}") from exc
+            raise WorkloadError(f"workload.path: got {self.path!r}, which ONNX Runtime cannot load "
+                                f"({_one_line(exc)}); expected an ONNX model file") from None
         inp = sess.get_inputs()[0]
-        dims = tuple(d if isinstance(d, int) else None for d in inp.shape)
-        per_sample, name = dims[1:], inp.name
+        dims = tuple(d if isinstance(d, int) and d > 0 else None for d in inp.shape)
+        batch, per_sample, name = (dims[0] if dims else None), dims[1:], inp.name
         dtype = {"tensor(float)": np.float32, "tensor(double)": np.float64}.get(inp.type, np.float32)
         path = self.path
+
+        def run(x: np.ndarray) -> np.ndarray:
+            try:
+                return sess.run(None, {name: x})[0]
+            except Exception as exc:
+                raise WorkloadError(f"workload: got input of shape {tuple(x.shape)}, which ONNX model {path!r} "
+                                    f"rejects ({_one_line(exc)}); expected one that fits its declared input "
+                                    f"{list(inp.shape)}") from None
+
+        def run_sliced(x: np.ndarray) -> np.ndarray:
+            """A fixed batch dimension b: slices of b samples, the last one zero-padded."""
+            n, parts = x.shape[0], []
+            for lo in range(0, max(n, 1), batch):
+                part = x[lo:lo + batch]
+                keep = part.shape[0]
+                if keep < batch:
+                    part = np.concatenate([part, np.zeros((batch - keep, *x.shape[1:]), dtype=x.dtype)])
+                parts.append(np.asarray(run(part))[:keep])
+            return np.concatenate(parts)
 
         def f(X: Any) -> Any:
             on_gpu = _is_cupy(X)
@@ -322,14 +354,11 @@ class OnnxWorkload(Workload):
                 if int(np.prod(x.shape[1:], dtype=np.int64)) != size or x.ndim < 1:
                     want = ", ".join(map(str, per_sample))
                     raise WorkloadError(
-                        f"input of shape {tuple(x.shape)} does not fit ONNX model {path!r}: expected "
-                        f"(n, {want}) or any (n, ...) with {size} values per sample")
+                        f"workload: got input of shape {tuple(x.shape)}, which does not fit ONNX model {path!r}; "
+                        f"expected (n, {want}) or any (n, ...) with {size} values per sample")
                 x = x.reshape((n, *per_sample))
-            try:
-                y = sess.run(None, {name: np.ascontiguousarray(x, dtype=dtype)})[0]
-            except Exception as exc:
-                raise WorkloadError(f"ONNX model {path!r} rejected input of shape {tuple(x.shape)} "
-                                    f"(declared input {inp.shape}): {exc}") from exc
+            x = np.ascontiguousarray(x, dtype=dtype)
+            y = run(x) if batch is None or x.ndim < 1 or x.shape[0] == batch else run_sliced(x)
             y = np.asarray(y, dtype=np.float32 if y.dtype != np.float64 else np.float64)
             if on_gpu:
                 import cupy
@@ -337,6 +366,7 @@ class OnnxWorkload(Workload):
                 return cupy.asarray(y)
             return y
 
+        f.fixed_batch = batch
         return f
 
 
@@ -605,7 +635,8 @@ class TorchWorkload(_InMemory, Workload):
         try:
             import torch
         except ImportError as exc:
-            raise WorkloadError("the torch workload needs PyTorch: pip install 'gcc-dask[torch]'") from exc
+            raise WorkloadError("workload.kind: got 'torch', but PyTorch is not installed; expected it installed "
+                                "(pip install 'gcc-dask[torch]')") from exc
         device = self.device
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -620,15 +651,16 @@ class TorchWorkload(_InMemory, Workload):
                                     f"expected a torch.nn.Module")
             module = module.to(device).eval()
         elif not os.path.isfile(self.path):
-            raise WorkloadError(f"model file not found: {self.path!r} (the path must be reachable "
-                                f"from every Dask worker)")
+            raise WorkloadError(f"workload.path: got {self.path!r}, which is not a file here; expected a model "
+                                f"file reachable from the driver and every Dask worker")
         else:
             try:
                 with warnings.catch_warnings():  # torch >= 2.10 deprecates TorchScript; it loads
                     warnings.simplefilter("ignore", DeprecationWarning)
                     module = torch.jit.load(self.path, map_location=device).eval()
             except Exception as exc:
-                raise WorkloadError(f"cannot load TorchScript model {self.path!r}: {exc}") from exc
+                raise WorkloadError(f"workload.path: got {self.path!r}, which torch.jit.load cannot load "
+                                    f"({_one_line(exc)}); expected a TorchScript model file") from None
         tdtype, per_sample = getattr(torch, self.dtype), self.input_shape
         path = self.path or self.name or self.params.get("module")
 

@@ -287,7 +287,7 @@ def test_missing_file_and_bad_yaml(tmp_path):
         load_config(tmp_path / "nope.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\ncode: {num_inputs: 8\n")
-    with pytest.raises(ConfigError, match=r"bad.yaml: invalid YAML at line \d+"):
+    with pytest.raises(ConfigError, match=r"bad.yaml: got invalid YAML at line \d+"):
         load_config(bad)
     dup = tmp_path / "dup.yaml"
     dup.write_text(yaml.safe_dump(BASE) + "name: again\n")

@@ -49,9 +49,11 @@ def _read_yaml(path: Path) -> Any:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"{path}: invalid YAML{where}: {problem}") from None
+        raise ConfigError(f"{path}: got invalid YAML{where} ({problem}); expected a YAML mapping of config "
+                          "sections") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read the config file ({exc})") from None
+        raise ConfigError(f"{path}: got a file that cannot be read as UTF-8 text ({exc}); expected a YAML "
+                          "config file") from None
 
 
 def _copy_tree(value: Any, _seen: tuple[int, ...] = ()) -> Any:

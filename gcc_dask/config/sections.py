@@ -590,6 +590,11 @@ class ClusterConfig(_Section):
         Embedded cluster: worker processes (null or true) or threads in this process (false).
     connect_timeout
         How long to wait for the scheduler to answer and for at least one worker.
+    unresponsive_after
+        A worker that sends no heartbeat for this long (frozen, stopped, swapping) is ended as if it had
+        died: its nanny kills and restarts it, and its shards become erasures (docs/pipeline.rst, section
+        'Unresponsive workers'). At least three heartbeat intervals; null: never (a frozen worker then
+        holds the batches it has until it thaws, or until the scheduler's ``worker-ttl``).
     """
 
     address: str | None = None
@@ -599,6 +604,7 @@ class ClusterConfig(_Section):
     gpu: Annotated[bool | str, BeforeValidator(_gpu)] = "auto"
     processes: bool | None = None
     connect_timeout: Duration = 10.0
+    unresponsive_after: OptionalDuration = 5.0
 
     @model_validator(mode="after")
     def _check(self) -> ClusterConfig:
@@ -607,6 +613,8 @@ class ClusterConfig(_Section):
                            "null when cluster.address is set (give one of address, scheduler_file)")
         if self.connect_timeout <= 0:
             raise _Invalid("connect_timeout", self.connect_timeout, "a duration > 0")
+        if self.unresponsive_after is not None and self.unresponsive_after <= 0:
+            raise _Invalid("unresponsive_after", self.unresponsive_after, "a duration > 0, or null for never")
         return self
 
 

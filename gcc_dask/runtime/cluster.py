@@ -10,8 +10,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import signal
-import threading
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -19,6 +17,7 @@ import dask
 
 from gcc_dask.errors import ClusterError
 from gcc_dask.limits import MAX_LOCAL_WORKERS
+from gcc_dask.runtime.signals import DeferredSignals
 
 logger = logging.getLogger(__name__)
 
@@ -98,9 +97,9 @@ def connect(spec: ClusterSpec, client=None) -> Iterator:
                 c = Client(scheduler_file=spec.scheduler_file, timeout=spec.connect_timeout)
         except (OSError, TimeoutError, ValueError) as e:
             raise ClusterError(
-                f"cluster.address: cannot reach the Dask scheduler at {where!r} within "
-                f"{spec.connect_timeout:g} s ({type(e).__name__}: {e}); start it with `dask scheduler` "
-                f"or leave the address empty for an embedded LocalCluster"
+                f"cluster.address: got {where!r}, but cannot reach the Dask scheduler there within "
+                f"{spec.connect_timeout:g} s ({type(e).__name__}: {e}); expected a running scheduler: start it "
+                f"with `dask scheduler`, or leave the address empty for an embedded LocalCluster"
             ) from None
         try:
             yield c
@@ -110,8 +109,9 @@ def connect(spec: ClusterSpec, client=None) -> Iterator:
     # Our own cluster: a shard lost with its worker is an erasure, so never re-run it elsewhere. The
     # statistical profiler is off: it walks the frames of running tasks and races with native extensions
     # (a traceback "'InferenceSession' object has no attribute 'f_back'" from ONNX Runtime sessions); the
-    # dashboard's profile page stays empty. Worker processes ignore SIGINT: Ctrl-C reaches the driver, which
-    # stops the run and closes the cluster, instead of every worker printing its own traceback.
+    # dashboard's profile page stays empty. Worker processes never see SIGINT or SIGTERM (blocked, below):
+    # Ctrl-C reaches the driver, which stops the run and closes the cluster, instead of every worker printing
+    # its own traceback.
     cap = max(8, MAX_LOCAL_WORKERS * (os.cpu_count() or 1))
     if spec.n_workers is not None and spec.n_workers > cap:
         raise ClusterError(f"cluster.n_workers: got {spec.n_workers}; expected at most {cap} worker processes for "
@@ -123,10 +123,20 @@ def connect(spec: ClusterSpec, client=None) -> Iterator:
                            "use gpu: auto or false, or install the gpu extra on a machine with a CUDA GPU")
     # The scheduler lives in this process: its logs of past events are kept short, so that a long run's memory
     # does not grow with its number of tasks.
+    # Ctrl-C or SIGTERM while the cluster starts is recorded and raised once it has started (and is then
+    # closed): the worker processes, and the cluster's threads that spawn them, start with both signals
+    # blocked, so they never see the terminal's Ctrl-C or a cgroup's SIGTERM (DeferredSignals).
+    deferred = DeferredSignals()
+    if spec.processes:
+        # multiprocessing's resource tracker unblocks SIGINT and SIGTERM in the thread that first starts it
+        # (the cluster's event loop, just before it spawns the workers): start it here, before the block
+        from multiprocessing import resource_tracker
+
+        resource_tracker.ensure_running()
     with dask.config.set({"distributed.scheduler.allowed-failures": 0,
                           "distributed.worker.profile.enabled": False,
                           "distributed.admin.log-length": 1000,
-                          "distributed.admin.low-level-log-length": 200}), _sigint_ignored():
+                          "distributed.admin.low-level-log-length": 200}), deferred:
         try:
             cluster = LocalCluster(
                 n_workers=spec.n_workers or _default_workers(),
@@ -137,10 +147,16 @@ def connect(spec: ClusterSpec, client=None) -> Iterator:
                 silence_logs=logging.CRITICAL,  # expected erasures and shutdown noise: see the store, not the terminal
                 resources={"GPU": 1} if gpu else None,
             )
-        except Exception as e:
-            text = str(e).rstrip(".")
-            raise ClusterError(f"cannot start a LocalCluster: {type(e).__name__}: {text}{_script_hint(spec)}") from e
-    c = Client(cluster)
+        except Exception as e:  # pragma: no cover - depends on the machine
+            raise ClusterError(f"cluster: got an embedded LocalCluster that cannot start ({type(e).__name__}: "
+                               f"{' '.join(str(e).split()).rstrip('.')}); expected one to start on this machine"
+                               f"{_script_hint(spec)}") from e
+    try:
+        deferred.raise_pending()
+        c = Client(cluster)
+    except BaseException:
+        cluster.close()
+        raise
     try:
         yield c
     finally:
@@ -159,19 +175,6 @@ def _script_hint(spec: ClusterSpec) -> str:
     return (f"; in a script ({os.path.basename(main.__file__)}), put the calls that start a cluster under "
             "`if __name__ == \"__main__\":` (each Dask worker process imports the script), or set "
             "cluster.processes: false")
-
-
-@contextlib.contextmanager
-def _sigint_ignored() -> Iterator[None]:
-    """Ignore SIGINT while worker processes start, so that they inherit it (only from the main thread)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, old)
 
 
 def cluster_has_gpu(client) -> bool:
