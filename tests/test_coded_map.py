@@ -237,5 +237,5 @@ def test_a_script_without_a_main_guard_is_told_how_to_fix_it(tmp_path):
     res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert res.returncode != 0
     last = res.stderr.strip().splitlines()[-1]
-    assert last.startswith("gcc_dask.errors.ClusterError: cannot start a LocalCluster")
+    assert last.startswith("gcc_dask.errors.ClusterError: cluster: got an embedded LocalCluster that cannot start")
     assert 'in a script (no_guard.py), put the calls that start a cluster under `if __name__ == "__main__":`' in last
