@@ -192,7 +192,7 @@ def test_bad_f_and_X():
 
 
 def test_integer_X_is_refused_before_anything_runs(client, tmp_path):
-    with pytest.raises(gd.errors.SourceError, match="holds int64 samples; expected real floating data"):
+    with pytest.raises(gd.errors.SourceError, match="got int64 samples in .array.; expected real floating data"):
         gd.coded_map(f, np.arange(40).reshape(10, 4), client=client, out=tmp_path / "int.zarr")
 
 
