@@ -85,6 +85,14 @@ def _npy(tmp_path, name, array) -> str:
     return str(path)
 
 
+def _images(huge: int | None = None) -> np.ndarray:
+    """16 random 28x28 images, one of them (`huge`) set to 3e38, near float32's largest value."""
+    x = np.random.default_rng(1).random((16, 1, 28, 28)).astype(np.float32)
+    if huge is not None:
+        x[huge] = 3e38
+    return x
+
+
 # --------------------------------------------------------------------------- rejected before running
 CASES = {
     "wrong-type": (lambda t: {"code": {"num_inputs": "four", "num_workers": 8}},
@@ -112,6 +120,16 @@ CASES = {
                             ["source: sample 0 holds NaN or Inf (run.nan_policy: raise)"]),
     "absurd-sample-shape": (lambda t: {"source": {"kind": "synthetic", "num_samples": 4, "shape": [10**20]}},
                             ["source: cannot read sample 0 of 'synthetic[seed=0]' (ValueError: Maximum allowed size"]),
+    "label-with-a-fraction": (lambda t: {"source": {"kind": "npy", "path": _npy(t, "x.npy", _images()),
+                                                    "labels": _npy(t, "y.npy", np.arange(16) / 2)}},
+                              ["source: the label of sample 1 of 'npy:", "is 0.5 (float64); expected integer "
+                               "class labels >= 0"]),
+    "negative-label": (lambda t: {"source": {"kind": "npy", "path": _npy(t, "x.npy", _images()),
+                                             "labels": _npy(t, "y.npy", np.arange(16) - 3)}},
+                       ["source: the label of sample 0 of 'npy:", "is -3; expected integer class labels >= 0"]),
+    "sample-too-large-to-compose": (lambda t: {"source": {"kind": "npy", "path": _npy(t, "x.npy", _images(huge=9))},
+                                               "composition": {"policy": "similarity", "window": 4}},
+                                    ["source: sample 9 of 'npy:", "holds values up to 3e+38, too large to compose"]),
     "store-path-is-a-file": (lambda t: {"store": {"path": _npy(t, "f.npy", np.zeros(3))}},
                              ["store path: got", "f.npy", "not a Zarr v3 store"]),
     "store-path-is-not-a-run": (lambda t: {"store": {"path": _folder_with_a_file(t / "notes")}},
