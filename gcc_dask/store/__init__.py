@@ -4,7 +4,8 @@ Layout::
 
     run.zarr/
       attrs: gcc_dask_version, created, finished, status, config, config_fingerprint, git_sha,
-             versions, seed (+ num_samples, batch_size, num_batches, output_shape, schemes, ...)
+             versions, seed, run_token, integrity (+ num_samples, batch_size, num_batches, output_shape,
+             schemes, ...)
       inputs/labels          (sample,)            int64   -1 where unknown
       inputs/reference       (sample, output)     float   f(x_k) computed uncoded; NaN until written
       inputs/status          (batch,)             int8    1 once the batch's inputs are written
@@ -34,10 +35,9 @@ Integrity (docs/store.rst, section 'Integrity'). Every chunk carries a ``crc32c`
 when it holds only fill values, so a flipped byte is an error naming the array and its batch, and a done batch
 whose chunk is missing is run again by a resume (:mod:`.integrity`). Every write of a run carries the run's
 token (``run_token``, new at every create and resume) and is refused
-(:class:`~gcc_dask.errors.WriteRefusedError`) when the store no
-longer carries it or is gone: the tasks of a killed driver never write into the store that replaced it, and a
-store moved away mid-run is not recreated as a skeleton. ``--overwrite`` builds the new store aside and swaps
-it in with two renames.
+(:class:`~gcc_dask.errors.WriteRefusedError`) when the store no longer carries it or is gone: the tasks of a
+killed driver never write into the store that replaced it, and a store moved away mid-run is not recreated as
+a skeleton. ``--overwrite`` builds the new store aside and swaps it in with two renames.
 
 Modules, imported one way: :mod:`.layout` (format, statuses, array creation, codecs) ← :mod:`.integrity`
 (structure and chunk checks), :mod:`.writes` (worker writes, the driver's records) ← :mod:`.run_store`
