@@ -503,7 +503,9 @@ def _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, la
     prefix = _plugin_prefix(path)
     stale = remove_plugins(c, prefix)
     if stale:
-        logger.info("removed %d worker plugins of earlier runs of %s: %s", len(stale), path, ", ".join(stale))
+        say(f"removed from the cluster what {len(stale)} earlier run{'s' if len(stale) > 1 else ''} of this store "
+            f"left there (worker plugin{'s' if len(stale) > 1 else ''} {', '.join(stale)}): their tasks still "
+            "running write nothing")
     plugin = RunPlugin(
         name=f"{prefix}{uuid.uuid4().hex[:8]}", workload=workload, codes=codes, source=source,
         sink=StoreSink(os.path.abspath(path), token=store.token), layout=layout, use_gpu=use_gpu,
