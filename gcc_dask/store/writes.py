@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import threading
 import weakref
 from collections.abc import Mapping
@@ -186,7 +187,8 @@ def write_decoded(path: str | os.PathLike, scheme: str, batch: int, decoded: Any
     start, stop = _batch_rows(attrs, batch)
     rows = _rows("decoded", decoded, start, stop, int(attrs["batch_size"]), tuple(attrs["output_shape"]))
     out = _array(_handles(path, token), scheme, "decoded")  # the token checked right before the write
-    out[start:stop] = rows.astype(out.dtype, copy=False)
+    with _naming_failures(path, f"{scheme}/decoded", np.array([batch])):
+        out[start:stop] = rows.astype(out.dtype, copy=False)
 
 
 def _write_records(path: Path, scheme: str, records: list[Mapping[str, Any]], token: str | None = None) -> None:
@@ -243,11 +245,15 @@ class _naming_failures:
             b = self.batches
             which = "" if b is None else f" of batch {int(b[0])}" if b.size == 1 else \
                 f" of batches {int(b.min())}-{int(b.max())}"
-            raise StoreError(f"store: cannot write {self.name}{which} to {str(self.path)!r} "
-                             f"({exc_type.__name__}: {exc}); fix the store's file system (space, permissions) "
-                             "and run the same command again to resume") from None
+            # the file named by the store's path, not by the descriptor the write went through (_open_for_writes)
+            why = _FD_PATH_RE.sub(str(self.path).replace("\\", "\\\\"), f"{exc_type.__name__}: {exc}")
+            raise StoreError(f"store: cannot write {self.name}{which} to {str(self.path)!r} ({why}); fix the "
+                             "store's file system (space, permissions) and run the same command again to "
+                             "resume") from None
 
 
+#: ``/proc/self/fd/N``, as it appears in the errors of a write through :func:`_open_for_writes`
+_FD_PATH_RE = re.compile(r"/proc/self/fd/\d+")
 
 
 def _write_status(status: Any, index: Any, values: np.ndarray) -> None:
@@ -289,5 +295,7 @@ def write_inputs(path: str | os.PathLike, batch: int, *, labels: Any = None, ref
             rows[name] = _rows(name, value, start, stop, k, shape_tail)
     for name, values in rows.items():
         out = _array(_handles(path, token), INPUTS, name)  # the token checked right before each write
-        out[start:stop] = values.astype(out.dtype, copy=False)
-    _write_status(_array(_handles(path, token), INPUTS, "status"), batch, np.array([1], np.int8))
+        with _naming_failures(path, f"{INPUTS}/{name}", np.array([batch])):
+            out[start:stop] = values.astype(out.dtype, copy=False)
+    with _naming_failures(path, f"{INPUTS}/status", np.array([batch])):
+        _write_status(_array(_handles(path, token), INPUTS, "status"), batch, np.array([1], np.int8))
