@@ -1,7 +1,8 @@
 """End-to-end benchmarks of the pipeline on a Dask LocalCluster.
 
-Six sections, each a table of :class:`~gcc_dask.bench.report.BenchReport` (``throughput`` and ``scale`` are
-described in :mod:`gcc_dask.bench.throughput`; the other four use one sample per shard, ``block_size: 1``):
+Seven sections, each a table of :class:`~gcc_dask.bench.report.BenchReport` (``throughput`` and ``scale`` are
+described in :mod:`gcc_dask.bench.throughput`, ``checksums`` in :mod:`gcc_dask.bench.store`; the other four use
+one sample per shard, ``block_size: 1``):
 
 ``stragglers``
     LeNet-5 on MNIST, K = 8, shifted-exponential latencies with hang probability 0.05 and hangs of 20x
@@ -38,7 +39,7 @@ from gcc_dask.errors import WorkloadError
 
 __all__ = ["run_pipeline_bench", "noop_f", "pool_f", "MemorySampler", "SECTIONS"]
 
-SECTIONS = ("throughput", "scale", "stragglers", "orchestration", "scaling", "memory")
+SECTIONS = ("throughput", "scale", "stragglers", "orchestration", "scaling", "memory", "checksums")
 #: the block size of the throughput and scale sections (the pipeline's default ``code.block_size``)
 BLOCK = 512
 K = 8
@@ -427,6 +428,13 @@ def run_pipeline_bench(*, quick: bool = False, client=None, sections: tuple[str,
         if "memory" in sections:
             say("pipeline bench: memory")
             table, tg = _memory(client, tmp, quick, say)
+            tables.append(table)
+            targets += tg
+        if "checksums" in sections:  # the store's codecs alone: no cluster
+            from gcc_dask.bench.store import checksum_section
+
+            say("pipeline bench: checksums")
+            table, tg = checksum_section(tmp, quick, say)
             tables.append(table)
             targets += tg
     finally:
