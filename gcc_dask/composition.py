@@ -387,10 +387,10 @@ def _checked_features(source: Any, projection: Projection, x: np.ndarray, index:
         top = np.where(np.isfinite(flat), flat, 0.0).max(axis=1, initial=0.0)
         i = int(np.flatnonzero(bad)[np.argmax(top[bad])])
         at = int(index[i]) if isinstance(index, np.ndarray) else int(index) + i
-        raise SourceError(f"source: sample {at} of {getattr(source, 'name', 'the source')!r} holds values up to "
-                          f"{top[i]:.3g}, too large to compose (its principal-component features overflow "
-                          "float32); scale the data (standardise it, say), or set composition.policy: random or "
-                          "as_stored")
+        raise SourceError(f"source: got values up to {top[i]:.3g} in sample {at} of "
+                          f"{getattr(source, 'name', 'the source')!r}, too large to compose (its principal-component "
+                          "features overflow float32); expected data on a scale the composition can compare: "
+                          "scale the data (standardise it, say), or set composition.policy: random or as_stored")
     return f
 
 

@@ -285,19 +285,20 @@ def _checked_labels(name: str, labels: np.ndarray, offset: int = 0) -> np.ndarra
     nor are booleans or non-numbers."""
     labels = np.asarray(labels)
     if labels.dtype.kind not in "iuf":  # strings, objects, bools: not class indices
-        raise SourceError(f"source: the labels of {name!r} are {labels.dtype}; expected integer class labels >= 0")
+        raise SourceError(f"source.labels: got labels of dtype {labels.dtype} in {name!r}; expected integer class "
+                          "labels >= 0")
     if labels.dtype.kind == "f":
         with np.errstate(invalid="ignore"):
             bad = ~np.isfinite(labels) | (labels != np.round(labels))
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise SourceError(f"source: the label of sample {offset + i} of {name!r} is {labels[i].item()!r} "
-                              f"({labels.dtype}); expected integer class labels >= 0 (integral floats such as "
-                              "2.0 are accepted; a fraction would be truncated)")
+            raise SourceError(f"source.labels: got {labels[i].item()!r} ({labels.dtype}) as the label of sample "
+                              f"{offset + i} of {name!r}; expected integer class labels >= 0 (integral floats "
+                              "such as 2.0 are accepted; a fraction would be truncated)")
     if labels.size and labels.min() < 0:
         i = int(np.flatnonzero(labels < 0)[0])
-        raise SourceError(f"source: the label of sample {offset + i} of {name!r} is {labels[i].item()!r}; expected "
-                          "integer class labels >= 0 (the store keeps -1 for samples without a label)")
+        raise SourceError(f"source.labels: got {labels[i].item()!r} as the label of sample {offset + i} of {name!r}; "
+                          "expected integer class labels >= 0 (the store keeps -1 for samples without a label)")
     return labels.astype(np.int64)
 
 

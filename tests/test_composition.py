@@ -226,7 +226,7 @@ def test_samples_too_large_to_compose_are_named_in_one_line(policy, where):
     src = make_source("array", array=x, name="huge")
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no RuntimeWarning on the way
-        with pytest.raises(SourceError, match=rf"^source: sample {where} of 'huge' holds values up to 3e\+38, too "
+        with pytest.raises(SourceError, match=rf"^source: got values up to 3e\+38 in sample {where} of 'huge', too "
                                               r"large to compose .*composition.policy: random"):
             compose(src, group_size=8, policy=policy, window=64, fit_samples=32)
     x[where] = 1e3  # large but comparable: composed

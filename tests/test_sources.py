@@ -272,8 +272,8 @@ def test_labels_that_are_not_integers_are_refused(tmp_path, kind, labels):
         args = {"path": tmp_path / "d.zarr", "array": "x", "labels": "y"}
     else:
         args = {"array": x, "labels": labels}
-    with pytest.raises(SourceError, match=r"^source: the label.* (is 0\.5 \(float64\)|are <U1|are bool); "
-                                          r"expected integer class labels >= 0"):
+    with pytest.raises(SourceError, match=r"^source\.labels: got (0\.5 \(float64\) as the label of sample 1|labels of "
+                                          r"dtype (<U1|bool)) .*; expected integer class labels >= 0"):
         make_source(kind, **args)
 
 
@@ -333,10 +333,10 @@ def test_mnist_source_pickles_small():
 
 
 @pytest.mark.parametrize(("labels", "match"), [
-    (np.array([0, 1, 1.5, 2]), r"the label of sample 2 of 'x' is 1\.5 \(float64\); expected integer class labels"),
-    (np.array([0, -1, 2, 3]), r"the label of sample 1 of 'x' is -1; expected integer class labels >= 0"),
-    (np.array([0, np.nan, 2, 3]), r"the label of sample 1 of 'x' is nan"),
-    (np.array(["a", "b", "c", "d"]), r"the labels of 'x' are <U1; expected integer class labels"),
+    (np.array([0, 1, 1.5, 2]), r"got 1\.5 \(float64\) as the label of sample 2 of 'x'; expected integer class labels"),
+    (np.array([0, -1, 2, 3]), r"got -1 as the label of sample 1 of 'x'; expected integer class labels >= 0"),
+    (np.array([0, np.nan, 2, 3]), r"got nan \(float64\) as the label of sample 1 of 'x'"),
+    (np.array(["a", "b", "c", "d"]), r"got labels of dtype <U1 in 'x'; expected integer class labels"),
 ], ids=["fraction", "negative", "nan", "strings"])
 def test_bad_labels_are_refused_when_the_source_is_built(labels, match):
     """Labels used to be cast to int64 on read: 1.5 became 1, and -1 (the store's "unknown") passed."""
@@ -352,9 +352,9 @@ def test_integral_float_labels_are_read_as_integers_and_lazy_labels_are_checked_
     lazy = make_source("array", array=np.zeros((4, 2), np.float32), labels=da.from_array(np.array([0, 1, -2, 3])),
                        name="lazy")
     assert lazy.read(0, 2)[1].tolist() == [0, 1]
-    with pytest.raises(SourceError, match=r"the label of sample 2 of 'lazy' is -2"):
+    with pytest.raises(SourceError, match=r"got -2 as the label of sample 2 of 'lazy'"):
         lazy.read(1, 4)
     np.save(tmp_path / "x.npy", np.zeros((4, 2), np.float32))
     np.save(tmp_path / "y.npy", np.array([1, 2, 3, -4]))
-    with pytest.raises(SourceError, match=r"the label of sample 3 of 'npy:.*x\.npy' is -4"):
+    with pytest.raises(SourceError, match=r"got -4 as the label of sample 3 of 'npy:.*x\.npy'"):
         make_source("npy", path=tmp_path / "x.npy", labels=tmp_path / "y.npy")

@@ -141,14 +141,14 @@ CASES = {
                           ["workload.path: got", "m.onnx', which ONNX Runtime cannot load", "expected an ONNX model"]),
     "label-with-a-fraction": (lambda t: {"source": {"kind": "npy", "path": _npy(t, "x.npy", _images()),
                                                     "labels": _npy(t, "y.npy", np.arange(16) / 2)}},
-                              ["source: the label of sample 1 of 'npy:", "is 0.5 (float64); expected integer "
+                              ["source.labels: got 0.5 (float64) as the label of sample 1 of 'npy:", "; expected integer "
                                "class labels >= 0"]),
     "negative-label": (lambda t: {"source": {"kind": "npy", "path": _npy(t, "x.npy", _images()),
                                              "labels": _npy(t, "y.npy", np.arange(16) - 3)}},
-                       ["source: the label of sample 0 of 'npy:", "is -3; expected integer class labels >= 0"]),
+                       ["source.labels: got -3 as the label of sample 0 of 'npy:", "; expected integer class labels >= 0"]),
     "sample-too-large-to-compose": (lambda t: {"source": {"kind": "npy", "path": _npy(t, "x.npy", _images(huge=9))},
                                                "composition": {"policy": "similarity", "window": 4}},
-                                    ["source: sample 9 of 'npy:", "holds values up to 3e+38, too large to compose"]),
+                                    ["source: got values up to 3e+38 in sample 9 of 'npy:", "too large to compose"]),
     "store-path-is-a-file": (lambda t: {"store": {"path": _npy(t, "f.npy", np.zeros(3))}},
                              ["store path: got", "f.npy", "not a Zarr v3 store"]),
     "store-path-is-not-a-run": (lambda t: {"store": {"path": _folder_with_a_file(t / "notes")}},
