@@ -260,7 +260,7 @@ class CodeConfig(_Section):
         K, the inputs coded together in one group (encoded into N coded inputs).
     num_workers
         N, the coded inputs (shard tasks) per batch for the coded schemes (gcc, letcc, bacc, bspline,
-        lcc); at least K. ``replication`` uses ``replication.copies`` × K workers and ``uncoded`` K.
+        lcc) and for ``replication`` (unless ``replication.copies`` sets r·K); at least K. ``uncoded`` uses K.
     block_size
         B, the groups of a batch: each shard evaluates f once on a block of B coded samples, so a batch is
         K·B samples, N shard tasks, one cutoff and one decode. Default 512, chosen by measurement
