@@ -27,7 +27,7 @@ from gcc_dask._digest import files_digest
 from gcc_dask.analysis.summary import summarize_run
 from gcc_dask.coding import make_code
 from gcc_dask.coding.points import spread_order
-from gcc_dask.composition import BatchLayout, compose, num_windows
+from gcc_dask.composition import BatchLayout, compose, num_windows, window_unit
 from gcc_dask.config import FINGERPRINT_IGNORED, PipelineConfig, load_config
 from gcc_dask.limits import MAX_SAMPLES
 from gcc_dask.errors import (
@@ -312,19 +312,43 @@ def _layout(cfg: PipelineConfig, num_samples: int, order) -> BatchLayout:
     return BatchLayout(num_samples, cfg.code.num_inputs, cfg.code.block_size, order)
 
 
+def composition_blind(cfg: PipelineConfig, scheme: str) -> bool:
+    """True when `scheme`'s estimates do not depend on which samples are coded together: an exact selection
+    scheme that fills nothing (``uncoded``; ``replication`` with ``replication.fill: none``). Its shards
+    evaluate f on the samples themselves, so any composition gives the same estimates."""
+    if scheme == "uncoded":
+        return True
+    return scheme == "replication" and cfg.replication.fill == "none"
+
+
+def composition_policy(cfg: PipelineConfig) -> str:
+    """The composition the run uses: ``composition.policy``, or ``as_stored`` when every scheme of the run is
+    :func:`composition_blind` (composing would cost a pass over the data, and, from a chunked source, reads of
+    a batch's samples spread over its window's chunks, for the same estimates; docs/pipeline.rst, section
+    'Reads that follow the chunks')."""
+    if all(composition_blind(cfg, s) for s in cfg.schemes):
+        return "as_stored"
+    return cfg.composition.policy
+
+
 def _compose(cfg: PipelineConfig, source, client, say) -> BatchLayout:
     """The run's composition and batch layout, with the windows of a large source as Dask tasks."""
     comp = cfg.composition
-    windows = num_windows(source.num_samples, comp.window, cfg.code.num_inputs) \
-        if comp.policy in ("similarity", "pc1") else 1
-    if comp.policy in ("similarity", "pc1"):
-        say(f"composing {source.num_samples:,} samples into groups of {cfg.code.num_inputs} ({comp.policy}, "
+    policy = composition_policy(cfg)
+    unit = window_unit(cfg.code.num_inputs, cfg.code.block_size, source.chunks, comp.window)
+    windows = num_windows(source.num_samples, comp.window, cfg.code.num_inputs, unit) \
+        if policy in ("similarity", "pc1") else 1
+    if policy in ("similarity", "pc1"):
+        say(f"composing {source.num_samples:,} samples into groups of {cfg.code.num_inputs} ({policy}, "
             f"{windows} window{'s' if windows != 1 else ''})")
+    elif policy != comp.policy:
+        say(f"composition: as_stored (the estimates of {', '.join(cfg.schemes)} do not depend on it; "
+            f"composition.policy {comp.policy} applies to the approximate schemes and fills)")
     mapper = None
     if windows > 1:
         def mapper(func, items, *shared):
             return map_on_cluster(client, func, items, *shared)
-    return compose(source, group_size=cfg.code.num_inputs, block_size=cfg.code.block_size, policy=comp.policy,
+    return compose(source, group_size=cfg.code.num_inputs, block_size=cfg.code.block_size, policy=policy,
                    seed=comp.seed, window=comp.window, dims=comp.dims, fit_samples=comp.fit_samples,
                    map_windows=mapper)
 
@@ -408,7 +432,7 @@ def run_pipeline(
         has_reference=cfg.run.reference,
         seed=cfg.seed,
         scheme_attrs={s: {"code": codes[s].params, "num_workers": codes[s].num_workers} for s in cfg.schemes},
-        attrs={"block_size": block, "composition": cfg.composition.policy},
+        attrs={"block_size": block, "composition": composition_policy(cfg)},
     )
     with StoreLock(path):
         store = store_mod.RunStore.resume(path, overwrite=cfg.store.overwrite, config_ignore=FINGERPRINT_IGNORED,

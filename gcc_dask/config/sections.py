@@ -555,8 +555,11 @@ class RunConfig(_Section):
     max_batches_in_flight
         Batches submitted to the cluster at once (backpressure). Each worker keeps the samples (and, for the
         coded schemes, the coded blocks) of these batches, about ``max_batches_in_flight × K·B × sample size
-        × (1 + Σ N/K over the coded schemes)`` bytes per worker; lower it for large samples. The default keeps
-        a 2-core cluster busy with blocks of 512 (docs/pipeline.rst, section 'Evaluate').
+        × (1 + Σ N/K over the coded schemes)`` bytes per worker, and, from a chunked source, the chunks those
+        batches were read from (the chunks of their composition windows: up to ``composition.window`` samples
+        per window in flight; docs/pipeline.rst, section 'Reads that follow the chunks'); lower it for large
+        samples. The default keeps a 2-core cluster busy with blocks of 512 (docs/pipeline.rst, section
+        'Evaluate').
     limit_batches
         Run only the first ``limit_batches`` batches (a later run without it continues the store).
     nan_policy

@@ -9,10 +9,12 @@ by :class:`RunPlugin`, never once per task.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -76,6 +78,7 @@ class RunPlugin(WorkerPlugin):
         self._sleepers: dict[str, threading.Event] = {}
         self._batches: OrderedDict[int, dict[str, _Slot]] = OrderedDict()
         self._batches_lock = threading.Lock()
+        self._chunk_pool: weakref.WeakValueDictionary[int, _Slot] = weakref.WeakValueDictionary()
 
     def setup(self, worker) -> None:
         if self.order_from is not None and self.layout.order is None:
@@ -108,6 +111,7 @@ class RunPlugin(WorkerPlugin):
         state["_sleepers"] = {}
         state["_batches"] = OrderedDict()
         del state["_batches_lock"]
+        del state["_chunk_pool"]
         if self.order_from is not None:  # read back by setup on the worker
             state["layout"] = dataclasses.replace(self.layout, order=None)
         return state
@@ -116,6 +120,7 @@ class RunPlugin(WorkerPlugin):
         self.__dict__.update(state)
         self._sleepers = {}
         self._batches_lock = threading.Lock()
+        self._chunk_pool = weakref.WeakValueDictionary()
 
     def _memo(self, batch: int, what: str, build: Callable[[], Any]) -> Any:
         """``build()`` once per (batch, what) on this worker, whatever the number of threads asking.
@@ -136,13 +141,39 @@ class RunPlugin(WorkerPlugin):
                 slot = slots[what] = _Slot()
         return slot.get(build)
 
+    def chunk(self, batch: int, index: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """Chunk `index` of a chunked source (:meth:`~gcc_dask.sources.Source.read_chunk`), as `batch` reads it.
+
+        Read once per worker while any batch that holds it is kept (:meth:`_memo`): the batch keeps the
+        chunks it read, and a batch of the same window asking for one of them gets the same arrays (a pool of
+        weak references), so a worker decodes each chunk of a batch's samples at most once per batch, and
+        usually once for all the batches in flight (docs/pipeline.rst, section 'Reads that follow the chunks').
+        """
+        held = self._memo(batch, "chunks", _HeldChunks)
+        slot = held.get(index)
+        if slot is None:
+            with self._batches_lock:
+                slot = self._chunk_pool.get(index)
+                if slot is None:
+                    slot = self._chunk_pool[index] = _Slot()
+            slot = held.setdefault(index, slot)
+        return slot.get(lambda: self.source.read_chunk(index))
+
+    def _chunk_reader(self, batch: int) -> Callable[[int], Any] | None:
+        """``chunk(i)`` for :meth:`~gcc_dask.sources.Source.take` of `batch`; None for a source without chunks."""
+        if getattr(self.source, "chunks", None) is None:
+            return None
+        return functools.partial(self.chunk, batch)
+
     def load(self, batch: int) -> Loaded:
-        """Batch ``batch``'s samples read from the source, in slot order (once per worker, see :meth:`_memo`).
+        """Batch ``batch``'s samples read from the source, in slot order (once per worker, see :meth:`_memo`;
+        a chunked source's chunks through :meth:`chunk`).
 
         A :class:`~gcc_dask.errors.GccDaskError` raised here (or in :meth:`encoded`) is marked as the
         batch's own (:func:`is_bad_batch`): the driver stops the run on it, where an error of f is an erasure.
         """
-        return self._memo(batch, "", _marking(lambda: _read_batch(self.source, self.layout, batch)))
+        return self._memo(batch, "", _marking(
+            lambda: _read_batch(self.source, self.layout, batch, self._chunk_reader(batch))))
 
     def encoded(self, batch: int, scheme: str) -> Any:
         """The coded blocks of ``batch`` for ``scheme``: ``(N, G, *shape)``, CuPy when the run uses a GPU.
@@ -170,8 +201,9 @@ class RunPlugin(WorkerPlugin):
 
         For a selection scheme (uncoded, replication) that is one position of every group unchanged, read
         from the source on its own (:meth:`~gcc_dask.composition.BatchLayout.position_samples`: G contiguous
-        slots), with no encode and without reading the rest of the batch; for the others, row `worker` of
-        :meth:`encoded`.
+        slots), with no encode and without reading the rest of the batch (from a chunked source: only the
+        chunks that hold those samples, through :meth:`chunk`, so the worker's other shards of the batch
+        read none of them again); for the others, row `worker` of :meth:`encoded`.
         """
         code = self.codes[scheme]
         k = code.selected_input(worker)
@@ -179,7 +211,7 @@ class RunPlugin(WorkerPlugin):
             return self.encoded(batch, scheme)[worker]
 
         def build():
-            x, _ = self.source.take(self.layout.position_samples(batch, k))
+            x, _ = self.source.take(self.layout.position_samples(batch, k), self._chunk_reader(batch))
             code.check_input(x)
             if self.use_gpu:
                 import cupy
@@ -232,7 +264,7 @@ def _write(p: "RunPlugin", kind: str, batch: int, **arrays: Any) -> None:
 class _Slot:
     """A value built once by the first thread that asks; the others wait for it."""
 
-    __slots__ = ("lock", "done", "value")
+    __slots__ = ("lock", "done", "value", "__weakref__")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -245,6 +277,13 @@ class _Slot:
                 self.value = build()
                 self.done = True
             return self.value
+
+
+class _HeldChunks(dict):
+    """The chunk slots a batch has read (chunk index -> :class:`_Slot`), kept while the batch is: the strong
+    references that keep them in :attr:`RunPlugin._chunk_pool`. ``setdefault`` is atomic under the GIL."""
+
+    __slots__ = ()
 
 
 class _ErasureLogFilter(logging.Filter):
@@ -334,9 +373,10 @@ class Loaded:
     n_real: int
 
 
-def _read_batch(source, layout, batch: int) -> Loaded:
-    """Read the samples of ``batch`` (``layout.samples(batch)``, dataset indices in slot order)."""
-    x, labels = source.take(layout.samples(batch))
+def _read_batch(source, layout, batch: int, chunk: Callable[[int], Any] | None = None) -> Loaded:
+    """Read the samples of ``batch`` (``layout.samples(batch)``, dataset indices in slot order), a chunked
+    source's chunks through `chunk` (see :meth:`RunPlugin.chunk`)."""
+    x, labels = source.take(layout.samples(batch), chunk)
     return Loaded(x=x, labels=None if labels is None else np.asarray(labels), n_real=x.shape[0])
 
 
