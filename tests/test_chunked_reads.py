@@ -249,3 +249,30 @@ def test_a_run_of_exact_schemes_only_keeps_the_stored_order(client, tmp_path):
     assert root.attrs["composition"] == "as_stored"
     np.testing.assert_array_equal(root["inputs/sample"][:], np.arange(100))
     np.testing.assert_allclose(root["uncoded/decoded"][:].reshape(100, -1), np.tanh(x).reshape(100, -1), rtol=1e-6)
+
+
+def _naive_chain(features):
+    """The chain as first written: search every sample at every step (the reference for chain_order)."""
+    f = np.ascontiguousarray(features, dtype=np.float32)
+    n = f.shape[0]
+    order = np.empty(n, dtype=np.int64)
+    left = np.einsum("ij,ij->i", f, f)
+    cur = int(np.argmin(f[:, 0]))
+    for i in range(n):
+        order[i] = cur
+        left[cur] = np.inf
+        if i + 1 < n:
+            cur = int(np.argmin(left - 2.0 * f @ f[cur]))
+    return order
+
+
+@pytest.mark.parametrize("n", [1, 2, 65, 300, 1000])
+def test_the_chain_that_drops_visited_samples_is_the_same_chain(n):
+    from gcc_dask.composition import chain_order
+
+    f = np.random.default_rng(n).standard_normal((n, 6)).astype(np.float32)
+    got = chain_order(f)
+    assert is_permutation(got)
+    np.testing.assert_array_equal(got, _naive_chain(f))
+    ties = np.repeat(np.arange(n // 2 + 1, dtype=np.float32), 2)[:n, None]  # pairs of equal samples
+    np.testing.assert_array_equal(chain_order(ties), _naive_chain(ties))
