@@ -89,10 +89,21 @@ def run(pipeline, out, scheduler, overrides, overwrite, no_progress) -> None:
 @_job_options("trials=20")
 @_user_errors
 def sweep(sweep_file, out, scheduler, overrides, overwrite, no_progress) -> None:
-    """Run an accuracy/rate sweep (schemes x N x S|p x trials) and print the fitted rates."""
+    """Run an accuracy/rate sweep (schemes x N x S|p x trials) and print the fitted rates; or, for a file
+    with ``kind: frontier``, every estimator at equal cost on every group, and print its cells."""
     from gcc_dask.sweep import run_sweep
 
     overrides = _overrides(overrides, scheduler, overwrite, no_progress)
+    if _is_frontier_file(sweep_file):
+        from gcc_dask.analysis.frontier_report import cells_markdown
+        from gcc_dask.frontier import run_frontier
+
+        result = run_frontier(sweep_file, out=out, overrides=overrides, echo=click.echo)
+        click.echo(f"\nstore: {result.path}  ({result.status}, {result.wall_s:.1f} s)")
+        for pattern in result.cells["pattern"].unique():
+            click.echo(f"\n{pattern} stragglers:\n" + cells_markdown(result.cells, pattern))
+        click.echo(f"report: gcc-dask report {result.path}")
+        return
     result = run_sweep(sweep_file, out=out, overrides=overrides, echo=click.echo)
     click.echo(f"\nstore: {result.path}  ({result.status}, {result.wall_s:.1f} s)")
     if not result.rates.empty:
@@ -104,6 +115,19 @@ def sweep(sweep_file, out, scheduler, overrides, overwrite, no_progress) -> None
                             "rel_acc_mean", "accuracy_mean") if c in result.summary]
         click.echo(result.summary[cols].to_markdown(index=False, floatfmt=".4g"))
     click.echo(f"report: gcc-dask report {result.path}")
+
+
+def _is_frontier_file(path: str) -> bool:
+    """True for a YAML file whose top level says ``kind: frontier`` (read with a safe loader; anything
+    unreadable is left for the sweep loader to report)."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    return isinstance(data, dict) and data.get("kind") == "frontier"
 
 
 @main.command()

@@ -48,10 +48,6 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["RunResult", "run_pipeline", "build_codes", "build_plans", "StoreSink", "RecordBuffer"]
 
-#: exact baselines wait for their recovery condition; the deadline and adaptive rules do not apply
-EXACT_SCHEMES = ("uncoded", "replication", "lcc")
-
-
 @dataclass(frozen=True)
 class RunResult:
     """What :func:`run_pipeline` returns.
@@ -90,7 +86,7 @@ class StoreSink:
         if kind == "inputs":
             store_mod.write_inputs(self.path, batch, labels=arrays.get("labels"), reference=arrays.get("reference"))
         else:
-            store_mod.write_decoded(self.path, kind, batch, arrays["decoded"])
+            store_mod.write_decoded(self.path, kind, batch, arrays["decoded"], filled=arrays.get("filled"))
 
 
 class RecordBuffer:
@@ -159,32 +155,31 @@ class RecordBuffer:
 
 
 def build_codes(cfg: PipelineConfig) -> dict:
-    """One coding scheme per configured scheme name (``make_code`` with the config's parameters)."""
+    """One coding scheme per configured scheme label (``make_code`` with the entry's code and parameters)."""
     k = cfg.code.num_inputs
-    return {
-        s: make_code(s, num_inputs=k, num_workers=cfg.workers_for(s), **cfg.code_params(s)) for s in cfg.schemes
-    }
+    return {s: make_code(cfg.code_of(s), num_inputs=k, num_workers=cfg.workers_for(s), **cfg.code_params(s))
+            for s in cfg.schemes}
 
 
 def build_plans(cfg: PipelineConfig, codes: Mapping[str, Any]) -> list[SchemePlan]:
-    """The cutoff policy of each scheme.
+    """The cutoff policy of each scheme (:meth:`~gcc_dask.config.PipelineConfig.stop_of`).
 
-    Approximate schemes (gcc, letcc, bacc, bspline), and ``replication`` with ``replication.stop: cutoff``
-    (the default), use the configured cutoff (``wait_for`` N-S by default, the deadline, the adaptive rule):
-    every scheme stops at the same rule. The exact baselines wait for their recovery condition, as users run
-    them today: ``uncoded`` for all K results, ``replication`` (with ``stop: recovery``) for one copy of every
-    input, ``lcc`` for its recovery threshold; a failed shard still ends the wait (its output is then missing).
+    Schemes that stop at the cutoff (the approximate codes; ``replication`` with ``stop: cutoff``, the default;
+    ``uncoded`` with ``stop: cutoff``) use the configured cutoff (``wait_for`` N-S by default, the deadline,
+    the adaptive rule): every such scheme stops at the same rule. The others wait for their recovery
+    condition, as users run them today: ``uncoded`` (``stop: all``, the default) for all K results,
+    ``replication`` with ``stop: recovery`` for one copy of every input, ``lcc`` for its recovery threshold;
+    a failed shard still ends the wait (its output is then missing, or filled).
     """
     c = cfg.cutoff
     plans = []
     for name, code in codes.items():
         n = code.num_workers
-        waits = name in EXACT_SCHEMES and not (name == "replication" and cfg.replication.stop == "cutoff")
-        if waits:
+        if cfg.stop_of(name) != "cutoff":
             groups = None
-            if name in ("uncoded", "replication"):
-                groups = tuple(int(g) for g in np.arange(n) % cfg.code.num_inputs)
-            wait_for = code.recovery_threshold if name == "lcc" else n
+            if code.selection:
+                groups = tuple(int(code.selected_input(w)) for w in range(n))
+            wait_for = code.recovery_threshold if cfg.code_of(name) == "lcc" else n
             policy = CutoffPolicy(num_workers=n, wait_for=wait_for, min_results=code.min_received,
                                   on_shortfall="wait", groups=groups)
         else:
@@ -313,12 +308,13 @@ def _layout(cfg: PipelineConfig, num_samples: int, order) -> BatchLayout:
 
 
 def composition_blind(cfg: PipelineConfig, scheme: str) -> bool:
-    """True when `scheme`'s estimates do not depend on which samples are coded together: an exact selection
-    scheme that fills nothing (``uncoded``; ``replication`` with ``replication.fill: none``). Its shards
-    evaluate f on the samples themselves, so any composition gives the same estimates."""
-    if scheme == "uncoded":
-        return True
-    return scheme == "replication" and cfg.replication.fill == "none"
+    """True when the estimates of the scheme labelled `scheme` do not depend on which samples are coded
+    together: a selection scheme (``uncoded``, ``replication``, full or partial) that fills nothing (its
+    ``fill: none``). Its shards evaluate f on the samples themselves, so any composition gives the same
+    estimates."""
+    if cfg.code_of(scheme) not in ("uncoded", "replication"):
+        return False
+    return cfg.section_for(scheme).fill == "none"
 
 
 def composition_policy(cfg: PipelineConfig) -> str:
@@ -431,7 +427,8 @@ def run_pipeline(
         has_labels=source.has_labels,
         has_reference=cfg.run.reference,
         seed=cfg.seed,
-        scheme_attrs={s: {"code": codes[s].params, "num_workers": codes[s].num_workers} for s in cfg.schemes},
+        scheme_attrs={s: {"code": codes[s].params, "code_name": codes[s].name, "num_workers": codes[s].num_workers}
+                      for s in cfg.schemes},
         attrs={"block_size": block, "composition": composition_policy(cfg)},
     )
     with StoreLock(path):

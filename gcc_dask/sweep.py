@@ -90,8 +90,7 @@ class _Function:
             wl = cfg.workload.model_dump(exclude_none=True)
             wl.update(wl.pop("params", None) or {})
             self.f = make_workload(wl.pop("kind"), **wl).load()
-            size = self.source.num_samples * int(np.prod(self.source.sample_shape))
-            self.cache = self.source.read(0, self.source.num_samples) if size <= 20_000_000 else None
+            self._cache: tuple | None = None
             self.has_labels = bool(self.source.has_labels)
         else:
             params = {"coeffs": cfg.coeffs} if cfg.kind == "polynomial" else {}
@@ -126,6 +125,14 @@ class _Function:
         X = np.concatenate([r[0] for r in rows])
         y = None if rows[0][1] is None else np.concatenate([r[1] for r in rows])
         return X, y
+
+    @property
+    def cache(self) -> tuple | None:
+        """The whole source in memory when it is small (at most 20 million values), read on first use."""
+        if self._cache is None and self.cfg.kind == "dnn":
+            size = self.source.num_samples * int(np.prod(self.source.sample_shape))
+            self._cache = self.source.read(0, self.source.num_samples) if size <= 20_000_000 else ()
+        return self._cache or None
 
     def _composed(self, policy: str, K: int, seed: int) -> np.ndarray:
         """The source's samples in group order for `policy` and K (groups of K consecutive entries), cached."""

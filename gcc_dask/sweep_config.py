@@ -425,7 +425,8 @@ def _check_sizes(cfg: SweepConfig) -> None:
 
 
 # ------------------------------------------------------------------------------------------- loading
-def _error_line(exc: ValidationError) -> str:
+def _error_line(exc: ValidationError, root: type[BaseModel] | None = None) -> str:
+    """One line for the first error of a validation of `root` (default :class:`SweepConfig`)."""
     err = exc.errors(include_url=False)[0]
     loc = [str(p) for p in err.get("loc", ())]
     cause = (err.get("ctx") or {}).get("error")
@@ -438,7 +439,7 @@ def _error_line(exc: ValidationError) -> str:
     if kind == "missing":
         return f"{path}: got nothing; expected a value (this key is required)"
     if kind == "extra_forbidden":
-        return f"{path}: got unknown key {loc[-1]!r}; expected one of: {', '.join(_valid_keys(loc[:-1]))}"
+        return f"{path}: got unknown key {loc[-1]!r}; expected one of: {', '.join(_valid_keys(loc[:-1], root))}"
     msg = str(err.get("msg", "valid input"))
     for prefix in ("Input should be ", "Value error, "):
         msg = msg[len(prefix):] if msg.startswith(prefix) else msg
@@ -452,8 +453,8 @@ def _short(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _valid_keys(loc: Sequence[str]) -> list[str]:
-    model: Any = SweepConfig
+def _valid_keys(loc: Sequence[str], root: type[BaseModel] | None = None) -> list[str]:
+    model: Any = SweepConfig if root is None else root
     for part in loc:
         field = getattr(model, "model_fields", {}).get(part)
         ann = getattr(field, "annotation", None)
@@ -500,18 +501,35 @@ def load_sweep_config(path_or_mapping: Any, overrides: Sequence[str] = ()) -> Sw
     ConfigError
         One line naming the key, the value and what would be valid.
     """
+    if isinstance(path_or_mapping, SweepConfig) and not overrides:
+        return path_or_mapping
+    data, config_path = read_job_file(path_or_mapping, SweepConfig, "sweep", overrides)
+    try:
+        cfg = SweepConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_error_line(exc).replace("\n", "\\n")) from None
+    cfg._config_path = config_path
+    return cfg
+
+
+def read_job_file(path_or_mapping: Any, model: type[BaseModel], what: str,
+                  overrides: Sequence[str] = ()) -> tuple[dict, str | None]:
+    """The raw mapping of a job file (a sweep's or a frontier's), with its overrides and absolute paths.
+
+    `path_or_mapping` is a YAML path, a mapping, or a validated `model` (its resolved form); `what` names the
+    kind of file in error lines. ``name`` defaults to the file's stem, ``store.path`` to ``runs/<name>.zarr``
+    and the ``dnn`` workload path is searched next to the file. Returns ``(data, config_path)``.
+    """
     config_path = None
-    if isinstance(path_or_mapping, SweepConfig):
-        if not overrides:
-            return path_or_mapping
-        config_path = path_or_mapping.config_path
+    if isinstance(path_or_mapping, model):
+        config_path = getattr(path_or_mapping, "config_path", None)
         data, base = path_or_mapping.resolved(), Path.cwd()
     elif isinstance(path_or_mapping, Mapping):
         data, base = json.loads(json.dumps(path_or_mapping, default=str)), Path.cwd()
     elif isinstance(path_or_mapping, (str, os.PathLike)):
         path = Path(path_or_mapping).expanduser().absolute()
         if not path.is_file():
-            raise ConfigError(f"sweep config: got {str(path)!r}; expected an existing YAML file")
+            raise ConfigError(f"{what} config: got {str(path)!r}; expected an existing YAML file")
         try:
             data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         except (yaml.YAMLError, OSError, UnicodeDecodeError) as exc:
@@ -523,16 +541,11 @@ def load_sweep_config(path_or_mapping: Any, overrides: Sequence[str] = ()) -> Sw
         data.setdefault("name", path.stem.replace("_", "-"))
         config_path, base = str(path), path.parent
     else:
-        raise ConfigError(f"sweep config: got {_short(path_or_mapping)}; expected a YAML path or a mapping")
+        raise ConfigError(f"{what} config: got {_short(path_or_mapping)}; expected a YAML path or a mapping")
     for item in [overrides] if isinstance(overrides, str) else overrides:
         _set(data, item)
     _resolve_paths(data, base)
-    try:
-        cfg = SweepConfig.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(_error_line(exc).replace("\n", "\\n")) from None
-    cfg._config_path = config_path
-    return cfg
+    return data, config_path
 
 
 def _resolve_paths(data: dict, base: Path) -> None:

@@ -61,7 +61,8 @@ def test_design_example_loads_with_resolved_defaults():
     assert cfg.cutoff.quantile is None
     assert cfg.run.max_batches_in_flight == 16
     assert cfg.run.reference is True
-    assert cfg.replication.copies == 2 and cfg.replication.stop == "cutoff" and cfg.replication.fill == "none"
+    assert cfg.replication.copies is None and cfg.replication.stop == "cutoff" and cfg.replication.fill == "none"
+    assert cfg.workers_for("replication") == cfg.code.num_workers  # equal cost: the coded schemes' N
     assert cfg.code.block_size == 512 and cfg.composition.policy == "similarity"
     assert cfg.seed == 0
     assert cfg.store.path.endswith("runs/mnist-lenet.zarr") and cfg.store.path.startswith("/")
@@ -147,7 +148,7 @@ BAD = [
     ("quantile-above-1", "cutoff.quantile", 1.5, "cutoff.quantile: got 1.5"),
     ("multiplier-below-1", "cutoff.multiplier", 0.9, "cutoff.multiplier: got 0.9"),
     ("bad-shortfall", "cutoff.on_shortfall", "retry", "cutoff.on_shortfall: got 'retry'; expected 'wait'"),
-    ("one-copy", "replication.copies", 1, "replication.copies: got 1"),
+    ("zero-copies", "replication.copies", 0, "replication.copies: got 0"),
     ("bad-gpu", "cluster.gpu", "yes", "cluster.gpu: got 'yes'; expected 'auto', true or false"),
     ("address-and-file", "cluster.scheduler_file", "/tmp/s.json", "cluster.scheduler_file: got '/tmp/s.json'"),
     ("bad-nan-policy", "run.nan_policy", "ignore", "run.nan_policy: got 'ignore'"),
@@ -171,7 +172,7 @@ BAD = [
      "code.num_workers: got 16384; expected num_inputs * num_workers <= 67,108,864 for scheme 'gcc': here "
      "K = 8,192 and N = 16,384, so its (N, K) encoder matrix alone would take 1.0 GiB"),
     ("replication-1e6-copies", "replication.copies", 10**6,
-     "replication.copies: got 1000000; expected an integer >= 2 with copies * code.num_inputs <= 65,536"),
+     "replication.copies: got 1000000; expected a value with at most 65,536 workers for scheme 'replication'"),
     ("hang-delay-1e12", "stragglers.hang_delay", 1e12,
      "stragglers.hang_delay: got 1000000000000.0; expected a duration such as '50ms' or '2s' (a number and a "
      "unit), or a number of seconds, from 0 to 86400 (1 day); no run should wait longer"),

@@ -130,7 +130,7 @@ def test_unknown_workload_parameters_are_one_config_line():
 @pytest.mark.parametrize(("overrides", "match"), [
     (["stragglers.model=shifted_exponential", "stragglers.slow_workers=9"],
      r"stragglers.slow_workers: got 9; expected an integer in \[0, 8\], the N of scheme 'uncoded'"),
-    (["code.num_workers=64", "cutoff.stragglers=16"],
+    (["code.num_workers=64", "replication.copies=2", "cutoff.stragglers=16"],
      "cutoff.stragglers: got 16; expected S < 16, the N of scheme 'replication'"),
     (["source.kind=synthetic", "source.num_samples=1000000000000", "source.shape=[2]", "source.split=null"],
      "source.num_samples: got 1000000000000"),

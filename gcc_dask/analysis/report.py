@@ -6,7 +6,9 @@ Files written under the output directory (default: ``<store without .zarr>-repor
   ``rates.csv`` (fitted slopes), ``figures/mse_vs_n_K{K}.png``, ``figures/mse_vs_{S|p}_K{K}.png``, and when
   f has more than one output ``comparison.csv`` (RMSE/RelAcc mean ± std) and ``figures/rel_acc_vs_n_K{K}.png``;
 * run store: ``report.md``, ``summary.csv`` (per scheme), ``latency.csv`` (p50/p90/p99),
-  ``deadline.csv`` (accuracy against deadline), ``figures/latency_cdf.png``, ``figures/deadline.png``.
+  ``deadline.csv`` (accuracy against deadline), ``figures/latency_cdf.png``, ``figures/deadline.png``;
+* frontier store: ``report.md`` (the cells per straggler pattern: best estimator, best coded, best cheap, their
+  paired difference), ``cells.csv``, ``estimators.csv`` and ``figures/frontier_{pattern}.png``.
 
 :func:`make_report` returns the list of files it wrote (the report's promise, checked by the tests).
 """
@@ -205,4 +207,10 @@ def make_report(store: str | os.PathLike, out: str | os.PathLike | None = None, 
     (out_dir / "figures").mkdir(parents=True, exist_ok=True)
     if kind == "sweep":
         return _sweep_report(path, out_dir, n_boot)
+    if kind == "frontier":
+        from gcc_dask.analysis.frontier_report import frontier_report
+
+        rep = Report(out_dir)
+        rep.files, rep.markdown = frontier_report(path, out_dir)
+        return rep
     return _run_report(path, out_dir, recompute)

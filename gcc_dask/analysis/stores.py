@@ -47,8 +47,8 @@ def root_attrs(path: str | os.PathLike) -> dict[str, Any]:
     return dict(_meta(Path(os.fspath(path)).expanduser()).get("attributes") or {})
 
 
-def store_kind(path: str | os.PathLike) -> Literal["run", "sweep"]:
-    """``"run"`` for a pipeline run store, ``"sweep"`` for a sweep store.
+def store_kind(path: str | os.PathLike) -> Literal["run", "sweep", "frontier"]:
+    """``"run"`` for a pipeline run store, ``"sweep"`` for a sweep store, ``"frontier"`` for a frontier store.
 
     Raises
     ------
@@ -58,10 +58,12 @@ def store_kind(path: str | os.PathLike) -> Literal["run", "sweep"]:
     attrs = root_attrs(path)
     if attrs.get(SWEEP_MARKER) == 1:
         return "sweep"
+    if attrs.get("gcc_dask_frontier") == 1:
+        return "frontier"
     if attrs.get(RUN_MARKER) is not None:
         return "run"
-    raise StoreError(f"store path: got {os.fspath(path)!r}; expected a gcc-dask run or sweep store (the "
-                     "root attributes name neither)")
+    raise StoreError(f"store path: got {os.fspath(path)!r}; expected a gcc-dask run, sweep or frontier "
+                     "store (the root attributes name none)")
 
 
 def _consolidated(path: Path) -> bool:

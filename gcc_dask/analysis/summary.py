@@ -26,14 +26,15 @@ def _schemes(path: str) -> list[str]:
 SUMMARY_ROWS = 1 << 16
 
 
-def _sample_metrics(decoded, reference, labels, status: np.ndarray, k: int) -> dict:
-    """RelAcc, RMSE, accuracy (and f's own), and the missing count, pooled over the samples of the done
+def _sample_metrics(decoded, reference, labels, status: np.ndarray, k: int, filled=None) -> dict:
+    """RelAcc, RMSE, accuracy (and f's own), and the missing and filled counts, pooled over the samples of the done
     batches (of ``k`` rows each), read block by block (whole batches at a time) so that a long run is
     summarised in bounded memory. Each block's :mod:`gcc_dask.metrics` are weighted by the rows they average
     over."""
     n = decoded.shape[0]
     step = max(k, (SUMMARY_ROWS // k) * k)
-    sums = dict.fromkeys(("agree", "scored", "sq", "sq_rows", "hit", "hit_uncoded", "labelled", "missing", "done"), 0.0)
+    sums = dict.fromkeys(("agree", "scored", "sq", "sq_rows", "hit", "hit_uncoded", "labelled", "missing", "done",
+                          "filled"), 0.0)
     for start in range(0, n, step):
         stop = min(start + step, n)
         done = np.repeat(status[start // k:-(-stop // k)] > 0, k)[: stop - start]
@@ -43,6 +44,8 @@ def _sample_metrics(decoded, reference, labels, status: np.ndarray, k: int) -> d
         ok = metrics.decodable_rows(est)
         sums["done"] += est.shape[0]
         sums["missing"] += int((~ok).sum())
+        if filled is not None:
+            sums["filled"] += int(np.asarray(filled[start:stop])[done].sum())
         ref = None
         if reference is not None:
             ref = np.asarray(reference[start:stop])[done]
@@ -67,6 +70,7 @@ def _sample_metrics(decoded, reference, labels, status: np.ndarray, k: int) -> d
         "accuracy": sums["hit"] / sums["labelled"] if sums["labelled"] else nan,
         "accuracy_uncoded": sums["hit_uncoded"] / sums["labelled"] if sums["labelled"] and reference is not None else nan,
         "missing": int(sums["missing"]),
+        "filled": int(sums["filled"]),
         "_done_samples": int(sums["done"]),
     }
 
@@ -75,12 +79,14 @@ def _sample_metrics(decoded, reference, labels, status: np.ndarray, k: int) -> d
 def summarize_run(path: str) -> pd.DataFrame:
     """Summarise a run store: one row per scheme, indexed by scheme name.
 
-    Columns: ``rel_acc``, ``accuracy``, ``accuracy_uncoded``, ``rmse``, ``latency_p50_s``, ``latency_p99_s``,
-    ``cutoff_p50_s``, ``cutoff_p99_s``, ``samples_per_s``, ``batches``, ``decoded``, ``undecodable``,
-    ``failed``, ``pending``, ``missing``, ``mean_received``. Sample-level metrics pool every decoded sample
-    of the run; samples without an estimate (NaN rows: an undecodable batch, or a replicated input whose
-    copies all straggled) are counted in ``missing``, count as wrong in ``rel_acc``/``accuracy`` and are left
-    out of ``rmse``.
+    Columns: ``code`` (the registered code the scheme runs), ``num_workers`` (its N), ``rel_acc``,
+    ``accuracy``, ``accuracy_uncoded``, ``rmse``, ``latency_p50_s``, ``latency_p99_s``, ``cutoff_p50_s``,
+    ``cutoff_p99_s``, ``samples_per_s``, ``batches``, ``decoded``, ``undecodable``, ``failed``, ``pending``,
+    ``missing``, ``filled``, ``mean_received``. Sample-level metrics pool every decoded sample of the run;
+    samples without an estimate (NaN rows: an undecodable batch, or a replicated input whose copies all
+    straggled, without a fill) are counted in ``missing``, count as wrong in ``rel_acc``/``accuracy`` and are
+    left out of ``rmse``; samples whose estimate a fill took from their neighbours' results are counted in
+    ``filled`` (and scored like the others).
     ``samples_per_s`` is samples over the summed batch latencies (the throughput one batch at a time).
 
     Raises
@@ -107,8 +113,11 @@ def summarize_run(path: str) -> pd.DataFrame:
         group = root[scheme]
         status = group["status"][...]
         done_batches = np.flatnonzero(status > 0)
-        row = {"scheme": scheme, **_sample_metrics(group["decoded"], reference, labels, status,
-                                                   int(root.attrs["batch_size"]))}
+        attrs = group.attrs
+        row = {"scheme": scheme, "code": attrs.get("code_name", scheme),
+               "num_workers": int(attrs.get("num_workers", group["received"].shape[1])),
+               **_sample_metrics(group["decoded"], reference, labels, status, int(root.attrs["batch_size"]),
+                                 group["filled"] if "filled" in group else None)}
         done_samples = row.pop("_done_samples")
         lat = group["batch_latency_s"][...][done_batches] if "batch_latency_s" in group else np.array([])
         cut = group["cutoff_s"][...][done_batches]
@@ -130,22 +139,26 @@ def summarize_run(path: str) -> pd.DataFrame:
 
 
 #: the columns ``gcc-dask run`` prints, and their short names (the table fits 100 columns)
-SHORT_COLUMNS = {"rel_acc": "rel_acc", "accuracy": "accuracy", "rmse": "rmse", "latency_p50_s": "p50_s",
-                 "latency_p99_s": "p99_s", "cutoff_p99_s": "cut99_s", "mean_received": "recv",
-                 "missing": "missing", "failed": "failed"}
+SHORT_COLUMNS = {"num_workers": "N", "rel_acc": "rel_acc", "accuracy": "acc", "rmse": "rmse",
+                 "latency_p99_s": "p99_s", "cutoff_p99_s": "cut99_s",
+                 "mean_received": "recv", "missing": "missing", "filled": "filled", "failed": "failed"}
 
 
 def format_summary(summary: pd.DataFrame) -> str:
     """The summary as a Markdown table of its main columns, under 100 characters wide (what ``gcc-dask run``
     prints at the end; every column stays in the store and in the report's CSV).
 
-    ``p50_s``/``p99_s`` are the batch latency percentiles, ``cut99_s`` the 99th percentile of when the
-    cutoff fired, ``recv`` the mean number of results used, ``missing`` the samples without an estimate,
-    ``failed`` the failed batches (an undecodable batch's samples are ``missing``).
+    ``N`` is the scheme's workers, ``acc`` the accuracy against the labels, ``p99_s`` the 99th percentile of
+    the batch latency, ``cut99_s`` the 99th
+    percentile of when the cutoff fired, ``recv`` the mean number of results used, ``missing`` the samples
+    without an estimate, ``filled`` those a fill estimated from their neighbours, ``failed`` the failed
+    batches (an undecodable batch's samples are ``missing``).
     """
     cols = [c for c in SHORT_COLUMNS if c in summary.columns]
     header = ["scheme", *(SHORT_COLUMNS[c] for c in cols)]
     def cell(value) -> str:
+        if isinstance(value, (int, np.integer)):
+            return str(value)
         text = f"{value:.3g}"
         return text if len(text) <= 7 else f"{value:.1e}"
 

@@ -86,15 +86,18 @@ def _rebuild(cls: type[CodingScheme], params: dict) -> CodingScheme:
 class _Entry:
     """One cached decoder: host matrix ``(K, |F|)`` or None, decodable mask, indices, device copies."""
 
-    __slots__ = ("matrix", "mask", "received", "applied", "rows")
+    __slots__ = ("matrix", "mask", "received", "applied", "rows", "blend")
 
-    def __init__(self, matrix, mask, received, rows=None):
+    def __init__(self, matrix, mask, received, rows=None, blend=None):
         if matrix is not None:
             matrix.setflags(write=False)
         mask.setflags(write=False)
         self.matrix, self.mask, self.received = matrix, mask, received
         #: for selection schemes: output row i is input row rows[i] (rows[i] < 0: no input, a NaN row)
         self.rows = rows
+        #: for selection schemes with a linear fill: (outputs, rows a, rows b, w) with output i of `outputs`
+        #: = (1 - w) * input row a + w * input row b; None when no output mixes two rows
+        self.blend = blend
         self.applied: dict = {}
 
 
@@ -334,6 +337,12 @@ class CodingScheme:
         except NotEnoughResultsError:
             return np.zeros(self.num_inputs, dtype=bool)
 
+    def filled(self, received: Any) -> np.ndarray:
+        """Mask of shape (K,), bool: the outputs a fill estimates from *other* inputs' results (their own were
+        all lost). Only the selection schemes with a ``fill`` have any (:class:`~.replication.Replication`);
+        a coded scheme's decode is its estimate of every output, and this is all False."""
+        return np.zeros(self.num_inputs, dtype=bool)
+
     # -- apply --------------------------------------------------------------------------------------
 
     def _as_array(self, name: str, A: Any, rows: int):
@@ -450,24 +459,38 @@ class CodingScheme:
             "nan_policy='propagate' to let non-finite values flow through"
         )
 
-    def _select(self, xp, rows: np.ndarray, A, cache: dict, name: str):
+    def _select(self, xp, rows: np.ndarray, A, cache: dict, name: str, blend=None):
         """Rows ``A[rows[i]]`` of `A` (shape ``(q, *shape)``) as ``(p, *shape)``; NaN rows where ``rows[i] < 0``.
 
         The apply path of selection schemes (one-hot matrices): a gather, so a NaN stays in its own row.
-        With ``nan_policy="raise"`` all of `A` is checked (one pass), unused copies included, as for the
-        other schemes.
+        With `blend` ``(outputs, a, b, w)`` (a linear fill), output ``outputs[j]`` is instead
+        ``(1 − w[j])·A[a[j]] + w[j]·A[b[j]]``: the m mixed rows are appended to `A` and gathered with the
+        others (one extra weighted sum of m rows, no matmul). With ``nan_policy="raise"`` all of `A` is
+        checked (one pass), unused copies included, as for the other schemes.
         """
         if self.nan_policy == "raise" and not bool(xp.all(xp.isfinite(A))):
             raise self._non_finite(name)
         dev = device(A)
-        ckey = (xp.__name__, "rows", dev)
+        ckey = (xp.__name__, "rows", dev, A.dtype, A.ndim)
         hit = cache.get(ckey)
         missing = rows < 0
         if hit is None:
-            idx = xp.asarray(np.where(missing, 0, rows).astype(np.int64), device=dev)
+            idx = np.where(missing, 0, rows).astype(np.int64)
+            mix = None
+            if blend is not None:
+                outputs, a, b, w = blend
+                idx = idx.copy()
+                idx[outputs] = A.shape[0] + np.arange(outputs.size)
+                w_shape = (outputs.size,) + (1,) * (A.ndim - 1)
+                mix = (xp.asarray(a, device=dev), xp.asarray(b, device=dev),
+                       xp.asarray(np.reshape(w, w_shape), dtype=A.dtype, device=dev))
             keep = xp.asarray(~missing, device=dev) if missing.any() else None
-            hit = cache[ckey] = (idx, keep)
-        idx, keep = hit
+            hit = cache[ckey] = (xp.asarray(idx, device=dev), keep, mix)
+        idx, keep, mix = hit
+        if mix is not None:
+            a, b, w = mix
+            mixed = (1 - w) * xp.take(A, a, axis=0) + w * xp.take(A, b, axis=0)
+            A = xp.concat([A, mixed], axis=0)
         out = xp.take(A, idx, axis=0)
         if keep is None:
             return out
@@ -562,7 +585,7 @@ class CodingScheme:
         entry = self._entry(received)
         xp, Y = self._as_array("Y", Y, entry.received.size)
         if entry.rows is not None:
-            return self._select(xp, entry.rows, Y, entry.applied, "Y")
+            return self._select(xp, entry.rows, Y, entry.applied, "Y", entry.blend)
         return self._apply(xp, entry.matrix, Y, entry.applied, "Y")
 
     # -- helpers for point-based schemes --------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 The sections (every key is listed in docs/configuration.rst)::
 
-    name, source, workload, code, schemes, gcc, lcc, replication, stragglers, cutoff, cluster, store, run
+    name, source, workload, code, schemes, gcc, lcc, replication, uncoded, stragglers, cutoff, cluster, store, run
 
 :func:`load_config` reads a YAML file (or takes a mapping), applies ``--set key.sub=value`` overrides and
 validates. Every problem becomes one :class:`~gcc_dask.errors.ConfigError` line of the form
@@ -26,9 +26,11 @@ from .sections import (
     PipelineConfig,
     ReplicationConfig,
     RunConfig,
+    SchemeEntry,
     SourceConfig,
     StoreConfig,
     StragglersConfig,
+    UncodedConfig,
     WorkloadConfig,
 )
 
@@ -46,6 +48,8 @@ __all__ = [
     "GccConfig",
     "LccConfig",
     "ReplicationConfig",
+    "UncodedConfig",
+    "SchemeEntry",
     "StragglersConfig",
     "CutoffConfig",
     "ClusterConfig",

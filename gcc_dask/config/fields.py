@@ -135,12 +135,13 @@ def check_sizes(cfg: Any) -> None:
     k = cfg.code.num_inputs
     for scheme in cfg.schemes:
         n = cfg.workers_for(scheme)
-        if scheme == "replication" and n > MAX_WORKERS:
-            raise _Invalid("replication.copies", cfg.replication.copies,
-                           f"an integer >= 2 with copies * code.num_inputs <= {MAX_WORKERS:,} (the "
-                           f"workers of one replication batch; here {n:,})")
+        code = cfg.code_of(scheme)
+        if n > MAX_WORKERS:
+            key, value = cfg._workers_key(scheme)
+            raise _Invalid(key, value, f"a value with at most {MAX_WORKERS:,} workers for scheme {scheme!r} (the "
+                                       f"workers of one batch; here {n:,})")
         if k * n > MAX_CODE_ENTRIES:
-            key, value = ("code.num_workers", n) if scheme in CODED_SCHEMES and k * k <= MAX_CODE_ENTRIES \
+            key, value = cfg._workers_key(scheme) if code in CODED_SCHEMES and k * k <= MAX_CODE_ENTRIES \
                 else ("code.num_inputs", k)
             raise _Invalid(key, value, f"num_inputs * num_workers <= {MAX_CODE_ENTRIES:,} for scheme "
                                        f"{scheme!r}: here K = {k:,} and N = {n:,}, so its (N, K) encoder "

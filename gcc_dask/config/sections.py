@@ -1,6 +1,7 @@
 """The pydantic models of a pipeline config, one per section (docs/configuration.rst).
 
-``name, source, workload, code, schemes, gcc, lcc, replication, stragglers, cutoff, cluster, store, run``;
+``name, source, workload, code, schemes, gcc, lcc, replication, uncoded, stragglers, cutoff, cluster, store,
+run``;
 :class:`PipelineConfig` holds them all, checks the combinations and computes the run's fingerprint.
 """
 
@@ -14,7 +15,7 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, ConfigDict, Field, PrivateAttr
+from pydantic import BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError
 from pydantic import field_validator, model_validator
 
 from gcc_dask.errors import ConfigError
@@ -36,6 +37,7 @@ from .fields import (
     _Section,
     check_sizes,
 )
+from .schemes import SECTION_OF, SchemeEntry, entry_keys, split_entries, stop_rule
 
 _SOURCE_KEYS: dict[str, tuple[str, ...]] = {
     "mnist": ("split", "limit"),
@@ -341,25 +343,54 @@ class LccConfig(_Section):
 
 
 class ReplicationConfig(_Section):
-    """Replication: every input is evaluated by ``copies`` workers (N = copies * K).
+    """Replication, full or partial: N workers hold copies of the K inputs (docs/methods.rst, section
+    'Replication and uncoded').
 
     Attributes
     ----------
     copies
-        r, the copies of each input; the replication scheme runs on r·K workers.
+        r: run on r·K workers, every input copied r times. Null (the default): run on ``code.num_workers``
+        workers, the coded schemes' N (equal cost); when N is not a multiple of K the N mod K extra copies go
+        to the positions ``extra`` chooses (partial replication).
+    extra
+        Which positions of a group get the extra copies of partial replication: ``spread`` (the default:
+        ``round(linspace(0, K - 1, N mod K))``, the group's two end positions first, chosen on training data:
+        RESULTS.md, section 'The frontier'), ``ends`` (from the outside in: 0, K - 1, 1, K - 2, ...) or a list
+        of positions.
     stop
         ``cutoff`` (the default): stop at the same cutoff as the coded schemes (``cutoff.wait_for``, the
         deadline, the adaptive rule), the fair comparison; an input whose copies all straggled is then
-        missing. ``recovery``: wait for one copy of every input, however long that takes.
+        lost. ``recovery``: wait for one copy of every input, however long that takes.
     fill
-        What a missing input gets: ``none`` leaves it NaN (counted in the summary's ``missing``);
-        ``nearest`` gives it the result of the received input with the nearest data point (a neighbour in
-        its group under a similarity composition).
+        What a lost input gets: ``none`` leaves it NaN (counted in the summary's ``missing``); ``nearest``
+        gives it the result of the received input nearest along the group's positions; ``linear``
+        interpolates between the received neighbours on each side (the nearest one beyond an end). A similarity
+        composition makes neighbours similar. Filled outputs are marked in the store (``filled``) and counted
+        in the summary.
     """
 
-    copies: Annotated[int, Field(ge=2)] = 2
+    copies: Annotated[int, Field(ge=1)] | None = None
+    extra: Annotated[Literal["spread", "ends"] | list[Annotated[int, Field(ge=0)]],
+                     BeforeValidator(_as_list)] = "spread"
     stop: Literal["cutoff", "recovery"] = "cutoff"
-    fill: Literal["none", "nearest"] = "none"
+    fill: Literal["none", "nearest", "linear"] = "none"
+
+
+class UncodedConfig(_Section):
+    """Uncoded: worker k evaluates f(x_k), N = K.
+
+    Attributes
+    ----------
+    stop
+        ``all`` (the default): wait for all K results, what users do today. ``cutoff``: stop at the same cutoff
+        as the other schemes (``cutoff.wait_for``: K - S results, the deadline, the adaptive rule); the lost
+        inputs get the ``fill``.
+    fill
+        What a lost input gets (see ``replication.fill``): ``none``, ``nearest`` or ``linear``.
+    """
+
+    stop: Literal["all", "cutoff"] = "all"
+    fill: Literal["none", "nearest", "linear"] = "none"
 
 
 class StragglersConfig(_Section):
@@ -581,22 +612,24 @@ class RunConfig(_Section):
 
 
 def _schemes(value: Any) -> Any:
-    """list of scheme names"""
+    """list of scheme names or labels"""
     value = _as_list(value)
     if isinstance(value, str):
         value = [value]
-    expected = f"a non-empty list of distinct scheme names from {', '.join(SCHEMES)}"
+    expected = (f"a non-empty list of distinct scheme names from {', '.join(SCHEMES)}, or entries "
+                "{label, code, params}")
     if not isinstance(value, list) or not value:
         raise _Invalid(None, value, expected)
     for item in value:
-        if item not in SCHEMES or not isinstance(item, str):
-            raise _Invalid(None, item, f"scheme names from {', '.join(SCHEMES)}")
+        if not isinstance(item, str):
+            raise _Invalid(None, item, f"scheme names from {', '.join(SCHEMES)}, or entries {{label, code, params}}")
     if len(set(value)) != len(value):
         raise _Invalid(None, value, expected)
     return value
 
 
-_SECTIONS = ("composition", "gcc", "lcc", "replication", "stragglers", "cutoff", "cluster", "store", "run")
+_SECTIONS = ("composition", "gcc", "lcc", "replication", "uncoded", "stragglers", "cutoff", "cluster", "store",
+             "run")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -608,8 +641,13 @@ class PipelineConfig(_Section):
     name
         The run's name: letters, digits, ``.``, ``_`` or ``-``; the default store is ``runs/<name>.zarr``.
     schemes
-        The schemes compared, on the same batches and latency draws: any of bacc, bspline, gcc, lcc,
-        letcc, replication, uncoded.
+        The schemes compared, on the same batches and latency draws: names (bacc, bspline, gcc, lcc, letcc,
+        replication, uncoded) or entries ``{label, code, params}`` that run one code with parameters of its
+        own under a label (e.g. ``{label: uncoded-cutoff, code: uncoded, params: {stop: cutoff, fill:
+        linear}}``; docs/pipeline.rst, section 'Schemes'). In the validated config this is the list of labels.
+    scheme_entries
+        The entries of ``schemes`` by label (filled from the mappings of ``schemes``; it need not be written
+        by hand).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False,
@@ -621,9 +659,11 @@ class PipelineConfig(_Section):
     code: CodeConfig
     composition: CompositionConfig = Field(default_factory=CompositionConfig)
     schemes: Annotated[list[str], BeforeValidator(_schemes)]
+    scheme_entries: dict[str, SchemeEntry] = Field(default_factory=dict)
     gcc: GccConfig = Field(default_factory=GccConfig)
     lcc: LccConfig = Field(default_factory=LccConfig)
     replication: ReplicationConfig = Field(default_factory=ReplicationConfig)
+    uncoded: UncodedConfig = Field(default_factory=UncodedConfig)
     stragglers: StragglersConfig = Field(default_factory=StragglersConfig)
     cutoff: CutoffConfig = Field(default_factory=CutoffConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
@@ -638,7 +678,12 @@ class PipelineConfig(_Section):
     def _defaults(cls, data: Any) -> Any:
         if not isinstance(data, Mapping):
             return data
-        return _default_store_path({k: v for k, v in data.items() if not (k in _SECTIONS and v is None)})
+        data = {k: v for k, v in data.items() if not (k in _SECTIONS and v is None)}
+        if "schemes" in data:
+            data["schemes"], entries = split_entries(data["schemes"], data.get("scheme_entries"))
+            if entries:
+                data["scheme_entries"] = entries
+        return _default_store_path(data)
 
     @field_validator("name")
     @classmethod
@@ -649,40 +694,45 @@ class PipelineConfig(_Section):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> PipelineConfig:
+        self._check_entries()
         check_sizes(self)
-        k, n = self.code.num_inputs, self.code.num_workers
-        coded = [s for s in self.schemes if s in CODED_SCHEMES]
-        if coded and n < k:
-            raise _Invalid("code.num_workers", n, f"an integer >= code.num_inputs = {k} "
-                                                  f"(schemes {', '.join(coded)} need N >= K)")
-        if "lcc" in self.schemes and n < (k - 1) * self.lcc.degree + 1:
-            need = (k - 1) * self.lcc.degree + 1
-            raise _Invalid("code.num_workers", n, f"an integer >= (K - 1) * lcc.degree + 1 = {need} "
-                                                  "(the recovery threshold of lcc)")
-        if not isinstance(self.code.points, str) or self.code.points != "chebyshev":
-            from gcc_dask.coding.points import placement
+        k = self.code.num_inputs
+        for scheme in self.schemes:
+            n = self.workers_for(scheme)
+            if n < k:
+                key, value = self._workers_key(scheme)
+                raise _Invalid(key, value, f"an integer >= code.num_inputs = {k} (scheme {scheme!r} needs N >= K)")
+            if self.code_of(scheme) == "lcc" and n < (k - 1) * self.section_for(scheme).degree + 1:
+                need = (k - 1) * self.section_for(scheme).degree + 1
+                key, value = self._workers_key(scheme)
+                raise _Invalid(key, n, f"an integer >= (K - 1) * lcc.degree + 1 = {need} "
+                                       "(the recovery threshold of lcc)")
+        from gcc_dask.coding.points import placement
 
-            for scheme in self.schemes:
-                if scheme in ("replication", "uncoded"):
-                    continue
-                try:
-                    placement(self.code.points, k, self.workers_for(scheme), name="code.points")
-                except ConfigError as e:
-                    raise _Invalid("code.points", self.code.points, f"points that fit K = {k}, "
-                                   f"N = {self.workers_for(scheme)} ({e})") from None
+        for scheme in self.schemes:
+            points = self.points_for(scheme)
+            if points is None or (isinstance(points, str) and points == "chebyshev"):
+                continue
+            try:
+                placement(points, k, self.workers_for(scheme), name="code.points")
+            except ConfigError as e:
+                raise _Invalid("code.points", points, f"points that fit K = {k}, "
+                               f"N = {self.workers_for(scheme)} ({e})") from None
         n_max = max(self.workers_for(s) for s in self.schemes)
         if self.cutoff.stragglers >= n_max:
             raise _Invalid("cutoff.stragglers", self.cutoff.stragglers,
                            f"an integer S with 0 <= S < N = {n_max} workers")
         # every scheme that stops at the cutoff keeps N - S of its own N results: S must leave it some
-        at_cutoff = [s for s in self.schemes if s in CODED_SCHEMES
-                     or (s == "replication" and self.replication.stop == "cutoff")]
-        for scheme in at_cutoff:
+        for scheme in self.schemes:
+            if self.stop_of(scheme) != "cutoff":
+                continue
             n_s = self.workers_for(scheme)
             if self.cutoff.wait_for == "N-S" and self.cutoff.stragglers >= n_s:
-                hint = " (or replication.stop: recovery)" if scheme == "replication" else ""
+                code = self.code_of(scheme)
+                hint = {"replication": " (or replication.stop: recovery)", "uncoded": " (or uncoded.stop: all)"}
                 raise _Invalid("cutoff.stragglers", self.cutoff.stragglers,
-                               f"S < {n_s}, the N of scheme {scheme!r}, which stops after N - S results{hint}")
+                               f"S < {n_s}, the N of scheme {scheme!r}, which stops after N - S "
+                               f"results{hint.get(code, '')}")
         if isinstance(self.cutoff.wait_for, int) and self.cutoff.wait_for > n_max:
             raise _Invalid("cutoff.wait_for", self.cutoff.wait_for,
                            f"'N-S', 'all' or an integer in [1, {n_max}] (N = {n_max} workers)")
@@ -692,6 +742,47 @@ class PipelineConfig(_Section):
                            f"an integer in [0, {n_min}], the N of scheme {smallest!r} (the smallest: every "
                            "scheme draws its latencies from the same model)")
         return self
+
+    def _check_entries(self) -> None:
+        """Every label is a scheme name or has an entry; every entry is listed; its params are valid keys of
+        its code's section (or ``num_workers``/``points``), with valid values."""
+        for label in self.schemes:
+            if label not in self.scheme_entries and label not in SCHEMES:
+                raise _Invalid("schemes", label, f"scheme names from {', '.join(SCHEMES)}, or entries "
+                                                 "{label, code, params}")
+        for label, entry in self.scheme_entries.items():
+            if label not in self.schemes:
+                raise _Invalid(f"scheme_entries.{label}", entry.code, "an entry whose label is listed in schemes")
+            section = SECTION_OF.get(entry.code)
+            valid = entry_keys(entry.code, tuple(type(getattr(self, section)).model_fields) if section else ())
+            for key, value in entry.params.items():
+                if key not in valid:
+                    raise _Invalid(f"schemes.{label}.params.{key}", value,
+                                   f"no such parameter for code {entry.code!r} (valid: {', '.join(valid) or 'none'})")
+            if "num_workers" in entry.params:
+                n = entry.params["num_workers"]
+                if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 65536:
+                    raise _Invalid(f"schemes.{label}.params.num_workers", n, "an integer from 1 to 65,536")
+            if entry.code == "replication" and {"num_workers", "copies"} <= set(entry.params):
+                raise _Invalid(f"schemes.{label}.params.copies", entry.params["copies"],
+                               "no copies beside num_workers (give one of them)")
+            if "points" in entry.params:
+                from .fields import _points
+
+                try:
+                    _points(entry.params["points"])
+                except _Invalid as e:
+                    raise _Invalid(f"schemes.{label}.params.points", e.value, e.expected) from None
+            self.section_for(label)  # the section's own checks, on the entry's values
+
+    def _workers_key(self, scheme: str) -> tuple[str, Any]:
+        """The config key (and its value) that sets `scheme`'s N, for an error line."""
+        entry = self.scheme_entries.get(scheme)
+        if entry is not None and "num_workers" in entry.params:
+            return f"schemes.{scheme}.params.num_workers", entry.params["num_workers"]
+        if self.code_of(scheme) == "replication" and self.section_for(scheme).copies is not None:
+            return "replication.copies", self.section_for(scheme).copies
+        return "code.num_workers", self.code.num_workers
 
     # ----------------------------------------------------------------------------- derived values
     @property
@@ -709,17 +800,72 @@ class PipelineConfig(_Section):
         """The run seed (``stragglers.seed``): latency draws are a function of (seed, batch, worker)."""
         return self.stragglers.seed
 
-    def workers_for(self, scheme: str) -> int:
-        """Number of workers N that `scheme` runs on: ``code.num_workers`` for the coded schemes,
-        ``replication.copies * K`` for replication and K for uncoded."""
-        k = self.code.num_inputs
-        if scheme == "replication":
-            return self.replication.copies * k
-        if scheme == "uncoded":
-            return k
+    def code_of(self, scheme: str) -> str:
+        """The registered code that the scheme labelled `scheme` runs (the label itself for a plain name)."""
+        entry = self.scheme_entries.get(scheme)
+        if entry is not None:
+            return entry.code
         if scheme in SCHEMES:
-            return self.code.num_workers
-        raise ConfigError(f"scheme: got {scheme!r}; expected one of {', '.join(SCHEMES)}")
+            return scheme
+        raise ConfigError(f"scheme: got {scheme!r}; expected one of {', '.join(self.schemes)}")
+
+    def section_for(self, scheme: str) -> Any:
+        """The code's section (``gcc``, ``lcc``, ``replication``, ``uncoded``) with the entry's params over it,
+        validated; None for codes without a section.
+
+        Raises
+        ------
+        ConfigError
+            A param of the entry with an invalid value (the line names ``schemes.<label>.params.<key>``).
+        """
+        code = self.code_of(scheme)
+        name = SECTION_OF.get(code)
+        if name is None:
+            return None
+        base = getattr(self, name)
+        entry = self.scheme_entries.get(scheme)
+        own = {k: v for k, v in (entry.params if entry else {}).items() if k in type(base).model_fields}
+        if not own:
+            return base
+        try:
+            return type(base).model_validate({**base.model_dump(), **own})
+        except ValidationError as exc:
+            err = exc.errors(include_url=False)[0]
+            cause = (err.get("ctx") or {}).get("error")
+            key = ".".join(str(p) for p in err.get("loc", ()))
+            if isinstance(cause, _Invalid):
+                expected, value = cause.expected, cause.value
+            else:
+                expected, value = str(err.get("msg", "a valid value")).removeprefix("Input should be "), err.get("input")
+            raise _Invalid(f"schemes.{scheme}.params.{key}", value, expected) from None
+
+    def points_for(self, scheme: str) -> Any:
+        """The point placement of `scheme` (the entry's ``points``, else ``code.points``); None for the codes
+        that place no points (replication, uncoded)."""
+        if self.code_of(scheme) in ("replication", "uncoded"):
+            return None
+        entry = self.scheme_entries.get(scheme)
+        return entry.params["points"] if entry is not None and "points" in entry.params else self.code.points
+
+    def stop_of(self, scheme: str) -> str:
+        """When `scheme`'s batches stop: ``cutoff`` (the shared cutoff), ``recovery`` (replication waiting for a
+        copy of every input, lcc for its recovery threshold) or ``all`` (uncoded waiting for all K)."""
+        return stop_rule(self.code_of(scheme), self.section_for(scheme))
+
+    def workers_for(self, scheme: str) -> int:
+        """Number of workers N that `scheme` runs on: the entry's ``num_workers``, else ``code.num_workers`` for
+        the coded schemes and for replication (``replication.copies * K`` when copies is set), and K for
+        uncoded."""
+        k = self.code.num_inputs
+        code = self.code_of(scheme)
+        if code == "uncoded":
+            return k
+        entry = self.scheme_entries.get(scheme)
+        if entry is not None and "num_workers" in entry.params:
+            return int(entry.params["num_workers"])
+        if code == "replication" and self.section_for(scheme).copies is not None:
+            return self.section_for(scheme).copies * k
+        return self.code.num_workers
 
     def wait_for_count(self, scheme: str) -> int:
         """The cutoff's ``wait_for`` as a count of results for `scheme`, clamped to [1, N]."""
@@ -732,19 +878,25 @@ class PipelineConfig(_Section):
         return max(1, min(int(wait_for), n))
 
     def code_params(self, scheme: str) -> dict[str, Any]:
-        """Keyword arguments for ``make_code(scheme, num_inputs=K, num_workers=workers_for(scheme), **...)``."""
-        self.workers_for(scheme)  # validates the name
+        """Keyword arguments for ``make_code(code_of(scheme), num_inputs=K, num_workers=workers_for(scheme),
+        **...)``."""
+        code = self.code_of(scheme)
+        section = self.section_for(scheme)
         params: dict[str, Any] = {"nan_policy": self.run.nan_policy}
-        if scheme not in ("replication", "uncoded"):
-            params["points"] = self.code.points
-            if isinstance(self.code.points, dict):
+        points = self.points_for(scheme)
+        if points is not None:
+            params["points"] = points
+            if isinstance(points, dict):
                 params["on_coincidence"] = "ignore"  # explicit points are meant as given
-        if scheme == "gcc":
-            params.update(self.gcc.model_dump(exclude_none=True))
-        elif scheme == "lcc":
-            params["degree"] = self.lcc.degree
-        elif scheme == "replication" and self.replication.fill != "none":
-            params["fill"] = self.replication.fill
+        if code == "gcc":
+            params.update(section.model_dump(exclude_none=True))
+        elif code == "lcc":
+            params["degree"] = section.degree
+        elif code in ("replication", "uncoded"):
+            if section.fill != "none":
+                params["fill"] = section.fill
+            if code == "replication" and self.workers_for(scheme) % self.code.num_inputs:
+                params["extra"] = section.extra
         return params
 
     def resolved(self) -> dict[str, Any]:

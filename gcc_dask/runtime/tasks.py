@@ -488,7 +488,13 @@ def decode_task(
     received_mask = np.zeros(code.num_workers, dtype=bool)
     received_mask[np.asarray(received, dtype=np.int64)] = True
     decoded = decoded.astype(np.float32)
-    _write(p, scheme, batch, decoded=decoded)
+    filled = code.filled(received_mask) if status in (1, 2) else np.zeros(code.num_inputs, dtype=bool)
+    if filled.any():  # the positions a fill estimated, for every group of the batch, in slot order
+        g = p.layout.batch_groups(batch)
+        filled = p.layout.from_blocks(np.repeat(filled[:, None], g, axis=1), n_real)
+        _write(p, scheme, batch, decoded=decoded, filled=filled)
+    else:
+        _write(p, scheme, batch, decoded=decoded)
     latency, cutoff = meta["latency_s"], float(meta["cutoff_s"])
     if latency is None:  # submitted with its shards (a scheme that keeps every result): time them here
         latency = np.full(code.num_workers, np.nan)

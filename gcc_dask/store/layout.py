@@ -215,6 +215,8 @@ VARIABLES: dict[str, dict[str, str]] = {
     "labels": {"long_name": "ground-truth label (-1 where unknown)"},
     "reference": {"long_name": "f(x) computed uncoded"},
     "decoded": {"long_name": "decoded estimate of f(x); NaN where it could not be estimated"},
+    "filled": {"long_name": "the estimate was filled in from other samples' results (all copies of this one "
+                            "were lost)"},
     "received": {"long_name": "the worker's result was used to decode (the set F)"},
     "failed": {"long_name": "the worker's shard raised, or its worker died (an erasure)"},
     "latency_s": {"long_name": "shard start to result (injected latency on the virtual clock); NaN if not "
@@ -345,6 +347,8 @@ def _create_arrays(run: Concurrently, root: Any, schemes: Mapping[str, int], n: 
         coordinates(group, (workers, beta))
         run(group.create_array, "decoded", shape=sample_spec[0], chunks=sample_spec[1], dtype=dtype,
             fill_value=np.nan, dimension_names=sample_spec[2], attributes=VARIABLES["decoded"])
+        run(group.create_array, "filled", shape=(n,), chunks=(k,), dtype="bool", fill_value=False,
+            dimension_names=("sample",), attributes=VARIABLES["filled"])
         for name, dtype_, fill in (("received", "bool", False), ("failed", "bool", False),
                                    ("latency_s", "float64", np.nan)):
             run(group.create_array, name, shape=(num_batches, workers), chunks=(bchunk, workers),

@@ -97,13 +97,16 @@ def _scheme_checked(attrs: Mapping[str, Any], scheme: str) -> None:
         raise StoreError(f"scheme: got {scheme!r}; expected one of the store's schemes {sorted(attrs['schemes'])}")
 
 
-def write_decoded(path: str | os.PathLike, scheme: str, batch: int, decoded: Any) -> None:
+def write_decoded(path: str | os.PathLike, scheme: str, batch: int, decoded: Any, filled: Any = None) -> None:
     """Write one batch's estimates ``<scheme>/decoded`` (its own chunk only); safe on Dask workers.
 
     Parameters
     ----------
     decoded : array of shape ``(n, *output_shape)`` or ``(K, *output_shape)``
         Estimates for the batch's n samples (a padded last batch may pass K rows); NaN where undecodable.
+    filled : array of bool, shape (n,), optional
+        The samples whose estimate a fill took from other samples' results (``<scheme>/filled``); None: none
+        (the array keeps its fill value, False).
 
     Raises
     ------
@@ -117,6 +120,8 @@ def write_decoded(path: str | os.PathLike, scheme: str, batch: int, decoded: Any
     rows = _rows("decoded", decoded, start, stop, int(attrs["batch_size"]), tuple(attrs["output_shape"]))
     out = _array(h, scheme, "decoded")
     out[start:stop] = rows.astype(out.dtype, copy=False)
+    if filled is not None:
+        _array(h, scheme, "filled")[start:stop] = _vector("filled", filled, stop - start, bool)
 
 
 def _write_records(path: Path, scheme: str, records: list[Mapping[str, Any]]) -> None:

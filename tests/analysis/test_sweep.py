@@ -112,10 +112,12 @@ def test_run_sweep_writes_a_tidy_store_and_resumes(client, tmp_path):
     assert ds["mse"].dims == ("scheme", "num_inputs", "num_workers", "S", "trial")
     assert list(ds["scheme"].values) == ["gcc", "bacc", "replication"]
     status = ds["status"].values
-    assert (status[:2] == 1).all() and (status[2] == 2).all()  # replication needs N = r·K
-    assert np.isfinite(ds["mse"].values[:2]).all() and np.isnan(ds["mse"].values[2]).all()
-    assert ds.attrs["status"] == "complete" and any("replication" in s for s in ds.attrs["skipped"])
-    assert set(res.rates["scheme"]) == {"gcc", "bacc"}
+    assert (status == 1).all()  # replication runs at any N >= K (partial replication when N is not r·K)
+    assert np.isfinite(ds["mse"].values[:2]).all()
+    rep = ds["mse"].values[2]
+    assert (rep[np.isfinite(rep)] == 0).all()  # exact where it decodes (a lost input has no estimate)
+    assert ds.attrs["status"] == "complete" and not any("replication" in s for s in ds.attrs["skipped"])
+    assert {"gcc", "bacc"} <= set(res.rates["scheme"])
     again = run_sweep(cfg, client=client, out=tmp_path / "s.zarr")  # everything done: nothing runs
     assert again.wall_s == 0
     xr.testing.assert_equal(xr.open_zarr(again.path).load(), ds.load())

@@ -123,8 +123,8 @@ BAD_PARAMS = [
     ("lcc", {"num_inputs": 4, "num_workers": 8, "degree": 0}, "degree must be an integer >= 1"),
     ("lcc", {"num_inputs": 4, "num_workers": 6, "degree": 2}, "at least .* = 7"),
     ("bspline", {"num_inputs": 4, "num_workers": 3}, "min_received=4"),
-    ("replication", {"num_inputs": 4, "num_workers": 10}, "multiple"),
-    ("replication", {"num_inputs": 4, "num_workers": 2}, "multiple"),
+    ("replication", {"num_inputs": 4, "num_workers": 10, "extra": [0, 0]}, r"extra: got \[0, 0\]; expected"),
+    ("replication", {"num_inputs": 4, "num_workers": 2}, "at least num_inputs"),
     ("replication", {"num_inputs": 4, "num_workers": 8, "on_coincidence": "warn"}, "unknown parameter"),
     ("uncoded", {"num_inputs": 4, "num_workers": 8}, "num_workers must equal num_inputs"),
 ]
@@ -138,7 +138,7 @@ BAD_PARAMS = [
         "nan-lambda", "unknown-lambda-string", "gcv-encoder", "unknown-kernel", "zero-length-scale",
         "unknown-points", "unknown-nan-policy", "unknown-coincidence", "unknown-param", "letcc-kernel",
         "lcc-no-degree", "lcc-zero-degree", "lcc-too-few-workers", "bspline-three-workers",
-        "replication-not-multiple", "replication-fewer-workers", "replication-coincidence", "uncoded-n-ne-k",
+        "replication-repeated-extra", "replication-fewer-workers", "replication-coincidence", "uncoded-n-ne-k",
     ],
 )
 def test_make_code_rejects(name, params, match):
