@@ -36,7 +36,7 @@ from gcc_dask.errors import (
 from gcc_dask.runtime.cluster import (
     ClusterSpec, check_gpu_workers, cluster_has_gpu, connect, map_on_cluster, thread_slots,
 )
-from gcc_dask.runtime.cutoff import CutoffPolicy
+from gcc_dask.runtime.cutoff import CutoffPolicy, Speculation
 from gcc_dask.runtime.executor import BatchRunner, SchemePlan
 from gcc_dask.runtime.tasks import RunPlugin
 from gcc_dask.sources import make_source
@@ -169,7 +169,9 @@ def build_plans(cfg: PipelineConfig, codes: Mapping[str, Any]) -> list[SchemePla
     the adaptive rule): every such scheme stops at the same rule. The others wait for their recovery
     condition, as users run them today: ``uncoded`` (``stop: all``, the default) for all K results,
     ``replication`` with ``stop: recovery`` for one copy of every input, ``lcc`` for its recovery threshold;
-    a failed shard still ends the wait (its output is then missing, or filled).
+    a failed shard still ends the wait (its output is then missing, or filled). ``speculative`` waits for one
+    copy of every input too, and its plan carries the ``speculation`` rule for its backup copies (in index
+    order: the K originals first).
     """
     c = cfg.cutoff
     plans = []
@@ -188,10 +190,14 @@ def build_plans(cfg: PipelineConfig, codes: Mapping[str, Any]) -> list[SchemePla
                 deadline=c.deadline, quantile=c.quantile, multiplier=c.multiplier, min_runtime=c.min_runtime,
                 on_shortfall=c.on_shortfall,
             )
-        order = None
-        if cfg.cutoff.spares == "lazy" and (cfg.stragglers.model == "none" or cfg.stragglers.clock == "wall"):
+        order = speculation = None
+        if cfg.code_of(name) == "speculative":
+            rule = cfg.section_for(name)
+            speculation = Speculation(quantile=rule.quantile, multiplier=rule.multiplier,
+                                      min_runtime=rule.min_runtime)
+        elif cfg.cutoff.spares == "lazy" and (cfg.stragglers.model == "none" or cfg.stragglers.clock == "wall"):
             order = tuple(int(w) for w in spread_order(code.data_points, code.worker_points))
-        plans.append(SchemePlan(name=name, num_workers=n, policy=policy, order=order))
+        plans.append(SchemePlan(name=name, num_workers=n, policy=policy, order=order, speculation=speculation))
     return plans
 
 
@@ -309,10 +315,13 @@ def _layout(cfg: PipelineConfig, num_samples: int, order) -> BatchLayout:
 
 def composition_blind(cfg: PipelineConfig, scheme: str) -> bool:
     """True when the estimates of the scheme labelled `scheme` do not depend on which samples are coded
-    together: a selection scheme (``uncoded``, ``replication``, full or partial) that fills nothing (its
-    ``fill: none``). Its shards evaluate f on the samples themselves, so any composition gives the same
-    estimates."""
-    if cfg.code_of(scheme) not in ("uncoded", "replication"):
+    together: ``speculative``, and a selection scheme (``uncoded``, ``replication``, full or partial) that
+    fills nothing (its ``fill: none``). Its shards evaluate f on the samples themselves, so any composition
+    gives the same estimates."""
+    code = cfg.code_of(scheme)
+    if code == "speculative":
+        return True
+    if code not in ("uncoded", "replication"):
         return False
     return cfg.section_for(scheme).fill == "none"
 

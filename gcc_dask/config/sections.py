@@ -1,7 +1,7 @@
 """The pydantic models of a pipeline config, one per section (docs/configuration.rst).
 
-``name, source, workload, code, schemes, gcc, lcc, replication, uncoded, stragglers, cutoff, cluster, store,
-run``;
+``name, source, workload, code, schemes, gcc, lcc, replication, uncoded, speculation, stragglers, cutoff, cluster,
+store, run``;
 :class:`PipelineConfig` holds them all, checks the combinations and computes the run's fingerprint.
 """
 
@@ -466,6 +466,39 @@ def _wait_for(value: Any) -> Any:
     raise _Invalid(None, value, "'N-S', 'all' or an integer >= 1")
 
 
+class SpeculationConfig(_Section):
+    """The ``speculative`` scheme's backup copies: Spark's speculative execution on a batch's K shards
+    (docs/pipeline.rst, section 'Speculative execution').
+
+    A batch runs its K uncoded shards; once ``quantile`` of them have a result, every input still without one
+    whose shard has run longer than ``multiplier`` × the median time of those results (and than
+    ``min_runtime``) gets a backup copy on another worker; the first copy to arrive wins and the other is
+    cancelled. A shard that fails gets its backup at once. Times count from the batch's submission.
+
+    The defaults are Spark's classic ones, ``spark.speculation.quantile`` 0.75 and
+    ``spark.speculation.multiplier`` 1.5 (its configuration docs up to 3.x; the current source has 0.9 and
+    3), and ``spark.speculation.minTaskRuntime`` 100 ms. The classic pair suits a batch of few shards: with K
+    = 8, Spark's ``floor(quantile · K)`` is 6 results at 0.75 but 7 at 0.9, and a multiplier of 3 lets a late
+    shard hold its batch for three times the typical shard before any backup starts, where 1.5 bounds that
+    wait at half a shard more; 0.9 and 3 were chosen for stages of thousands of tasks, where launching fewer
+    copies matters more than the tail of one stage.
+
+    Attributes
+    ----------
+    quantile
+        The fraction of the batch's K inputs that must have a result before any backup is launched (Spark
+        counts ``max(floor(quantile · K), 1)`` of them).
+    multiplier
+        A shard is late when it has run longer than this multiple of the median time of those results.
+    min_runtime
+        Never launch a backup for a shard that has run less than this.
+    """
+
+    quantile: Annotated[float, Field(gt=0, le=1)] = 0.75
+    multiplier: Annotated[float, Field(ge=1)] = 1.5
+    min_runtime: Duration = 0.1
+
+
 class CutoffConfig(_Section):
     """When a batch stops waiting for workers (docs/pipeline.rst, section 'Cutoff').
 
@@ -628,8 +661,8 @@ def _schemes(value: Any) -> Any:
     return value
 
 
-_SECTIONS = ("composition", "gcc", "lcc", "replication", "uncoded", "stragglers", "cutoff", "cluster", "store",
-             "run")
+_SECTIONS = ("composition", "gcc", "lcc", "replication", "uncoded", "speculation", "stragglers", "cutoff",
+             "cluster", "store", "run")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -642,7 +675,7 @@ class PipelineConfig(_Section):
         The run's name: letters, digits, ``.``, ``_`` or ``-``; the default store is ``runs/<name>.zarr``.
     schemes
         The schemes compared, on the same batches and latency draws: names (bacc, bspline, gcc, lcc, letcc,
-        replication, uncoded) or entries ``{label, code, params}`` that run one code with parameters of its
+        replication, speculative, uncoded) or entries ``{label, code, params}`` that run one code with parameters of its
         own under a label (e.g. ``{label: uncoded-cutoff, code: uncoded, params: {stop: cutoff, fill:
         linear}}``; docs/pipeline.rst, section 'Schemes'). In the validated config this is the list of labels.
     scheme_entries
@@ -664,6 +697,7 @@ class PipelineConfig(_Section):
     lcc: LccConfig = Field(default_factory=LccConfig)
     replication: ReplicationConfig = Field(default_factory=ReplicationConfig)
     uncoded: UncodedConfig = Field(default_factory=UncodedConfig)
+    speculation: SpeculationConfig = Field(default_factory=SpeculationConfig)
     stragglers: StragglersConfig = Field(default_factory=StragglersConfig)
     cutoff: CutoffConfig = Field(default_factory=CutoffConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
@@ -841,8 +875,8 @@ class PipelineConfig(_Section):
 
     def points_for(self, scheme: str) -> Any:
         """The point placement of `scheme` (the entry's ``points``, else ``code.points``); None for the codes
-        that place no points (replication, uncoded)."""
-        if self.code_of(scheme) in ("replication", "uncoded"):
+        that place no points (replication, uncoded, speculative)."""
+        if self.code_of(scheme) in ("replication", "uncoded", "speculative"):
             return None
         entry = self.scheme_entries.get(scheme)
         return entry.params["points"] if entry is not None and "points" in entry.params else self.code.points
@@ -854,12 +888,14 @@ class PipelineConfig(_Section):
 
     def workers_for(self, scheme: str) -> int:
         """Number of workers N that `scheme` runs on: the entry's ``num_workers``, else ``code.num_workers`` for
-        the coded schemes and for replication (``replication.copies * K`` when copies is set), and K for
-        uncoded."""
+        the coded schemes and for replication (``replication.copies * K`` when copies is set), K for uncoded and
+        2K for speculative (K shards and their K backup copies, launched when late)."""
         k = self.code.num_inputs
         code = self.code_of(scheme)
         if code == "uncoded":
             return k
+        if code == "speculative":
+            return 2 * k
         entry = self.scheme_entries.get(scheme)
         if entry is not None and "num_workers" in entry.params:
             return int(entry.params["num_workers"])

@@ -442,8 +442,9 @@ def decode_task(
 
     Nothing but the kept shards is an input: the uncoded reference is joined later (:func:`score_task`),
     off the latency path. ``meta`` carries what the driver decided: ``status`` (int), ``cutoff_s``,
-    ``latency_s`` (N,), ``failed`` (N,) bool, ``batch_start`` (``time.time()`` at submission), and
-    ``score`` (bool: keep the decoded rows in the record for :func:`score_task`). ``latency_s`` None: the
+    ``latency_s`` (N,), ``failed`` (N,) bool, ``batch_start`` (``time.time()`` at submission),
+    ``score`` (bool: keep the decoded rows in the record for :func:`score_task`) and ``backups`` (the backup
+    copies the batch launched, ``speculative``; 0 if absent). ``latency_s`` None: the
     decode was submitted with its shards (a scheme that keeps every result, on the wall clock), and each
     shard's latency is taken from its result (``finished - batch_start``), the cutoff as the largest. The record (status,
     received/failed masks, latencies) goes back to the driver, which writes it to the store after this
@@ -506,6 +507,7 @@ def decode_task(
         "error_estimate": error_estimate, "received_mask": received_mask,
         "latency_s": np.asarray(latency, dtype=np.float64),
         "failed_mask": np.asarray(meta["failed"], dtype=bool),
+        "n_backups": int(meta.get("backups", 0)),
     }
     if meta.get("score"):
         record["decoded"] = decoded
@@ -542,5 +544,5 @@ def failed_record(scheme: str, batch: int, num_workers: int, batch_start: float)
         "scheme": scheme, "batch": batch, "status": 4, "mse": float("nan"), "rel_acc": float("nan"),
         "cutoff_s": float("nan"), "batch_latency_s": time.time() - batch_start, "error_estimate": float("nan"),
         "received_mask": np.zeros(num_workers, dtype=bool), "latency_s": np.full(num_workers, np.nan),
-        "failed_mask": np.ones(num_workers, dtype=bool),
+        "failed_mask": np.ones(num_workers, dtype=bool), "n_backups": 0,
     }
