@@ -162,3 +162,36 @@ def test_speculative_on_the_virtual_clock_backs_up_what_the_draws_say(client, tm
         want.append(int((d[:8] > backup_time(d[:8], Speculation())).sum()))
     np.testing.assert_array_equal(root["speculative/n_backups"][:], want)
     assert sum(want) > 0  # the draws hang some shards: the test sees backups
+
+
+def test_a_sweep_refuses_speculative_with_the_reason():
+    from gcc_dask.sweep_config import load_sweep_config
+
+    sweep = {"name": "s", "function": {"kind": "smooth", "dim": 2, "out_dim": 2}, "schemes": ["speculative"],
+             "code": {"num_inputs": [4], "num_workers": [8]}, "stragglers": {"model": "bernoulli", "p": [0.1]},
+             "store": {"path": "runs/s.zarr"}}
+    with pytest.raises(ConfigError, match=r"schemes: got 'speculative'; .*speculative runs in a pipeline only"):
+        load_sweep_config(sweep)
+
+
+def test_records_of_a_store_without_the_backup_count_are_written(client, tmp_path):
+    """A store made before ``n_backups`` existed is resumed: its records are written without the count."""
+    import shutil
+
+    cfg = _run_cfg(tmp_path / "run.zarr", ["speculative"], {"kind": "callable", "name": "numpy:tanh"},
+                   run={"progress": False, "limit_batches": 1})
+    gd.run_pipeline(cfg, client=client)
+    shutil.rmtree(tmp_path / "run.zarr" / "speculative" / "n_backups")
+    for meta in (tmp_path / "run.zarr").glob("zarr.json"):  # drop the consolidated entry of the array
+        import json
+
+        doc = json.loads(meta.read_text())
+        entries = doc.get("consolidated_metadata", {}).get("metadata", {})
+        entries.pop("speculative/n_backups", None)
+        meta.write_text(json.dumps(doc))
+    cfg["run"] = {"progress": False}
+    run = gd.run_pipeline(cfg, client=client)
+    assert run.status == "complete"
+    root = zarr.open_group(run.path, mode="r", use_consolidated=False)
+    assert "n_backups" not in root["speculative"] and (root["speculative/status"][:] == 1).all()
+    assert math.isnan(run.summary.loc["speculative", "mean_backups"])
