@@ -409,6 +409,20 @@ class ShardResult:
     finished: float
 
 
+_SHARD_SECONDS: dict[str, float] = {}
+_SHARD_SECONDS_LOCK = threading.Lock()
+
+
+def shard_seconds() -> dict[str, float]:
+    """Seconds that shard tasks have held a thread of this process, per scheme label, since it started: every
+    :func:`evaluate_shard` from its start to its return, an injected delay included, and a shard cancelled
+    while it slept until it stopped. Summed over a cluster (``client.run(shard_seconds)``) before and after a
+    run, it is the compute the run's shards spent (what ``gcc-dask bench pipeline``'s ``tail`` section
+    compares with a plain map's)."""
+    with _SHARD_SECONDS_LOCK:
+        return dict(_SHARD_SECONDS)
+
+
 def evaluate_shard(name: str, scheme: str, batch: int, worker: int, delay_s: float = 0.0) -> ShardResult | None:
     """Evaluate f on coded block ``worker`` of ``batch`` for ``scheme``, after an injected (cooperative) delay.
 
@@ -416,17 +430,24 @@ def evaluate_shard(name: str, scheme: str, batch: int, worker: int, delay_s: flo
     once per worker). Returns None when the
     shard was cancelled during its delay: it frees its thread at once. An exception raised by f, or by
     reading or encoding the batch, propagates: the driver records the shard as an erasure, never retries
-    it (and stops the run with one line when every shard of a batch failed on bad data).
+    it (and stops the run with one line when every shard of a batch failed on bad data). The time it held
+    its thread is added to :func:`shard_seconds`.
     """
     started = time.time()
-    p = _plugin(name)
-    if p is None:
-        return None
-    x = p.shard_input(batch, scheme, worker)
-    if delay_s > 0 and not cooperative_sleep(delay_s, p):
-        return None
-    y = p.fn(x)
-    return ShardResult(worker=worker, output=y, started=started, finished=time.time())
+    t0 = time.perf_counter()
+    try:
+        p = _plugin(name)
+        if p is None:
+            return None
+        x = p.shard_input(batch, scheme, worker)
+        if delay_s > 0 and not cooperative_sleep(delay_s, p):
+            return None
+        y = p.fn(x)
+        return ShardResult(worker=worker, output=y, started=started, finished=time.time())
+    finally:
+        spent = time.perf_counter() - t0
+        with _SHARD_SECONDS_LOCK:
+            _SHARD_SECONDS[scheme] = _SHARD_SECONDS.get(scheme, 0.0) + spent
 
 
 def decode_task(
