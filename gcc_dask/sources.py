@@ -323,19 +323,30 @@ class Source(ABC):
         return _unsort(order, xs, ys)
 
     def _take_chunks(self, idx: np.ndarray, chunk: Callable) -> tuple[np.ndarray, np.ndarray | None]:
-        """:meth:`take` of a chunked source: each chunk of `idx` read once (through `chunk`), then picked from."""
+        """:meth:`take` of a chunked source: each chunk of `idx` read once (through `chunk`), and its samples
+        copied once, straight into place (a slice where they are consecutive: a batch in the stored order
+        costs one copy of its samples)."""
         c = int(self.chunks)
-        order = np.argsort(idx, kind="stable")
-        sorted_idx = idx[order]
+        ascending = bool((np.diff(idx) >= 0).all())
+        order = np.arange(idx.size) if ascending else np.argsort(idx, kind="stable")
+        sorted_idx = idx if ascending else idx[order]
         ids = sorted_idx // c
-        cuts = np.flatnonzero(np.diff(ids)) + 1
-        xs, ys = [], []
-        for run in np.split(sorted_idx, cuts):
-            i = int(run[0]) // c
-            X, y = chunk(i)
-            xs.append(X[run - i * c])
-            ys.append(None if y is None else y[run - i * c])
-        return _unsort(order, xs, ys)
+        bounds = [0, *(np.flatnonzero(np.diff(ids)) + 1).tolist(), idx.size]
+        X = y = None
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            i = int(ids[a])
+            Xc, yc = chunk(i)
+            rows = sorted_idx[a:b] - i * c
+            lo, hi = int(rows[0]), int(rows[-1]) + 1
+            pick = slice(lo, hi) if hi - lo == b - a else rows  # consecutive samples: a slice, no gather
+            if X is None:
+                X = np.empty((idx.size, *Xc.shape[1:]), dtype=Xc.dtype)
+                y = None if yc is None else np.empty(idx.size, dtype=np.int64)
+            where = slice(a, b) if ascending else order[a:b]
+            X[where] = Xc[pick]
+            if y is not None:
+                y[where] = yc[pick]
+        return X, y
 
     #: :meth:`take` reads two wanted samples this close (in index) with one slice, the ones between too
     TAKE_GAP = 64

@@ -102,6 +102,11 @@ def test_take_reads_each_chunk_of_the_samples_once(tmp_path, monkeypatch):
     reads.calls.clear()
     np.testing.assert_array_equal(src.take(idx, chunk)[0], x[idx])
     assert sorted(asked) == sorted(wanted) and sum(reads.calls.values()) == len(wanted)
+    # any order, repeats, a run of consecutive samples (copied as a slice), and a chunk's last samples
+    for odd in (idx[::-1], np.repeat(idx[:5], 3), np.arange(40, 90), np.array([511, 0, 511])):
+        got_x, got_y = src.take(odd)
+        np.testing.assert_array_equal(got_x, x[odd])
+        np.testing.assert_array_equal(got_y, y[odd])
 
 
 # ---------------------------------------------------------------------------------- composition windows

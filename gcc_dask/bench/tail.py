@@ -584,8 +584,9 @@ def _figure(rows: list[dict]) -> bytes:
             for r in pts:
                 if math.isfinite(r["batch_p99_s"]) and r["batch_p99_s"] > 0:
                     ax.scatter(r["compute_vs_plain"], r["batch_p99_s"], color=colours(i % 10),
-                               marker=markers[j % len(markers)], s=40,
-                               label=f"{contender}" if i == 0 else None)
+                               marker=markers[j % len(markers)], s=40)
+    for j, contender in enumerate(contenders):  # the legend: markers for the contenders, colours for the scenarios
+        ax.scatter([], [], color="0.35", marker=markers[j % len(markers)], label=contender)
     for i, scenario in enumerate(scenarios):
         ax.scatter([], [], color=colours(i % 10), marker="s", label=scenario)
     ax.set_xlabel("compute spent (thread seconds / the plain map's)")
