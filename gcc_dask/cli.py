@@ -117,6 +117,45 @@ def sweep(sweep_file, out, scheduler, overrides, overwrite, no_progress) -> None
     click.echo(f"report: gcc-dask report {result.path}")
 
 
+@main.command()
+@click.argument("pipeline", type=click.Path(dir_okay=False))
+@click.option("--samples", type=int, default=2000, show_default=True,
+              help="Seeded sample of the dataset that is composed into groups and measured.")
+@click.option("--target-relacc", "target", type=float, default=None,
+              help="Recommend the fewest workers whose estimator reaches this RelAcc.")
+@click.option("--max-redundancy", type=float, default=None,
+              help="Largest N/K to consider (default: the pipeline's N/K, or 2 with a target).")
+@click.option("--stragglers", default=None, metavar="S|p",
+              help="S (an integer below K) or p (a number in (0, 1)); default the pipeline's cutoff.stragglers.")
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="Directory of the advice (default runs/<name>-advice): advice.md, .csv, .png, .zarr.")
+@click.option("--scheduler", default=None, help="Dask scheduler address (overrides cluster.address).")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a pipeline key.")
+@click.option("--no-progress", is_flag=True, help="Do not show the progress bar.")
+@_user_errors
+def advise(pipeline, samples, target, max_redundancy, stragglers, out, scheduler, overrides, no_progress) -> None:
+    """Measure every estimator on a sample of PIPELINE's data and model; recommend scheme, N and fill."""
+    from gcc_dask.frontier.advise import advise as run_advice
+
+    overrides = _overrides(overrides, scheduler, False, no_progress)
+    value = None
+    if stragglers is not None:
+        try:
+            value = int(stragglers) if stragglers.strip().lstrip("+").isdigit() else float(stragglers)
+        except ValueError:
+            from gcc_dask.errors import ConfigError
+
+            raise ConfigError(f"--stragglers: got {stragglers!r}; expected S (an integer) or p (a number in "
+                              "(0, 1))") from None
+    adv = run_advice(pipeline, samples=samples, target=target, max_redundancy=max_redundancy, stragglers=value,
+                     out=out, overrides=overrides, echo=click.echo, progress=not no_progress)
+    cols = [c for c in ("estimator", "N", "ratio", "value", "se", "vs_best", "vs_best_se", "worst", "worst_se")
+            if c in adv.table]
+    click.echo("\n" + adv.table[cols].to_markdown(index=False, floatfmt=".4f"))
+    click.echo(f"\n{adv.text}\napply it with:\n  gcc-dask run {pipeline} " + " ".join(adv.set_lines))
+    click.echo(f"advice: {adv.files[0]}  ({adv.wall_s:.0f} s)")
+
+
 def _is_frontier_file(path: str) -> bool:
     """True for a YAML file whose top level says ``kind: frontier`` (read with a safe loader; anything
     unreadable is left for the sweep loader to report)."""

@@ -46,7 +46,8 @@ from gcc_dask.workloads import load_workload, make_workload
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RunResult", "run_pipeline", "build_codes", "build_plans", "StoreSink", "RecordBuffer"]
+__all__ = ["RunResult", "run_pipeline", "build_codes", "build_plans", "build_source_and_workload", "StoreSink",
+           "RecordBuffer"]
 
 @dataclass(frozen=True)
 class RunResult:
@@ -199,6 +200,25 @@ def build_plans(cfg: PipelineConfig, codes: Mapping[str, Any]) -> list[SchemePla
             order = tuple(int(w) for w in spread_order(code.data_points, code.worker_points))
         plans.append(SchemePlan(name=name, num_workers=n, policy=policy, order=order, speculation=speculation))
     return plans
+
+
+def build_source_and_workload(cfg: PipelineConfig) -> tuple[Any, Any]:
+    """The pipeline's :class:`~gcc_dask.sources.Source` and :class:`~gcc_dask.workloads.Workload` (relative data
+    paths resolved from the cwd, then the YAML's folder).
+
+    Raises
+    ------
+    SourceError, WorkloadError, ConfigError
+        The data or the model cannot be found or read.
+    """
+    src = cfg.source.model_dump(exclude_none=True)
+    for key in ("path", "labels"):
+        if isinstance(src.get(key), str):
+            src[key] = _resolve_path(src[key], cfg.base_dir)
+    source = make_source(src.pop("kind"), **src)
+    wl = cfg.workload.model_dump(exclude_none=True)
+    wl.update(wl.pop("params", None) or {})
+    return source, make_workload(wl.pop("kind"), base_dir=cfg.base_dir, **wl)
 
 
 def _resolve_path(path: str, base_dir: str) -> str:
@@ -408,14 +428,12 @@ def run_pipeline(
     # '~' expanded here as the store does: the reachability probe, the workers' sink and the composition
     # reader get the same absolute path
     path = os.path.expanduser(os.fspath(out) if out is not None else cfg.store.path)
-    src = cfg.source.model_dump(exclude_none=True)
-    for key in ("path", "labels"):
-        if isinstance(src.get(key), str):
-            src[key] = _resolve_path(src[key], cfg.base_dir)
-    source = make_source(src.pop("kind"), **src)
-    wl = cfg.workload.model_dump(exclude_none=True)
-    wl.update(wl.pop("params", None) or {})
-    workload = make_workload(wl.pop("kind"), base_dir=cfg.base_dir, **wl)
+    advice = None
+    if "auto" in cfg.schemes:  # the estimator the advice chooses (recorded in the store, reused on resume)
+        from gcc_dask.frontier.advise import resolve_auto
+
+        cfg, advice = resolve_auto(cfg, path, client=client, say=say)
+    source, workload = build_source_and_workload(cfg)
     if source.num_samples > MAX_SAMPLES:
         raise SourceError(f"source: {source.name!r} holds {source.num_samples:,} samples; expected at most "
                           f"{MAX_SAMPLES:,} in one run (use source.limit, or split the dataset into runs)")
@@ -438,7 +456,8 @@ def run_pipeline(
         seed=cfg.seed,
         scheme_attrs={s: {"code": codes[s].params, "code_name": codes[s].name, "num_workers": codes[s].num_workers}
                       for s in cfg.schemes},
-        attrs={"block_size": block, "composition": composition_policy(cfg)},
+        attrs={"block_size": block, "composition": composition_policy(cfg),
+               **({"advice": advice} if advice is not None else {})},
     )
     with StoreLock(path):
         store = store_mod.RunStore.resume(path, overwrite=cfg.store.overwrite, config_ignore=FINGERPRINT_IGNORED,

@@ -78,25 +78,17 @@ class _Function:
     """f and its input sampler, built once per process (:func:`sample_function`)."""
 
     def __init__(self, cfg: FunctionConfig) -> None:
-        from gcc_dask.workloads import make_workload
-
         self.cfg = cfg
         self._orders: dict[tuple, np.ndarray] = {}
+        self.f = function_workload(cfg).load()
         if cfg.kind == "dnn":
             from gcc_dask.sources import make_source
 
             src = cfg.source.model_dump(exclude_none=True)
             self.source = make_source(src.pop("kind"), **src)
-            wl = cfg.workload.model_dump(exclude_none=True)
-            wl.update(wl.pop("params", None) or {})
-            self.f = make_workload(wl.pop("kind"), **wl).load()
             self._cache: tuple | None = None
             self.has_labels = bool(self.source.has_labels)
         else:
-            params = {"coeffs": cfg.coeffs} if cfg.kind == "polynomial" else {}
-            if cfg.kind == "smooth":
-                params = {"out_dim": cfg.out_dim, "hidden": cfg.hidden, "seed": cfg.seed}
-            self.f = make_workload("analytic", name=cfg.kind, **params).load()
             self.has_labels = False
 
     def sample(self, K: int, trial: int, seed: int, composition: str | None = None
@@ -150,6 +142,21 @@ class _Function:
         what = {"xsinx": "x·sin x", "polynomial": f"polynomial {c.coeffs}", "smooth":
                 f"random-feature tanh network R^{c.dim}→R^{c.out_dim}"}[c.kind]
         return f"{what}, x ~ U({c.low:g}, {c.high:g})" + (f"^{c.dim}" if c.dim > 1 else "")
+
+
+def function_workload(cfg: FunctionConfig):
+    """The :class:`~gcc_dask.workloads.Workload` of a sweep's ``function`` section: its ``workload`` for
+    ``dnn``, else the analytic function with its parameters."""
+    from gcc_dask.workloads import make_workload
+
+    if cfg.kind == "dnn":
+        wl = cfg.workload.model_dump(exclude_none=True)
+        wl.update(wl.pop("params", None) or {})
+        return make_workload(wl.pop("kind"), **wl)
+    params = {"coeffs": cfg.coeffs} if cfg.kind == "polynomial" else {}
+    if cfg.kind == "smooth":
+        params = {"out_dim": cfg.out_dim, "hidden": cfg.hidden, "seed": cfg.seed}
+    return make_workload("analytic", name=cfg.kind, **params)
 
 
 _FUNCTIONS: dict[str, _Function] = {}

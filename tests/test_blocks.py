@@ -169,7 +169,7 @@ def test_replication_at_the_cutoff_marks_lost_inputs(client, tmp_path):
     estimate (NaN, counted in the summary's `missing`); fill: nearest gives it its neighbour's; stop: recovery
     waits for a copy of every input."""
     base = _cfg(tmp_path / "rep.zarr", n=160, k=4, workers=8, block=2, schemes=["replication"],
-                cutoff={"stragglers": 3, "on_shortfall": "decode"})
+                cutoff={"stragglers": 3, "on_shortfall": "decode"}, replication={"fill": "none"})
     at_cutoff = gd.run_pipeline(base, client=client)
     root = zarr.open_group(str(at_cutoff.path), mode="r")
     missing = int(np.isnan(root["replication/decoded"][:]).any(axis=1).sum())

@@ -24,7 +24,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 TEXT_SUFFIXES = {".py", ".md", ".rst", ".txt", ".yaml", ".yml", ".toml", ".ipynb", ".sh", ".cfg", ".ini", ".json"}
 #: not documentation pages: files that the code writes (``gcc-dask report``, ``gcc-dask bench``, examples)
-GENERATED = {"report.md", "coding.md", "pipeline.md", "path.md"}
+GENERATED = {"report.md", "coding.md", "pipeline.md", "path.md", "advice.md", "advice_check.md"}
 #: folders the docs build makes (git-ignored), named in the build instructions
 BUILD_OUTPUTS = ("docs/_build", "docs/examples")
 SKIP_DIRS = {".git", ".venv", ".ci-venv", "build", "dist", "runs", "__pycache__", ".pytest_cache", ".hypothesis"}

@@ -15,12 +15,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-__all__ = ["CODED", "CHEAP", "cluster_mean", "frontier_cells", "frontier_table", "open_frontier",
+__all__ = ["CODED", "CHEAP", "MSE_ROUNDING", "cluster_mean", "frontier_cells", "frontier_table", "open_frontier",
            "paired_difference", "plot_frontier"]
 
 #: codes that mix inputs (the coded estimators) and the cheap ones (copies and fills)
 CODED = ("gcc", "letcc", "bacc", "bspline", "lcc")
 CHEAP = ("replication", "uncoded")
+#: MSE differences below this are rounding (an exact decoder's MSE is 1e-14 or so, not 0): a tie
+MSE_ROUNDING = 1e-12
 
 
 def open_frontier(path: str | os.PathLike):
@@ -96,9 +98,11 @@ def frontier_cells(ds, tie_se: float = 2.0) -> pd.DataFrame:
     """One row per frontier cell (N, S, pattern): the best estimator, the best coded one, the best cheap one,
     and the paired difference coded − cheap.
 
-    The metric is the store's (``rel_acc`` for a classifier, ``mse`` otherwise). ``verdict`` is ``coded`` or
-    ``cheap`` when the paired difference is more than `tie_se` standard errors from 0 in that one's favour,
-    else ``tie``. Columns: ``ratio``, ``N``, ``S``, ``pattern``, ``metric``, ``best``, ``best_value``,
+    The metric is the store's (``rel_acc`` for a classifier, ``mse`` otherwise). With the MSE, an estimator
+    that leaves outputs without an estimate (replication without a fill) is not a candidate: its MSE over the
+    outputs it kept says nothing of those it lost. ``verdict`` is ``coded`` or ``cheap`` when the paired
+    difference is more than `tie_se` standard errors (and, for the MSE, more than the rounding of an exact
+    decoder, :data:`MSE_ROUNDING`) from 0 in that one's favour, else ``tie``. Columns: ``ratio``, ``N``, ``S``, ``pattern``, ``metric``, ``best``, ``best_value``,
     ``best_se``, ``coded``, ``coded_value``, ``coded_se``, ``cheap``, ``cheap_value``, ``cheap_se``,
     ``diff``, ``diff_se``, ``verdict``, ``groups``, ``exhaustive``.
     """
@@ -112,6 +116,9 @@ def frontier_cells(ds, tie_se: float = 2.0) -> pd.DataFrame:
         for j, s in enumerate(ds["S"].values):
             for p, pattern in enumerate(ds["pattern"].values):
                 vals = {int(i): ds[metric].values[i, j, p] for i in in_cell}
+                if metric == "mse":  # every output estimated, or no candidate
+                    vals = {i: v for i, v in vals.items()
+                            if np.nanmean(ds["decodable_frac"].values[i, j, p]) >= 1.0 - 1e-12}
                 means = {i: cluster_mean(v) for i, v in vals.items()}
                 means = {i: m for i, m in means.items() if np.isfinite(m[0])}
                 if not means:
@@ -136,8 +143,8 @@ def frontier_cells(ds, tie_se: float = 2.0) -> pd.DataFrame:
                     d, se = paired_difference(vals[coded], vals[cheap])
                     row["diff"], row["diff_se"] = d, se
                     margin = sign * d
-                    row["verdict"] = ("coded" if margin > tie_se * se else "cheap" if margin < -tie_se * se
-                                      else "tie")
+                    bound = tie_se * (se if np.isfinite(se) else 0.0) + (MSE_ROUNDING if metric == "mse" else 0.0)
+                    row["verdict"] = "coded" if margin > bound else "cheap" if margin < -bound else "tie"
                 else:
                     row["diff"], row["diff_se"], row["verdict"] = np.nan, np.nan, None
                 rows.append(row)

@@ -178,7 +178,7 @@ def _finish(rep: Report, md: list[str]) -> Report:
 @names_corrupt_chunks
 def make_report(store: str | os.PathLike, out: str | os.PathLike | None = None, *,
                 recompute: bool | str = "auto", n_boot: int = 2000) -> Report:
-    """Write the tables and figures of a run or sweep store (see the module docstring for the files).
+    """Write the tables and figures of a run, sweep or frontier store (see the module docstring for the files).
 
     Parameters
     ----------

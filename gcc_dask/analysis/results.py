@@ -4,7 +4,8 @@ Regenerate everything with ``pipelines/make_results.sh`` (the sweeps, one pipeli
 
     python -m gcc_dask.analysis.results --runs runs --out RESULTS.md --figures results/figures
 
-It reads ``runs/{rate_worst_case,rate_bernoulli,rate_smooth,lcc_polynomial,dnn_relacc}.zarr`` (made by
+It reads the frontier stores (:mod:`.results_frontier`, ``gcc-dask sweep pipelines/frontier_*.yaml``),
+``runs/{rate_worst_case,rate_bernoulli,rate_smooth,lcc_polynomial,dnn_relacc}.zarr`` (made by
 ``gcc-dask sweep pipelines/<name>.yaml``), ``runs/results_mnist_lenet.zarr`` (a pipeline run, for the
 accuracy-against-deadline section) and the composition sweeps (:mod:`.results_composition`). Every number is a function of the fixed seeds, except
 wall-clock times, which this page does not report.
@@ -24,6 +25,7 @@ from gcc_dask.analysis.metrics import sweep_table
 from gcc_dask.analysis.rates import dominance, rate_table
 from gcc_dask.analysis.report import mse_pivot
 from gcc_dask.analysis.results_composition import composition_section
+from gcc_dask.analysis.results_frontier import frontier_section
 from gcc_dask.analysis.stores import open_sweep
 
 __all__ = ["build_results", "main"]
@@ -60,7 +62,7 @@ def _worst_case(ds, figures: Path, rel: Path) -> list[str]:
     ex = ds["search_exhaustive"].values
     exhaustive = ", ".join(f"N = {int(n)}: {100 * float((ex[:, 0, b] == 1).mean()):.0f}%"
                            for b, n in enumerate(ds["num_workers"].values))
-    md = ["## 1. Worst-case rate: x·sin x, K = 10, S adversarial stragglers", "",
+    md = ["## 2. Worst-case rate: x·sin x, K = 10, S adversarial stragglers", "",
           f"{ds.sizes['trial']} trials (x ~ U(−3, 3)); for each trial and scheme the adversary removes the S "
           "workers that maximise that scheme's MSE (exhaustive when C(N, S) ≤ 2000, else every window of S "
           "consecutive workers + 32 random sets + local search: a lower bound on the true worst case). "
@@ -95,7 +97,7 @@ def _ratio(ds, a: str, b: str) -> str:
 def _bernoulli(ds, figures: Path, rel: Path) -> list[str]:
     text, rates = _rates_md(ds, "p")
     dom = dominance(ds, "gcc", "bacc")
-    md = ["## 2. Independent straggling: x·sin x, K = 10, each worker lost with probability p", "",
+    md = ["## 3. Independent straggling: x·sin x, K = 10, each worker lost with probability p", "",
           f"{ds.sizes['trial']} trials; the received set of a trial is drawn once and shared by every scheme.", "",
           "Mean MSE over trials:", "", _md(mse_pivot(ds)), "", text, "",
           f"- gcc MSE falls with N for every p: {_yes(bool(dom['decreasing'].all()))}; ends below bacc at the "
@@ -112,7 +114,7 @@ def _bernoulli(ds, figures: Path, rel: Path) -> list[str]:
 
 def _smooth(ds, figures: Path, rel: Path) -> list[str]:
     text, _ = _rates_md(ds, "p")
-    return ["## 3. A smooth multi-dimensional map: random-feature tanh network R⁸ → R¹⁰", "",
+    return ["## 4. A smooth multi-dimensional map: random-feature tanh network R⁸ → R¹⁰", "",
             f"{ds.attrs.get('function')}; K = 10; {ds.sizes['trial']} trials.", "",
             "Mean MSE over trials:", "", _md(mse_pivot(ds)), "", text, "",
             _fig(plots.plot_mse_vs_n(ds), figures, "rate_smooth_mse_vs_n.png", rel), ""]
@@ -128,7 +130,7 @@ def _lcc(ds) -> list[str]:
     lcc = table[table["scheme"] == "lcc"]
     exact = bool((lcc.loc[lcc["F"] >= thr, "mse_mean"] < 1e-20).all())
     refused = bool(lcc.loc[lcc["F"] < thr, "undecodable_frac"].eq(1).all())
-    return ["## 4. Exactness: LCC on a cubic polynomial", "",
+    return ["## 5. Exactness: LCC on a cubic polynomial", "",
             f"{ds.attrs.get('function')}, K = 4, random stragglers, {ds.sizes['trial']} trials. LCC's recovery "
             f"threshold is (K − 1)·3 + 1 = {thr}.", "", _md(pivot), "",
             f"- LCC exact (MSE < 1e-20) whenever |F| ≥ {thr}: {_yes(exact)}; undecodable (never a guess) below: "
@@ -172,7 +174,7 @@ def _dnn(ds, figures: Path, rel: Path) -> list[str]:
     out += findings + [""] if findings else []
     rep = table[table["scheme"] == "replication"]
     acc_u = float(np.nanmean(ds["accuracy_uncoded"].values)) if "accuracy_uncoded" in ds else float("nan")
-    md = ["## 5. DNN: LeNet-5 logits on MNIST (the LeTCC/BACC comparison)", "",
+    md = ["## 6. DNN: LeNet-5 logits on MNIST (the LeTCC/BACC comparison)", "",
           f"{ds.attrs.get('function')}; each trial codes K random test digits into N shards and loses S random "
           f"workers (|F| = N − S), the same digits and set for every scheme. Uncoded LeNet-5 accuracy on these "
           f"digits: {acc_u:.3f}. `gcc` uses its defaults (sobolev2 kernel, λ = 0), which *is* LeTCC, so the two "
@@ -193,7 +195,7 @@ def _run(path: Path, figures: Path, rel: Path) -> list[str]:
     cfg = attrs["config"]
     curve = deadline_curve(path, np.array([0.02, 0.025, 0.03, 0.035, 0.04, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 1.5]))
     piv = deadline_table(curve, rows=12).reset_index()
-    return ["## 6. Accuracy against deadline (pipeline run on the virtual clock)", "",
+    return ["## 7. Accuracy against deadline (pipeline run on the virtual clock)", "",
             f"`gcc-dask run pipelines/mnist_lenet.yaml --set source.split=test --set source.limit=800 --set "
             f"code.block_size=8`: {attrs['num_samples']} MNIST digits composed into similar groups of K = "
             f"{attrs.get('num_inputs', attrs['batch_size'])}, blocks of {attrs.get('block_size', 1)} groups, workers "
@@ -225,7 +227,8 @@ def build_results(runs: str | os.PathLike = "runs", out: str | os.PathLike = "RE
           "`python -m gcc_dask.analysis.results`). Fixed seeds: regenerating reproduces every number on this page. "
           "MSE is the paper's loss (1/K) Σ_k ||f̂(x_k) − f(x_k)||² (docs/concepts.rst, section 'Metrics'); rates are least-squares slopes "
           "of log(mean MSE) on log N with a 95% bootstrap interval.", ""]
-    missing = []
+    section, missing, _ = frontier_section(runs, figures, rel)
+    md += section
     builders = {"rate_worst_case": lambda ds: _worst_case(ds, figures, rel),
                 "rate_bernoulli": lambda ds: _bernoulli(ds, figures, rel),
                 "rate_smooth": lambda ds: _smooth(ds, figures, rel), "lcc_polynomial": _lcc,

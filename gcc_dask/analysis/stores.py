@@ -32,8 +32,8 @@ def _meta(path: Path) -> dict[str, Any]:
         return json.loads((path / "zarr.json").read_text())
     except (OSError, ValueError):
         what = "does not exist" if not path.exists() else "is not a Zarr v3 store"
-        raise StoreError(f"store path: got {str(path)!r}; it {what} (expected a gcc-dask run or sweep "
-                         "store)") from None
+        raise StoreError(f"store path: got {str(path)!r}; it {what} (expected a gcc-dask run, sweep or "
+                         "frontier store)") from None
 
 
 def root_attrs(path: str | os.PathLike) -> dict[str, Any]:

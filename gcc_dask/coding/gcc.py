@@ -37,7 +37,7 @@ from gcc_dask.errors import ConfigError
 from .base import CodingScheme, _Entry
 from .kernels import KERNELS, KernelSmoother
 from .registry import register_code
-from .splines import SplineSmoother
+from .splines import LinearSplineSmoother, SplineSmoother
 from .validation import check_choice, check_nonneg, check_positive, to_numpy
 
 __all__ = ["GCC", "LeTCC", "gcv_select"]
@@ -108,9 +108,10 @@ class GCC(CodingScheme):
     ----------
     num_inputs, num_workers : int
         K ≥ 1 and N ≥ `min_received` (N < K is allowed: the code is approximate).
-    kernel : {"sobolev2", "matern32", "matern52", "gaussian"}
+    kernel : {"sobolev2", "sobolev1", "matern32", "matern52", "gaussian"}
         RKHS kernel (docs/methods.rst, section 'GCC and LeTCC'). ``sobolev2``: ``|s − t|³/12`` with null space {1,
-        t}, the natural cubic smoothing spline; the others are strictly positive definite with length scale ℓ.
+        t}, the natural cubic smoothing spline; ``sobolev1``: ``−|s − t|/2`` with null space {1}, the natural
+        linear smoothing spline (piecewise linear); the others are strictly positive definite with length scale ℓ.
     lambda_enc : float
         λ_enc ≥ 0, mean form on Ω = [-1, 1] (0: the encoder interpolates the inputs).
     lambda_dec : float or "gcv"
@@ -124,7 +125,7 @@ class GCC(CodingScheme):
     Notes
     -----
     ``recovery_threshold`` is None; ``min_received`` is 2 for ``sobolev2`` (a line needs two points)
-    and 1 otherwise. Claimed rates: worst-case MSE O(S³/N³) with S stragglers, O(log³_{1/p}(N)/N³) with
+    and 1 otherwise (``sobolev1`` fits a constant to one point). Claimed rates: worst-case MSE O(S³/N³) with S stragglers, O(log³_{1/p}(N)/N³) with
     independent straggling [1]_; smooth f decays faster in practice
     (docs/methods.rst, section 'Convergence rates').
 
@@ -162,7 +163,7 @@ class GCC(CodingScheme):
         self.lambda_dec = check_nonneg("lambda_dec", lambda_dec, extra=("gcv",))
         self.length_scale = check_positive("length_scale", length_scale)
         self._null_dim = KERNELS[self.kernel][1]
-        self.min_received = 2 if self._null_dim else 1
+        self.min_received = 2 if self._null_dim == 2 else 1
         self._aux = functools.lru_cache(maxsize=AUX_CACHE_SIZE)(self._aux_from_key)
         self._finish()
 
@@ -177,6 +178,8 @@ class GCC(CodingScheme):
     # -- maps -----------------------------------------------------------------------------------------
 
     def _smoother(self, t: np.ndarray):
+        if self.kernel == "sobolev1":
+            return LinearSplineSmoother(t)
         if self._null_dim:
             return SplineSmoother(t)
         return KernelSmoother(t, self.kernel, self.length_scale)

@@ -8,6 +8,9 @@ representer theorem)
 
 with ``G_ij = k(t_i, t_j)`` and ``T`` a basis of the kernel's polynomial null space at the ``t_i``.
 
+* ``sobolev1``: ``k(s, t) = −|s − t| / 2``, null space {1}; ``||u||²_H = ∫ u'²``: the natural *linear*
+  smoothing spline (piecewise linear, constant beyond the ends), a kernel of lower order than LeTCC's;
+  production code uses :class:`~gcc_dask.coding.splines.LinearSplineSmoother`.
 * ``sobolev2``: ``k(s, t) = |s − t|³ / 12``, null space {1, t}; ``||u||²_H = ∫ u''²``: the natural cubic
   smoothing spline. Production code uses the banded :class:`~gcc_dask.coding.splines.SplineSmoother`;
   :func:`dense_krr_map` here is the reference it is tested against on small n.
@@ -26,6 +29,10 @@ from scipy import linalg
 __all__ = ["KERNELS", "KernelSmoother", "dense_krr_map", "kernel_matrix"]
 
 _S3, _S5 = np.sqrt(3.0), np.sqrt(5.0)
+
+
+def _sobolev1(r: np.ndarray, ell: float) -> np.ndarray:
+    return -r / 2.0
 
 
 def _sobolev2(r: np.ndarray, ell: float) -> np.ndarray:
@@ -48,6 +55,7 @@ def _gaussian(r: np.ndarray, ell: float) -> np.ndarray:
 
 #: name -> (k(r, ℓ) as a function of ``r = |s − t|``, dimension of the polynomial null space)
 KERNELS = {
+    "sobolev1": (_sobolev1, 1),
     "sobolev2": (_sobolev2, 2),
     "matern32": (_matern32, 0),
     "matern52": (_matern52, 0),

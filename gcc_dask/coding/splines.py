@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import linalg
 
-__all__ = ["SplineSmoother"]
+__all__ = ["LinearSplineSmoother", "SplineSmoother"]
 
 
 class SplineSmoother:
@@ -167,5 +167,91 @@ class SplineSmoother:
         if self._spectrum is None:
             K = self.loo_matrix(0.0)
             kappa, U = linalg.eigh((K + K.T) / 2.0)
+            self._spectrum = (U, np.clip(kappa, 0.0, None))
+        return self._spectrum
+
+
+class LinearSplineSmoother:
+    """Natural *linear* smoothing splines on fixed knots `t`: the ``sobolev1`` kernel's maps.
+
+    The minimiser of ``Σ_i (y_i − g(t_i))² + a ∫ g'²`` (sum form, a ≥ 0) is piecewise linear between the
+    knots and constant outside them (the RKHS of ``k(s, t) = −|s − t|/2`` with null space {1}), with knot
+    values ``g = (I + a L)⁻¹ y``, ``L`` the tridiagonal weighted Laplacian of ``∫ g'² = Σ (g_{i+1} − g_i)²/h_i
+    = gᵀ L g``. ``a = 0`` interpolates: between two knots the estimate is the straight line through them, which
+    is replication's ``linear`` fill with the coded points as knots (docs/methods.rst, section 'GCC and
+    LeTCC'). ``M(a) = L (I + a L)⁻¹`` gives the LOO residuals ``(M y)_i / M_ii`` and ``M(0) = L`` the
+    spectrum, as :class:`SplineSmoother` does for the cubic case.
+
+    Parameters
+    ----------
+    t : ndarray of shape (n,), float64
+        Knots, strictly ascending.
+    """
+
+    def __init__(self, t: np.ndarray) -> None:
+        t = np.asarray(t, dtype=np.float64)
+        self.t, self.n = t, t.size
+        self.h = np.diff(t)
+        self._spectrum: tuple[np.ndarray, np.ndarray] | None = None
+
+    def _laplacian(self) -> np.ndarray:
+        n = self.n
+        L = np.zeros((n, n))
+        if n > 1:
+            w = 1.0 / self.h
+            i = np.arange(n - 1)
+            L[i, i] += w
+            L[i + 1, i + 1] += w
+            L[i, i + 1] -= w
+            L[i + 1, i] -= w
+        return L
+
+    def _banded(self, a: float) -> np.ndarray:
+        """``I + a L`` in solveh_banded's upper form, shape (2, n)."""
+        n = self.n
+        ab = np.zeros((2, n))
+        ab[1] = 1.0
+        if n > 1:
+            w = 1.0 / self.h
+            ab[1, :-1] += a * w
+            ab[1, 1:] += a * w
+            ab[0, 1:] = -a * w
+        return ab
+
+    def _interp(self, s: np.ndarray) -> np.ndarray:
+        """``P`` (len(s), n): the piecewise-linear interpolant's weights, constant beyond the ends."""
+        t, n = self.t, self.n
+        P = np.zeros((s.size, n))
+        if n == 1:
+            P[:, 0] = 1.0
+            return P
+        sc = np.clip(s, t[0], t[-1])
+        j = np.clip(np.searchsorted(t, sc, side="right") - 1, 0, n - 2)
+        B = (sc - t[j]) / self.h[j]
+        rows = np.arange(s.size)
+        P[rows, j] = 1.0 - B
+        P[rows, j + 1] += B
+        return P
+
+    def map(self, s: np.ndarray, a: float) -> np.ndarray:
+        """Linear map from knot data y (n,) to the smoothing spline's values at `s`, shape (len(s), n)
+        (``a = n·λ`` for the mean form)."""
+        P = self._interp(np.asarray(s, dtype=np.float64))
+        if not a or self.n < 2:
+            return P
+        return linalg.solveh_banded(self._banded(a), P.T, lower=False, check_finite=False).T
+
+    def loo_matrix(self, a: float) -> np.ndarray:
+        """``M = L (I + a L)⁻¹``, shape (n, n); LOO residuals are ``(M y)_i / M_ii``."""
+        L = self._laplacian()
+        if not a or self.n < 2:
+            return L
+        return linalg.solveh_banded(self._banded(a), L, lower=False, check_finite=False).T
+
+    def spectrum(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(U, κ)`` with ``L = U diag(κ) Uᵀ``, κ ≥ 0 (one zero: the constants); the hat matrix is
+        ``H(a) = U diag(1 / (1 + a κ)) Uᵀ``."""
+        if self._spectrum is None:
+            kappa, U = linalg.eigh(self._laplacian())
             self._spectrum = (U, np.clip(kappa, 0.0, None))
         return self._spectrum

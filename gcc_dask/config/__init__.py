@@ -18,6 +18,7 @@ names are a static tuple (a test keeps it equal to ``gcc_dask.coding.list_codes(
 from .fields import CODED_SCHEMES, FINGERPRINT_IGNORED, SCHEMES, parse_duration
 from .loading import load_config
 from .sections import (
+    AdviseConfig,
     ClusterConfig,
     CodeConfig,
     CutoffConfig,
@@ -42,6 +43,7 @@ __all__ = [
     "load_config",
     "parse_duration",
     # the section models, for code that builds or checks one section (e.g. gcc_dask.sweep_config)
+    "AdviseConfig",
     "SourceConfig",
     "WorkloadConfig",
     "CodeConfig",

@@ -133,7 +133,7 @@ def check_sizes(cfg: Any) -> None:
     and ``K * N`` per scheme (every scheme builds its (N, K) float64 encoder matrix).
     """
     k = cfg.code.num_inputs
-    for scheme in cfg.schemes:
+    for scheme in cfg.concrete_schemes:
         n = cfg.workers_for(scheme)
         code = cfg.code_of(scheme)
         if n > MAX_WORKERS:

@@ -311,7 +311,8 @@ class GccConfig(_Section):
     Attributes
     ----------
     kernel
-        The RKHS kernel: ``sobolev2`` (natural cubic smoothing splines, LeTCC's decoder), ``matern32``,
+        The RKHS kernel: ``sobolev2`` (natural cubic smoothing splines, LeTCC's decoder), ``sobolev1``
+        (natural linear smoothing splines: piecewise linear, a kernel of lower order), ``matern32``,
         ``matern52`` or ``gaussian``.
     lambda_enc
         λ_enc, the encoder's smoothing parameter (0: the encoder passes through the K inputs).
@@ -323,7 +324,7 @@ class GccConfig(_Section):
         Ignored by ``sobolev2``.
     """
 
-    kernel: Literal["sobolev2", "matern32", "matern52", "gaussian"] = "sobolev2"
+    kernel: Literal["sobolev2", "sobolev1", "matern32", "matern52", "gaussian"] = "sobolev2"
     lambda_enc: Annotated[float, Field(ge=0)] = 0.0
     lambda_dec: Annotated[float | str, BeforeValidator(_lambda_dec)] = 0.0
     length_scale: Annotated[float, Field(gt=0)] | None = None
@@ -362,9 +363,10 @@ class ReplicationConfig(_Section):
         deadline, the adaptive rule), the fair comparison; an input whose copies all straggled is then
         lost. ``recovery``: wait for one copy of every input, however long that takes.
     fill
-        What a lost input gets: ``none`` leaves it NaN (counted in the summary's ``missing``); ``nearest``
-        gives it the result of the received input nearest along the group's positions; ``linear``
-        interpolates between the received neighbours on each side (the nearest one beyond an end). A similarity
+        What a lost input gets: ``linear`` (the default) interpolates between the received neighbours on each
+        side along the group's positions (the nearest one beyond an end), the strongest cheap estimator on the
+        held-out frontiers of RESULTS.md; ``nearest`` gives it the result of the received input nearest along
+        the group's positions; ``none`` leaves it NaN (counted in the summary's ``missing``). A similarity
         composition makes neighbours similar. Filled outputs are marked in the store (``filled``) and counted
         in the summary.
     """
@@ -373,7 +375,7 @@ class ReplicationConfig(_Section):
     extra: Annotated[Literal["spread", "ends"] | list[Annotated[int, Field(ge=0)]],
                      BeforeValidator(_as_list)] = "spread"
     stop: Literal["cutoff", "recovery"] = "cutoff"
-    fill: Literal["none", "nearest", "linear"] = "none"
+    fill: Literal["none", "nearest", "linear"] = "linear"
 
 
 class UncodedConfig(_Section):
@@ -544,6 +546,32 @@ class CutoffConfig(_Section):
     spares: Literal["lazy", "eager"] = "lazy"
 
 
+class AdviseConfig(_Section):
+    """What ``schemes: [auto]`` (and ``gcc-dask advise``) measures before it chooses (docs/frontier.rst, section
+    'Advice').
+
+    Attributes
+    ----------
+    samples
+        The seeded sample of the dataset that is composed into groups and evaluated (never the whole of a
+        large dataset).
+    target_relacc
+        Choose the fewest workers whose estimator reaches this RelAcc (null: the best at ``max_redundancy``).
+    max_redundancy
+        The largest N/K considered (null: ``code.num_workers / code.num_inputs``, or 2 with a target).
+    """
+
+    samples: Annotated[int, Field(ge=2, le=1_000_000)] = 2000
+    target_relacc: Annotated[float, Field(gt=0, le=1)] | None = None
+    max_redundancy: Annotated[float, Field(ge=1, le=64)] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> AdviseConfig:
+        if self.target_relacc is not None and self.max_redundancy is not None:
+            raise _Invalid("max_redundancy", self.max_redundancy, "null beside target_relacc (give one of them)")
+        return self
+
+
 def _gpu(value: Any) -> Any:
     """``'auto'``, true or false"""
     if isinstance(value, bool) or (isinstance(value, str) and value == "auto"):
@@ -655,14 +683,15 @@ def _schemes(value: Any) -> Any:
         raise _Invalid(None, value, expected)
     for item in value:
         if not isinstance(item, str):
-            raise _Invalid(None, item, f"scheme names from {', '.join(SCHEMES)}, or entries {{label, code, params}}")
+            raise _Invalid(None, item, f"scheme names from {', '.join(SCHEMES)}, 'auto', or entries "
+                                       "{label, code, params}")
     if len(set(value)) != len(value):
         raise _Invalid(None, value, expected)
     return value
 
 
-_SECTIONS = ("composition", "gcc", "lcc", "replication", "uncoded", "speculation", "stragglers", "cutoff",
-             "cluster", "store", "run")
+_SECTIONS = ("composition", "gcc", "lcc", "replication", "uncoded", "speculation", "advise", "stragglers",
+             "cutoff", "cluster", "store", "run")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -677,7 +706,9 @@ class PipelineConfig(_Section):
         The schemes compared, on the same batches and latency draws: names (bacc, bspline, gcc, lcc, letcc,
         replication, speculative, uncoded) or entries ``{label, code, params}`` that run one code with parameters of its
         own under a label (e.g. ``{label: uncoded-cutoff, code: uncoded, params: {stop: cutoff, fill:
-        linear}}``; docs/pipeline.rst, section 'Schemes'). In the validated config this is the list of labels.
+        linear}}``; docs/pipeline.rst, section 'Schemes'). ``auto`` lets the run choose: it measures every
+        estimator on a sample of the data first (``advise`` section; docs/frontier.rst, section 'Advice'),
+        records the choice in the store, and runs it. In the validated config this is the list of labels.
     scheme_entries
         The entries of ``schemes`` by label (filled from the mappings of ``schemes``; it need not be written
         by hand).
@@ -698,6 +729,7 @@ class PipelineConfig(_Section):
     replication: ReplicationConfig = Field(default_factory=ReplicationConfig)
     uncoded: UncodedConfig = Field(default_factory=UncodedConfig)
     speculation: SpeculationConfig = Field(default_factory=SpeculationConfig)
+    advise: AdviseConfig = Field(default_factory=AdviseConfig)
     stragglers: StragglersConfig = Field(default_factory=StragglersConfig)
     cutoff: CutoffConfig = Field(default_factory=CutoffConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
@@ -731,7 +763,13 @@ class PipelineConfig(_Section):
         self._check_entries()
         check_sizes(self)
         k = self.code.num_inputs
-        for scheme in self.schemes:
+        if self.concrete_schemes != self.schemes:
+            if self.cutoff.stragglers >= k:
+                raise _Invalid("cutoff.stragglers", self.cutoff.stragglers,
+                               f"S < K = {k} with schemes [auto] (every estimator it may choose keeps a result)")
+            if not self.concrete_schemes:
+                return self
+        for scheme in self.concrete_schemes:
             n = self.workers_for(scheme)
             if n < k:
                 key, value = self._workers_key(scheme)
@@ -743,7 +781,7 @@ class PipelineConfig(_Section):
                                        "(the recovery threshold of lcc)")
         from gcc_dask.coding.points import placement
 
-        for scheme in self.schemes:
+        for scheme in self.concrete_schemes:
             points = self.points_for(scheme)
             if points is None or (isinstance(points, str) and points == "chebyshev"):
                 continue
@@ -752,12 +790,12 @@ class PipelineConfig(_Section):
             except ConfigError as e:
                 raise _Invalid("code.points", points, f"points that fit K = {k}, "
                                f"N = {self.workers_for(scheme)} ({e})") from None
-        n_max = max(self.workers_for(s) for s in self.schemes)
+        n_max = max(self.workers_for(s) for s in self.concrete_schemes)
         if self.cutoff.stragglers >= n_max:
             raise _Invalid("cutoff.stragglers", self.cutoff.stragglers,
                            f"an integer S with 0 <= S < N = {n_max} workers")
         # every scheme that stops at the cutoff keeps N - S of its own N results: S must leave it some
-        for scheme in self.schemes:
+        for scheme in self.concrete_schemes:
             if self.stop_of(scheme) != "cutoff":
                 continue
             n_s = self.workers_for(scheme)
@@ -770,7 +808,7 @@ class PipelineConfig(_Section):
         if isinstance(self.cutoff.wait_for, int) and self.cutoff.wait_for > n_max:
             raise _Invalid("cutoff.wait_for", self.cutoff.wait_for,
                            f"'N-S', 'all' or an integer in [1, {n_max}] (N = {n_max} workers)")
-        n_min, smallest = min((self.workers_for(s), s) for s in self.schemes)
+        n_min, smallest = min((self.workers_for(s), s) for s in self.concrete_schemes)
         if self.stragglers.slow_workers > n_min:
             raise _Invalid("stragglers.slow_workers", self.stragglers.slow_workers,
                            f"an integer in [0, {n_min}], the N of scheme {smallest!r} (the smallest: every "
@@ -781,6 +819,8 @@ class PipelineConfig(_Section):
         """Every label is a scheme name or has an entry; every entry is listed; its params are valid keys of
         its code's section (or ``num_workers``/``points``), with valid values."""
         for label in self.schemes:
+            if label == "auto" and label not in self.scheme_entries:
+                continue
             if label not in self.scheme_entries and label not in SCHEMES:
                 raise _Invalid("schemes", label, f"scheme names from {', '.join(SCHEMES)}, or entries "
                                                  "{label, code, params}")
@@ -833,6 +873,11 @@ class PipelineConfig(_Section):
     def seed(self) -> int:
         """The run seed (``stragglers.seed``): latency draws are a function of (seed, batch, worker)."""
         return self.stragglers.seed
+
+    @property
+    def concrete_schemes(self) -> list[str]:
+        """The listed schemes but ``auto`` (which a run replaces by the estimator it chooses)."""
+        return [s for s in self.schemes if s != "auto" or s in self.scheme_entries]
 
     def code_of(self, scheme: str) -> str:
         """The registered code that the scheme labelled `scheme` runs (the label itself for a plain name)."""

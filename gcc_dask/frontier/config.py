@@ -112,6 +112,9 @@ class FrontierConfig(_Section):
     groups
         Analytic functions: how many groups of K inputs to draw. ``dnn``: at most this many of the split's
         groups (a seeded choice; null: every group).
+    samples
+        ``dnn`` only: compose a seeded sample of this many of the source's samples instead of the whole
+        source (null: every sample).
     num_inputs
         K.
     ratios
@@ -121,6 +124,9 @@ class FrontierConfig(_Section):
     candidates
         ``default`` (every estimator at equal cost, :func:`default_candidates`) or a list of
         :class:`CandidateSpec`.
+    metric
+        What decides a cell: ``rel_acc`` (higher is better), ``mse`` (lower is better) or ``auto`` (RelAcc for
+        an f with more than one output, else MSE). Both are stored either way.
     seed
         Seeds the analytic inputs, the group choice, the composition and the straggler draws.
     """
@@ -130,10 +136,12 @@ class FrontierConfig(_Section):
     function: FunctionConfig
     composition: Literal["as_stored", "random", "pc1", "similarity"] = "similarity"
     groups: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+    samples: Annotated[int, Field(ge=2, le=10_000_000)] | None = None
     num_inputs: Annotated[int, Field(ge=2, le=MAX_INPUTS)]
     ratios: Annotated[list[Annotated[float, Field(ge=1, le=64)]], BeforeValidator(_as_list), Field(min_length=1)]
     stragglers: FrontierStragglers
     candidates: Literal["default"] | list[CandidateSpec] = "default"
+    metric: Literal["auto", "rel_acc", "mse"] = "auto"
     seed: Annotated[int, Field(ge=0)] = 0
     store: StoreSection = Field(default_factory=StoreSection)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
@@ -145,6 +153,8 @@ class FrontierConfig(_Section):
     def _check(self) -> FrontierConfig:
         if self.function.kind != "dnn" and self.groups is None:
             raise _Bad("groups", None, "the number of groups of K inputs to draw (analytic functions)")
+        if self.function.kind != "dnn" and self.samples is not None:
+            raise _Bad("samples", self.samples, "null unless function.kind is 'dnn' (use groups)")
         ns = self.num_workers
         if len(set(ns)) != len(ns):
             raise _Bad("ratios", self.ratios, f"ratios giving distinct N = round(ratio * {self.num_inputs})")
@@ -178,7 +188,7 @@ class FrontierConfig(_Section):
     def data_fingerprint(self) -> str:
         """SHA-256 of what fixes the groups and f (function, composition, groups, K, seed): coded outputs
         computed for one frontier are reused by another with the same data fingerprint."""
-        data = {k: self.resolved()[k] for k in ("function", "composition", "groups", "num_inputs", "seed")}
+        data = {k: self.resolved()[k] for k in ("function", "composition", "groups", "samples", "num_inputs", "seed")}
         blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(("gcc-dask-frontier-data-v1\n" + blob).encode()).hexdigest()
 
@@ -189,8 +199,8 @@ def default_candidates(polynomial: bool = False, degree: int | None = None) -> l
     * ``replication`` at every N ≥ K with each fill (``none``, ``nearest``, ``linear``): at N = K it is uncoded
       cut off at K − S results (the same decoder as the ``uncoded`` scheme with that fill), below 2K partial
       replication (the extra copies at ``spread`` positions, and at ``ends`` for comparison);
-    * ``gcc`` with the pipeline's defaults (``sobolev2``, λ = 0, ``systematic`` points) and with Chebyshev
-      points; ``bacc`` (Berrut, Chebyshev points);
+    * ``gcc`` with the pipeline's defaults (``sobolev2``, λ = 0, ``systematic`` points), with Chebyshev
+      points, and with the ``sobolev1`` kernel (piecewise linear); ``bacc`` (Berrut, Chebyshev points);
     * ``lcc`` (exact from its recovery threshold) when f is a polynomial of known degree.
     """
     out = [CandidateSpec(label=f"replication/{fill}", code="replication", params={"fill": fill})
@@ -199,6 +209,7 @@ def default_candidates(polynomial: bool = False, degree: int | None = None) -> l
                           params={"fill": "linear", "extra": "ends"}, ratios=None)]
     out += [CandidateSpec(label="gcc", code="gcc", params={"points": "systematic"}),
             CandidateSpec(label="gcc/chebyshev", code="gcc", params={"points": "chebyshev"}),
+            CandidateSpec(label="gcc/sobolev1", code="gcc", params={"points": "systematic", "kernel": "sobolev1"}),
             CandidateSpec(label="bacc", code="bacc", params={"points": "chebyshev"})]
     if polynomial and degree:
         out.append(CandidateSpec(label="lcc", code="lcc", params={"degree": int(degree), "points": "chebyshev"}))

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from gcc_dask.errors import NotEnoughResultsError
+from gcc_dask.errors import ConfigError, NotEnoughResultsError
 
 __all__ = ["GroupScores", "coded_outputs", "score_sets", "summarize_scores"]
 
@@ -107,27 +107,57 @@ def score_sets(code: Any, outputs: np.ndarray, reference: np.ndarray, sets: np.n
     K = reference.shape[1]
     M = sets.shape[0]
     ref = np.asarray(reference, dtype=np.float64).reshape(G, K, -1)
+    out_dim = ref.shape[2]
     ref_arg = np.argmax(ref, axis=2)  # (G, K)
     Y = np.moveaxis(np.asarray(outputs, dtype=np.float64).reshape(G, N, -1), 0, 1)  # (N, G, out)
+    Y2 = Y.reshape(N, G * out_dim)
     correct = np.zeros((G, M), dtype=np.int16)
     sq = np.zeros((G, M), dtype=np.float64)
     ok = np.zeros((G, M), dtype=np.int16)
     for lo in range(0, M, chunk_sets):
         hi = min(lo + chunk_sets, M)
-        for m in range(lo, hi):
-            received = np.flatnonzero(sets[m])
-            try:
-                est = code.decode(Y[received], received)  # (K, G, out)
-            except NotEnoughResultsError:
-                continue
-            est = np.moveaxis(np.asarray(est), 0, 1)  # (G, K, out)
-            good = ~np.isnan(est).any(axis=2)
-            ok[:, m] = good.sum(axis=1)
-            agree = good & (np.argmax(np.where(good[..., None], est, 0.0), axis=2) == ref_arg)
-            correct[:, m] = agree.sum(axis=1)
-            err = np.where(good[..., None], est - ref, 0.0)
-            sq[:, m] = np.einsum("gko,gko->g", err, err)
+        est = _decode_chunk(code, Y, Y2, sets[lo:hi], K, G, out_dim)  # (m, G, K, out), NaN: no estimate
+        good = ~np.isnan(est).any(axis=3)  # (m, G, K)
+        agree = good & (np.argmax(np.where(good[..., None], est, 0.0), axis=3) == ref_arg[None])
+        err = np.where(good[..., None], est - ref[None], 0.0)
+        ok[:, lo:hi] = good.sum(axis=2).T
+        correct[:, lo:hi] = agree.sum(axis=2).T
+        sq[:, lo:hi] = np.einsum("mgko,mgko->gm", err, err)
     return GroupScores(correct=correct, sq_error=sq, decodable=ok, num_inputs=K)
+
+
+def _decode_chunk(code: Any, Y: np.ndarray, Y2: np.ndarray, sets: np.ndarray, K: int, G: int,
+                  out_dim: int) -> np.ndarray:
+    """Estimates of every group under each received set of `sets` (m, N): ``(m, G, K, out)``.
+
+    A fixed linear decoder (every scheme but ``lambda_dec="gcv"``) is one matmul for all the sets: each
+    ``D_F`` (:meth:`~gcc_dask.coding.CodingScheme.decoder_matrix`, NaN rows where an output cannot be
+    estimated) is placed in the columns of its workers, and the (m·K, N) stack multiplies the results of
+    every group at once. A data-dependent decoder is applied set by set with ``code.decode``. A set with too
+    few results for the scheme gives NaN.
+    """
+    m, N = sets.shape
+    est = np.full((m, G, K, out_dim), np.nan)
+    D = np.zeros((m, K, N))
+    linear = np.zeros(m, dtype=bool)
+    for i in range(m):
+        received = np.flatnonzero(sets[i])
+        try:
+            D[i][:, received] = code.decoder_matrix(received)
+            linear[i] = True
+        except NotEnoughResultsError:
+            continue
+        except ConfigError:  # a decoder chosen from the results (GCV): one decode of this set
+            e = np.asarray(code.decode(Y[received], received))  # (K, G, out)
+            est[i] = np.moveaxis(e, 0, 1)
+    if linear.any():
+        rows = D[linear]  # (m', K, N); a NaN row (no estimate) stays NaN whatever it multiplies
+        with np.errstate(invalid="ignore"):
+            prod = rows.reshape(-1, N) @ Y2  # (m'·K, G·out)
+        nan_rows = np.isnan(rows).any(axis=2).reshape(-1)
+        prod[nan_rows] = np.nan
+        est[linear] = np.moveaxis(prod.reshape(-1, K, G, out_dim), 1, 2)
+    return est
 
 
 def summarize_scores(scores: GroupScores, worst: bool = False) -> dict[str, np.ndarray]:

@@ -36,7 +36,7 @@ from .config import FrontierConfig, load_frontier_config
 from .evaluate import coded_outputs, score_sets, summarize_scores
 from .sets import PATTERNS, contiguous_sets, random_sets
 
-__all__ = ["Candidate", "FrontierResult", "candidates_for", "make_groups", "run_frontier"]
+__all__ = ["Candidate", "FrontierResult", "candidates_for", "candidates_for_specs", "groups_of", "make_groups", "measure", "run_frontier"]
 
 MARKER = "gcc_dask_frontier"
 #: coded inputs evaluated by one Dask task
@@ -57,11 +57,20 @@ class Candidate:
 
 def candidates_for(cfg: FrontierConfig) -> tuple[list[Candidate], list[str]]:
     """Every (candidate, N) of the frontier that can run, and why the others cannot (one line each)."""
-    K = cfg.num_inputs
+    return candidates_for_specs(cfg.candidate_specs(), cfg.num_inputs, cfg.ratios)
+
+
+def candidates_for_specs(specs: Sequence[Any], K: int, ratios: Sequence[float]) -> tuple[list[Candidate], list[str]]:
+    """Every (spec, N = round(ratio·K)) that can run, once each, and why the others cannot.
+
+    An estimator that is another's at the same N (``replication-ends`` at N = r·K, where there are no extra
+    copies) runs once; ``uncoded`` runs at N = K only; a spec with ``ratios`` only at those.
+    """
     out, skipped = [], []
-    for ratio, N in zip(cfg.ratios, cfg.num_workers):
-        seen = set()  # an estimator that is another's at this N (replication-ends at N = r·K) runs once
-        for spec in cfg.candidate_specs():
+    for ratio in ratios:
+        N = max(K, int(round(ratio * K)))
+        seen = set()
+        for spec in specs:
             if spec.ratios is not None and not any(math.isclose(ratio, r) for r in spec.ratios):
                 continue
             if spec.code == "uncoded" and N != K:
@@ -101,61 +110,92 @@ def make_groups(cfg: FrontierConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray
 
     ``index`` (G, K) int64 holds the dataset index of each position (analytic: the index of the drawn input),
     ``X`` ``(G, K, *shape)`` the inputs in position order, ``labels`` (G, K) int64 or None. ``dnn``: every full
-    group of K of the composition of the source (a seeded choice of ``groups`` of them when that is set);
-    analytic: ``groups`` · K inputs drawn uniformly in ``[low, high)^dim``, composed the same way.
+    group of K of the composition of the source (of a seeded sample of ``samples`` of its samples when that is
+    set; a seeded choice of ``groups`` of the groups when that is set); analytic: ``groups`` · K inputs drawn
+    uniformly in ``[low, high)^dim``, composed the same way.
+    """
+    from gcc_dask.sources import make_source
+
+    fc = cfg.function
+    if fc.kind == "dnn":
+        src = fc.source.model_dump(exclude_none=True)
+        source = make_source(src.pop("kind"), **src)
+        return groups_of(source, cfg.num_inputs, cfg.composition, cfg.seed, samples=cfg.samples, groups=cfg.groups)
+    rng = np.random.default_rng([cfg.seed, 0xF407, 1])
+    data = rng.uniform(fc.low, fc.high, size=(cfg.groups * cfg.num_inputs, fc.dim))
+    return groups_of(make_source("array", array=data, name=f"{fc.kind} inputs"), cfg.num_inputs, cfg.composition,
+                     cfg.seed)
+
+
+def groups_of(source: Any, K: int, composition: str, seed: int, *, samples: int | None = None,
+              groups: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Every full group of K of `source` under `composition` (:func:`gcc_dask.composition.compose`, the
+    pipeline's policies): ``(index, X, labels)`` as :func:`make_groups` returns them.
+
+    With `samples`, a seeded sample of that many of the source's samples is composed instead of the whole
+    source (its groups' neighbours are then farther apart than the whole dataset's would be); with `groups`, a
+    seeded choice of that many groups is kept.
+
+    Raises
+    ------
+    ConfigError
+        Fewer than K samples.
     """
     from gcc_dask.composition import compose
     from gcc_dask.sources import make_source
 
-    fc, K = cfg.function, cfg.num_inputs
-    if fc.kind == "dnn":
-        src = fc.source.model_dump(exclude_none=True)
-        source = make_source(src.pop("kind"), **src)
-    else:
-        rng = np.random.default_rng([cfg.seed, 0xF407, 1])
-        data = rng.uniform(fc.low, fc.high, size=(cfg.groups * K, fc.dim))
-        source = make_source("array", array=data, name=f"{fc.kind} inputs")
-    order = compose(source, group_size=K, policy=cfg.composition, seed=cfg.seed).sample_index()
-    full = (source.num_samples // K) * K
-    if full == 0:
+    n = int(source.num_samples)
+    pick = None
+    if samples is not None and samples < n:
+        pick = np.sort(np.random.default_rng([seed, 0xF407, 3]).choice(n, samples, replace=False))
+        x, y = source.take(pick)
+        source = make_source("array", array=x, labels=y, name=f"{source.name} (sample of {samples})")
+    if source.num_samples < K:
         raise ConfigError(f"num_inputs: got {K}; expected at most the source's {source.num_samples} samples")
-    index = np.asarray(order[:full], dtype=np.int64).reshape(-1, K)
-    if fc.kind == "dnn" and cfg.groups is not None and cfg.groups < index.shape[0]:
-        pick = np.sort(np.random.default_rng([cfg.seed, 0xF407, 2]).choice(index.shape[0], cfg.groups,
-                                                                             replace=False))
-        index = index[pick]
-    X, labels = source.take(index.ravel())
-    X = X.reshape(index.shape[0], K, *X.shape[1:])
-    labels = None if labels is None else labels.reshape(index.shape)
+    order = compose(source, group_size=K, policy=composition, seed=seed).sample_index()
+    full = (source.num_samples // K) * K
+    local = np.asarray(order[:full], dtype=np.int64).reshape(-1, K)
+    if groups is not None and groups < local.shape[0]:
+        keep = np.sort(np.random.default_rng([seed, 0xF407, 2]).choice(local.shape[0], groups, replace=False))
+        local = local[keep]
+    X, labels = source.take(local.ravel())
+    X = X.reshape(local.shape[0], K, *X.shape[1:])
+    labels = None if labels is None else labels.reshape(local.shape)
+    index = local if pick is None else pick[local]
     return index, X, labels
 
 
 # ------------------------------------------------------------------------------------- worker tasks
-def _f_task(function_cfg, X: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    """f on groups ``lo:hi`` of X (G, K, *shape) -> (hi - lo, K, *out), float64."""
-    from gcc_dask.sweep import sample_function
+def _f_task(workload, X: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """f on groups ``lo:hi`` of X (G, K, *shape) -> (hi - lo, K, *out), float64 (f loaded once per process,
+    :func:`gcc_dask.workloads.load_workload`)."""
+    from gcc_dask.workloads import load_workload
 
-    f = sample_function(function_cfg).f
+    f = load_workload(workload)
     part = X[lo:hi]
     flat = part.reshape(-1, *part.shape[2:])
     y = np.asarray(f(flat), dtype=np.float64)
     return y.reshape(part.shape[0], part.shape[1], *y.shape[1:])
 
 
-def _coded_task(function_cfg, code: str, K: int, N: int, params: dict, X: np.ndarray, lo: int,
+def _coded_task(workload, code: str, K: int, N: int, params: dict, X: np.ndarray, lo: int,
                 hi: int) -> np.ndarray:
     """The workers' results on groups ``lo:hi``: f on their N coded inputs -> (hi - lo, N, *out)."""
-    from gcc_dask.sweep import sample_function
+    from gcc_dask.workloads import load_workload
 
-    return coded_outputs(_build(code, K, N, params), X[lo:hi], sample_function(function_cfg).f)
+    return coded_outputs(_build(code, K, N, params), X[lo:hi], load_workload(workload))
 
 
 def _score_task(code: str, K: int, N: int, params: dict, outputs: np.ndarray, reference: np.ndarray, S: int,
-                patterns: Sequence[str], exhaustive_limit: int, draws: int, seed: int) -> dict:
+                patterns: Sequence[str], exhaustive_limit: int, draws: int, seed: int,
+                extra_sets: Mapping[str, np.ndarray] | None = None) -> dict:
     """Every pattern of one (estimator, S): per-group rel_acc, mse, decodable_frac, and whether ``random`` and
-    ``worst`` enumerated every straggler set."""
+    ``worst`` enumerated every straggler set. `extra_sets` adds patterns of given sets (name -> (M, N) bool),
+    scored by their mean."""
     c = _build(code, K, N, params)
     out: dict[str, Any] = {}
+    for name, sets in (extra_sets or {}).items():
+        out[name] = summarize_scores(score_sets(c, outputs, reference, np.asarray(sets, dtype=bool)))
     if "random" in patterns or "worst" in patterns:
         sets, exhaustive = random_sets(N, S, exhaustive_limit=exhaustive_limit, draws=draws, seed=seed)
         scores = score_sets(c, outputs, reference, sets)
@@ -242,53 +282,102 @@ def run_frontier(config: str | os.PathLike | Mapping[str, Any] | FrontierConfig,
     gcc_dask.errors.GccDaskError
         ConfigError, SourceError, WorkloadError, StoreError: before any task runs.
     """
-    from distributed import as_completed
-
-    from gcc_dask.analysis.frontier import frontier_cells
+    from gcc_dask.analysis.frontier import frontier_cells, open_frontier
     from gcc_dask.runtime.cluster import ClusterSpec, connect
+    from gcc_dask.sweep import function_workload
 
     say = echo or (lambda _msg: None)
     cfg = load_frontier_config(config, overrides)
     path = Path(os.fspath(out) if out is not None else cfg.store.path).expanduser().absolute()
     cached = _prepare(path, cfg)
-    K = cfg.num_inputs
     candidates, skipped = candidates_for(cfg)
     for line in skipped:
         say(f"skipped: {line}")
     index, X, labels = make_groups(cfg)
-    G = index.shape[0]
-    say(f"frontier {cfg.name}: {G} groups of K = {K}, {len(candidates)} estimators at N = "
-        f"{sorted({c.num_workers for c in candidates})}, S = {cfg.stragglers.S}")
+    say(f"frontier {cfg.name}: {index.shape[0]} groups of K = {cfg.num_inputs}, {len(candidates)} estimators at "
+        f"N = {sorted({c.num_workers for c in candidates})}, S = {cfg.stragglers.S}")
     spec = ClusterSpec(address=cfg.cluster.address, scheduler_file=cfg.cluster.scheduler_file,
                        n_workers=cfg.cluster.n_workers, threads_per_worker=cfg.cluster.threads_per_worker or 1,
                        processes=True if cfg.cluster.processes is None else cfg.cluster.processes,
                        connect_timeout=cfg.cluster.connect_timeout)
-    token = uuid.uuid4().hex[:8]
     st = cfg.stragglers
     t0 = time.perf_counter()
     with connect(spec, client) as c:
         say(f"dask dashboard: {c.dashboard_link}")
-        X_f = c.scatter(X, broadcast=True)
-        step = max(1, ROWS_PER_TASK // K)
-        ref_parts = [c.submit(_f_task, cfg.function, X_f, lo, min(lo + step, G), pure=False,
-                              key=f"frontier-ref-{lo}-{token}") for lo in range(0, G, step)]
-        digests: dict[str, str] = {}
-        coded_futs: dict[str, list] = {}
-        for cand in candidates:
-            code = _build(cand.code, K, cand.num_workers, cand.params)
-            if code.selection:
-                continue
-            digest = _encoder_digest(code)
-            digests[cand.label] = digest
-            if digest in cached or digest in coded_futs:
-                continue
-            rows = max(1, ROWS_PER_TASK // cand.num_workers)
-            coded_futs[digest] = [c.submit(_coded_task, cfg.function, cand.code, K, cand.num_workers, cand.params,
-                                           X_f, lo, min(lo + rows, G), pure=False,
-                                           key=f"frontier-coded-{digest[:8]}-{lo}-{token}")
-                                  for lo in range(0, G, rows)]
-        bar = _progress(len(ref_parts) + sum(map(len, coded_futs.values())) + len(candidates) * len(st.S),
-                        cfg.run.progress and echo is not None, cfg.name)
+        reference, outputs, results = measure(
+            c, function_workload(cfg.function), X, candidates, st.S, st.patterns, exhaustive_limit=st.exhaustive_limit,
+            draws=st.draws, seed=cfg.seed, cached=cached, progress=cfg.run.progress and echo is not None,
+            name=cfg.name)
+    wall = time.perf_counter() - t0
+    patterns = [p for p in PATTERNS if p in st.patterns]
+    ds = _dataset(candidates, results, index, labels, reference, skipped, S=list(st.S), patterns=patterns,
+                  attrs={"name": cfg.name, "config": cfg.resolved(), "data_fingerprint": cfg.data_fingerprint(),
+                         "num_inputs": cfg.num_inputs, **({} if cfg.metric == "auto" else {"metric": cfg.metric})})
+    _write(path, ds, outputs)
+    return FrontierResult(path=str(path), status="complete", config=cfg, wall_s=wall,
+                          cells=frontier_cells(open_frontier(path)))
+
+
+def measure(c, workload: Any, X: np.ndarray, candidates: Sequence[Candidate], S_values: Sequence[int],
+            patterns: Sequence[str], *, exhaustive_limit: int, draws: int, seed: int,
+            cached: Mapping[str, np.ndarray] | None = None,
+            extra_sets: Callable[[int, int], Mapping[str, np.ndarray]] | None = None, progress: bool = False,
+            name: str = "frontier") -> tuple[np.ndarray, dict[str, np.ndarray], dict[tuple[str, int], dict]]:
+    """f on the groups and on every coded input (Dask tasks on client `c`), then every (candidate, S) scored.
+
+    Parameters
+    ----------
+    c : distributed.Client
+    workload : gcc_dask.workloads.Workload
+        f (loaded once per worker process).
+    X : ndarray of shape ``(G, K, *shape)``
+        The groups (:func:`groups_of`).
+    candidates : sequence of Candidate
+    S_values, patterns : sequences
+        The numbers of stragglers and the patterns of :mod:`.sets` to score.
+    exhaustive_limit, draws, seed : int
+        As :func:`~.sets.random_sets`.
+    cached : mapping, optional
+        Coded outputs by encoder digest, computed before (not computed again).
+    extra_sets : callable, optional
+        ``extra_sets(N, S) -> {name: (M, N) bool}``: more patterns of given received sets (e.g. the sets a
+        latency model and cutoff keep).
+    progress : bool
+        Show a progress bar.
+
+    Returns
+    -------
+    reference, outputs, results
+        f on the groups ``(G, K, *out)``; the coded outputs by encoder digest (cached ones included);
+        ``results[(candidate label, S)]`` = the per-group scores of each pattern (:func:`_score_task`).
+    """
+    from distributed import as_completed
+
+    K, G = X.shape[1], X.shape[0]
+    cached = dict(cached or {})
+    token = uuid.uuid4().hex[:8]
+    X_f = c.scatter(X, broadcast=True)
+    step = max(1, ROWS_PER_TASK // K)
+    ref_parts = [c.submit(_f_task, workload, X_f, lo, min(lo + step, G), pure=False,
+                          key=f"frontier-ref-{lo}-{token}") for lo in range(0, G, step)]
+    digests: dict[str, str] = {}
+    coded_futs: dict[str, list] = {}
+    for cand in candidates:
+        code = _build(cand.code, K, cand.num_workers, cand.params)
+        if code.selection:
+            continue
+        digest = _encoder_digest(code)
+        digests[cand.label] = digest
+        if digest in cached or digest in coded_futs:
+            continue
+        rows = max(1, ROWS_PER_TASK // cand.num_workers)
+        coded_futs[digest] = [c.submit(_coded_task, workload, cand.code, K, cand.num_workers, cand.params, X_f,
+                                       lo, min(lo + rows, G), pure=False,
+                                       key=f"frontier-coded-{digest[:8]}-{lo}-{token}")
+                              for lo in range(0, G, rows)]
+    n_scores = sum(1 for cand in candidates for s in S_values if s < cand.num_workers)
+    bar = _progress(len(ref_parts) + sum(map(len, coded_futs.values())) + n_scores, progress, name)
+    try:
         for _ in as_completed([*ref_parts, *(f for fs in coded_futs.values() for f in fs)]):
             bar.update(1)
         reference = np.concatenate(c.gather(ref_parts))
@@ -304,34 +393,29 @@ def run_frontier(config: str | os.PathLike | Mapping[str, Any] | FrontierConfig,
             else:  # a selection scheme: its results are the reference's rows
                 code = _build(cand.code, K, cand.num_workers, cand.params)
                 Y = c.scatter(coded_outputs(code, X, None, reference))
-            for s in st.S:
+            for s in S_values:
                 if s >= cand.num_workers:
                     continue
+                extra = None if extra_sets is None else extra_sets(cand.num_workers, s)
                 score_futs[c.submit(_score_task, cand.code, K, cand.num_workers, cand.params, Y, ref_f, s,
-                                    tuple(st.patterns), st.exhaustive_limit, st.draws, cfg.seed, pure=False,
+                                    tuple(patterns), exhaustive_limit, draws, seed, extra, pure=False,
                                     key=f"frontier-score-{cand.label}-S{s}-{token}")] = (cand.label, s)
         results: dict[tuple[str, int], dict] = {}
         for fut in as_completed(list(score_futs)):
             results[score_futs[fut]] = fut.result()
             bar.update(1)
+    finally:
         bar.close()
-    wall = time.perf_counter() - t0
-    ds = _dataset(cfg, candidates, results, index, labels, reference, skipped)
-    _write(path, ds, outputs, cfg)
-    from gcc_dask.analysis.frontier import open_frontier
-
-    return FrontierResult(path=str(path), status="complete", config=cfg, wall_s=wall,
-                          cells=frontier_cells(open_frontier(path)))
+    return reference, outputs, results
 
 
-def _dataset(cfg: FrontierConfig, candidates: list[Candidate], results: dict, index: np.ndarray,
-             labels: np.ndarray | None, reference: np.ndarray, skipped: list[str]):
+def _dataset(candidates: Sequence[Candidate], results: dict, index: np.ndarray, labels: np.ndarray | None,
+             reference: np.ndarray, skipped: list[str], *, S: list[int], patterns: list[str], attrs: dict):
+    """The frontier store's Dataset: the scores (candidate, S, pattern, group) and their coordinates."""
     import xarray as xr
 
     from gcc_dask.store.layout import _now, _versions
 
-    S = list(cfg.stragglers.S)
-    patterns = [p for p in PATTERNS if p in cfg.stragglers.patterns]
     C, G = len(candidates), index.shape[0]
     shape = (C, len(S), len(patterns), G)
     data = {name: np.full(shape, np.nan) for name in ("rel_acc", "mse", "decodable_frac")}
@@ -347,14 +431,14 @@ def _dataset(cfg: FrontierConfig, candidates: list[Candidate], results: dict, in
                     data[name][i, j, p] = res[pattern][name]
     dims = ("candidate", "S", "pattern", "group")
     multi = int(np.prod(reference.shape[2:])) > 1
-    attrs = {
+    var_attrs = {
         "rel_acc": {"long_name": "RelAcc: fraction of the group's K outputs whose argmax equals f's (NaN rows "
                                  "count as wrong)", "units": "1"},
         "mse": {"long_name": "MSE (1/K') Σ_k ||f̂(x_k) − f(x_k)||² over the group's K' decodable outputs"},
         "decodable_frac": {"long_name": "fraction of the group's outputs with an estimate", "units": "1"},
     }
     ds = xr.Dataset(
-        {name: (dims, values, attrs[name]) for name, values in data.items()},
+        {name: (dims, values, var_attrs[name]) for name, values in data.items()},
         coords={
             "candidate": np.array([c.label for c in candidates], dtype=object),
             "estimator": ("candidate", np.array([c.spec for c in candidates], dtype=object)),
@@ -372,8 +456,7 @@ def _dataset(cfg: FrontierConfig, candidates: list[Candidate], results: dict, in
     if labels is not None:
         ds["labels"] = (("group", "position"), labels)
     ds.attrs.update({
-        MARKER: 1, "name": cfg.name, "config": cfg.resolved(), "data_fingerprint": cfg.data_fingerprint(),
-        "num_inputs": cfg.num_inputs, "metric": "rel_acc" if multi else "mse", "skipped": skipped,
+        MARKER: 1, "metric": "rel_acc" if multi else "mse", **attrs, "skipped": skipped,
         "params": json_params(candidates), "created": _now(), "gcc_dask_version": _versions().get("gcc-dask"),
         "versions": _versions(), "status": "complete",
     })
@@ -387,7 +470,8 @@ def json_params(candidates: list[Candidate]) -> dict[str, dict]:
     return {c.label: json.loads(json.dumps(c.params, default=str)) for c in candidates}
 
 
-def _write(path: Path, ds, outputs: dict[str, np.ndarray], cfg: FrontierConfig) -> None:
+def _write(path: Path, ds, outputs: dict[str, np.ndarray]) -> None:
+    """Write the Dataset and the coded outputs (``outputs/<digest>``) aside, then rename it over `path`."""
     import zarr
 
     tmp = path.with_name(f".{path.name}.writing-{uuid.uuid4().hex[:6]}")

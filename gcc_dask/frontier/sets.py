@@ -22,7 +22,7 @@ import numpy as np
 
 from gcc_dask.errors import ConfigError
 
-__all__ = ["PATTERNS", "all_sets", "contiguous_sets", "drawn_sets", "random_sets"]
+__all__ = ["PATTERNS", "all_sets", "bernoulli_sets", "contiguous_sets", "drawn_sets", "latency_sets", "random_sets"]
 
 PATTERNS = ("random", "contiguous", "worst")
 
@@ -79,3 +79,32 @@ def random_sets(num_workers: int, stragglers: int, *, exhaustive_limit: int, dra
     if math.comb(n, s) <= int(exhaustive_limit):
         return all_sets(n, s), True
     return drawn_sets(n, s, draws, seed), False
+
+
+def bernoulli_sets(num_workers: int, p: float, draws: int, seed: int) -> np.ndarray:
+    """`draws` received sets with each of the N workers straggling independently with probability p (seeded by
+    ``(seed, N, p)``): bool of shape (draws, N). A draw in which every worker straggled keeps none."""
+    n = int(num_workers)
+    if n < 1 or not 0.0 <= float(p) < 1.0:
+        raise ConfigError(f"stragglers: got p={p!r} with N={num_workers!r}; expected 0 <= p < 1")
+    rng = np.random.default_rng([int(seed), 0xF407, n, int(round(float(p) * 1e9))])
+    return rng.random((int(draws), n)) >= float(p)
+
+
+def latency_sets(latency_model, policy, draws: int, seed: int) -> np.ndarray:
+    """The received sets a pipeline's latency model and cutoff keep, for `draws` batches: bool (draws, N).
+
+    Batch d draws its N latencies ``latency_model.latencies(seed, d, N)`` (:mod:`gcc_dask.stragglers`) and keeps
+    the results that arrive by the cutoff of `policy` (:func:`gcc_dask.runtime.cutoff.cutoff_time`, on the
+    virtual clock of those latencies), as a run of that pipeline does.
+    """
+    from gcc_dask.runtime.cutoff import cutoff_time
+
+    n = policy.num_workers
+    out = np.zeros((int(draws), n), dtype=bool)
+    for d in range(int(draws)):
+        lat = np.asarray(latency_model.latencies(int(seed), d, n), dtype=float)
+        decision = cutoff_time(lat, policy)
+        t = decision.time if np.isfinite(decision.time) else np.max(lat)
+        out[d] = lat <= t
+    return out

@@ -53,5 +53,5 @@ def test_store_kind_and_open_sweep_refuse_other_paths(tmp_path, power_law_store)
     import zarr
 
     zarr.open_group(str(tmp_path / "plain.zarr"), mode="w")
-    with pytest.raises(StoreError, match="expected a gcc-dask run or sweep store"):
+    with pytest.raises(StoreError, match="expected a gcc-dask run, sweep or frontier store"):
         open_sweep(tmp_path / "plain.zarr")

@@ -187,7 +187,7 @@ def test_cli_report_and_user_errors(tmp_path):
                                                "than or equal to 1"]
     (tmp_path / "plain").mkdir()
     res = runner.invoke(main, ["report", str(tmp_path / "plain")])
-    assert res.exit_code == 2 and "expected a gcc-dask run or sweep store" in res.output
+    assert res.exit_code == 2 and "expected a gcc-dask run, sweep or frontier store" in res.output
 
 
 # ------------------------------------------------------------------------------------- RESULTS.md

@@ -41,7 +41,8 @@ def codes(draw, name: str):
         params["lambda_enc"] = draw(st.sampled_from([0.0, 1e-6, 1e-2]))
         params["lambda_dec"] = draw(st.sampled_from([0.0, 1e-6, 1e-2]))
         if name == "gcc":
-            params["kernel"] = kernel = draw(st.sampled_from(["sobolev2", "matern32", "matern52", "gaussian"]))
+            params["kernel"] = kernel = draw(st.sampled_from(["sobolev2", "sobolev1", "matern32", "matern52",
+                                                                    "gaussian"]))
             if kernel == "gaussian":
                 params["length_scale"] = 0.2
     else:

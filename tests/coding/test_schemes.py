@@ -27,17 +27,18 @@ def random_received(N: int, size: int, seed: int) -> np.ndarray:
     [
         ("letcc", {}),
         ("gcc", {"kernel": "sobolev2"}),
+        ("gcc", {"kernel": "sobolev1"}),
         ("gcc", {"kernel": "matern32"}),
         ("gcc", {"kernel": "matern52"}),
         ("gcc", {"kernel": "gaussian", "length_scale": 0.1}),
     ],
-    ids=["letcc", "sobolev2", "matern32", "matern52", "gaussian"],
+    ids=["letcc", "sobolev2", "sobolev1", "matern32", "matern52", "gaussian"],
 )
 @pytest.mark.parametrize("points", ["chebyshev", "equispaced"])
 def test_gcc_interpolates_at_lambda_zero(name, params, points):
     """u_enc(α_k) = x_k and u_dec(β_n) = ỹ_n when λ_enc = λ_dec = 0."""
     code = make_code(name, num_inputs=7, num_workers=30, points=points, on_coincidence="ignore", **params)
-    tol = 1e-12 if params.get("kernel", "sobolev2") == "sobolev2" else 1e-6  # PD Gram matrices: cond ~1e12
+    tol = 1e-12 if params.get("kernel", "sobolev2") in ("sobolev2", "sobolev1") else 1e-6  # PD Gram: cond ~1e12
     np.testing.assert_allclose(code.encoder_at(code.data_points), np.eye(7), atol=tol)
     F = random_received(30, 22, 0)
     np.testing.assert_allclose(code.decoder_at(F, code.worker_points[F]), np.eye(22), atol=tol)

@@ -12,7 +12,7 @@ import pytest
 from scipy.interpolate import CubicSpline, make_smoothing_spline
 
 from gcc_dask.coding.kernels import KernelSmoother, dense_krr_map
-from gcc_dask.coding.splines import SplineSmoother
+from gcc_dask.coding.splines import LinearSplineSmoother, SplineSmoother
 
 
 def cheb2(n: int, scale: float = 1.0) -> np.ndarray:
@@ -75,7 +75,21 @@ def test_kernel_smoother_equals_dense_system(kernel, a):
     np.testing.assert_allclose(ours, dense_krr_map(kernel, t, s, a, 0.5), atol=1e-8)
 
 
-@pytest.mark.parametrize("kernel", ["sobolev2", "matern32", "matern52"])
+@pytest.mark.parametrize("n", [1, 2, 5, 12])
+@pytest.mark.parametrize("a", [0.0, 1e-3, 0.3, 3.0])
+def test_linear_spline_is_the_sobolev1_rkhs_solution(n, a):
+    """The banded natural linear smoothing spline equals the dense system of k = −|s − t|/2 with null space {1},
+    extrapolation (constant beyond the ends) included; at a = 0 it is np.interp."""
+    t = cheb2(n, 0.9) if n > 1 else np.array([0.3])
+    s = np.linspace(-1.5, 1.5, 61)
+    ours = LinearSplineSmoother(t).map(s, a)
+    np.testing.assert_allclose(ours, dense_krr_map("sobolev1", t, s, a), atol=1e-10)
+    if a == 0.0 and n > 1:
+        y = np.random.default_rng(n).standard_normal(n)
+        np.testing.assert_allclose(ours @ y, np.interp(s, t, y), atol=1e-13)
+
+
+@pytest.mark.parametrize("kernel", ["sobolev2", "sobolev1", "matern32", "matern52"])
 @pytest.mark.parametrize("a", [0.0, 1e-3, 0.5])
 def test_loo_closed_form_equals_refits(kernel, a):
     """(M y)_i / M_ii is y_i minus the fit without point i (same sum-form a), for a = 0 too."""
@@ -83,12 +97,23 @@ def test_loo_closed_form_equals_refits(kernel, a):
     y = np.random.default_rng(2).standard_normal(11)
 
     def smoother(pts):
+        if kernel == "sobolev1":
+            return LinearSplineSmoother(pts)
         return SplineSmoother(pts) if kernel == "sobolev2" else KernelSmoother(pts, kernel, 0.7)
 
     M = smoother(t).loo_matrix(a)
     closed = (M @ y) / np.diag(M)
     brute = [y[i] - (smoother(np.delete(t, i)).map(t[i : i + 1], a) @ np.delete(y, i))[0] for i in range(11)]
     np.testing.assert_allclose(closed, brute, atol=1e-7 * np.abs(y).max())
+
+
+def test_linear_spline_spectrum_reproduces_its_hat_matrix():
+    t = cheb2(10)
+    U, kappa = LinearSplineSmoother(t).spectrum()
+    assert np.sum(kappa < 1e-10 * kappa.max()) == 1  # null space {1}
+    a = 0.05
+    H = LinearSplineSmoother(t).map(t, a)
+    np.testing.assert_allclose((U / (1.0 + a * kappa)) @ U.T, H, atol=1e-12)
 
 
 def test_spectrum_reproduces_the_hat_matrix():

@@ -1,0 +1,455 @@
+"""``gcc-dask advise``: measure the frontier on a sample of a pipeline's own data and model, and choose for the user.
+
+:func:`advise` reads a pipeline's source, workload, composition, K, N and stragglers; composes a seeded sample
+of the dataset (a few thousand samples, never the whole of a large one); evaluates f once on every coded input
+of every candidate estimator at every N it may use (Dask tasks on the pipeline's cluster); then decodes every
+group under the cell's received sets (:mod:`gcc_dask.frontier`): every set of S random stragglers (the exact
+mean), the sets the pipeline's own latency model and cutoff keep, and each estimator's worst set. It
+recommends the estimator and N (docs/frontier.rst, section 'Advice'):
+
+* ``max_redundancy`` R (default: the pipeline's N/K): the best RelAcc (lowest MSE for an f with one output)
+  at N ≤ R·K;
+* ``target`` X: the fewest workers N whose best estimator reaches RelAcc X;
+
+and when candidates are within 2 paired standard errors of the best it says so and takes the cheapest of
+them (the fewest workers, then an estimator that copies over one that codes). The coded outputs are stored
+with the advice, so a second call with another target or straggler budget does not evaluate f again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from gcc_dask.errors import ConfigError
+
+from .config import CandidateSpec, default_candidates
+from .run import (
+    Candidate, _build, _cached_outputs, _dataset, _write, candidates_for_specs, groups_of, measure,
+)
+from .sets import PATTERNS, bernoulli_sets, latency_sets
+
+__all__ = ["Advice", "advise", "apply_choice", "choose", "resolve_auto"]
+
+#: the N/K values advice considers (each rounded to an N), besides the pipeline's own
+RATIOS = (1.0, 1.25, 1.5, 2.0)
+DEFAULT_SAMPLES = 2000
+#: seeded batches of the pipeline's latency model whose kept sets advice scores ("latency" pattern)
+LATENCY_DRAWS = 2000
+TIE_SE = 2.0
+
+
+@dataclass
+class Advice:
+    """What :func:`advise` found.
+
+    Attributes
+    ----------
+    table : pandas.DataFrame
+        One row per candidate (its N): ``estimator``, ``code``, ``N``, ``ratio`` (N/K, the compute per sample
+        relative to uncoded), the decision pattern's ``value`` ± ``se`` and ``decodable`` fraction, the paired
+        difference to the best ``vs_best`` ± ``vs_best_se``, and the ``worst`` case ± ``worst_se`` when it was
+        measured. With the MSE (an f with one output) a candidate that leaves outputs without an estimate is
+        never recommended.
+    choice : dict
+        The recommended scheme entry ``{"label", "code", "params"}`` (``params`` holds ``num_workers``).
+    text : str
+        The recommendation, with the ties it resolved.
+    set_lines : list of str
+        ``--set`` options that apply it to the pipeline.
+    pattern : str
+        The received sets the choice was made on: ``latency`` (the pipeline's latency model and cutoff),
+        ``random`` (S random stragglers) or ``bernoulli`` (each worker lost with probability p).
+    metric : str
+        ``rel_acc`` or ``mse``.
+    path : str
+        The advice's frontier store (``gcc-dask report`` reads it).
+    wall_s : float
+    """
+
+    table: pd.DataFrame
+    choice: dict
+    text: str
+    set_lines: list[str]
+    pattern: str
+    metric: str
+    path: str
+    wall_s: float = 0.0
+    files: list[Path] = field(default_factory=list)
+
+    def to_attrs(self) -> dict:
+        """JSON-able summary of the advice (what a pipeline with ``schemes: [auto]`` records in its store)."""
+        return {"choice": self.choice, "text": self.text, "pattern": self.pattern, "metric": self.metric,
+                "table": json.loads(self.table.to_json(orient="records"))}
+
+
+def _specs(cfg) -> list[CandidateSpec]:
+    """The default estimators, and the pipeline's own coded schemes with their parameters."""
+    wl = cfg.workload
+    degree = None
+    if wl.kind == "analytic" and wl.name == "polynomial":
+        degree = len(wl.params.get("coeffs", [0.0, 0.0, 1.0])) - 1
+    specs = default_candidates(polynomial=degree is not None, degree=degree)
+    have = {s.label for s in specs}
+    for label in cfg.schemes:
+        if label == "auto":
+            continue
+        code = cfg.code_of(label)
+        if code in ("replication", "uncoded"):
+            continue
+        params = {k: v for k, v in cfg.code_params(label).items() if k not in ("nan_policy",)}
+        name = label if label not in have else f"{label} (pipeline)"
+        specs.append(CandidateSpec(label=name, code=code, params=params,
+                                   ratios=[cfg.workers_for(label) / cfg.code.num_inputs]))
+    return specs
+
+
+def _ratios(cfg, max_redundancy: float | None, target: float | None) -> list[float]:
+    K = cfg.code.num_inputs
+    own = cfg.code.num_workers / K
+    limit = max_redundancy if max_redundancy is not None else (max(RATIOS) if target is not None else own)
+    values = sorted({r for r in (*RATIOS, own) if r <= limit + 1e-9})
+    out, seen = [], set()
+    for r in values:
+        n = max(K, int(round(r * K)))
+        if n not in seen:
+            seen.add(n)
+            out.append(n / K)
+    return out
+
+
+def _policy(cfg, n: int, s: int):
+    from gcc_dask.runtime.cutoff import CutoffPolicy
+
+    c = cfg.cutoff
+    wait_for = n - s if c.wait_for == "N-S" else (n if c.wait_for == "all" else min(int(c.wait_for), n))
+    return CutoffPolicy(num_workers=n, wait_for=max(1, wait_for), min_results=0, deadline=c.deadline,
+                        quantile=c.quantile, multiplier=c.multiplier, min_runtime=c.min_runtime, on_shortfall="decode")
+
+
+def choose(table: pd.DataFrame, values: Mapping[str, np.ndarray], metric: str, *,
+           target: float | None = None) -> tuple[str, list[str], str]:
+    """The recommended candidate of `table` (the decision pattern's rows), the candidates tied with it, and why.
+
+    Parameters
+    ----------
+    table : DataFrame
+        One row per candidate, with ``candidate``, ``code``, ``N``, ``value``.
+    values : mapping
+        Per-group scores of each candidate (pairs the comparisons).
+    metric : {"rel_acc", "mse"}
+    target : float, optional
+        With a target: the fewest workers N whose best candidate reaches it; without: the best overall.
+
+    Returns
+    -------
+    (candidate, tied, reason)
+    """
+    from gcc_dask.analysis.frontier import MSE_ROUNDING, paired_difference
+
+    sign = 1.0 if metric == "rel_acc" else -1.0
+    rows = table.dropna(subset=["value"])
+    if metric == "mse" and "decodable" in rows:  # an MSE over the outputs it kept says nothing of those it lost
+        rows = rows[rows["decodable"] >= 1.0 - 1e-12]
+    reason = ""
+    if target is not None:
+        ok = rows[(sign * rows["value"]) >= sign * target]
+        if ok.empty:
+            reason = (f"no candidate reaches {metric} {target:g} at N <= {int(rows['N'].max())}; the best one is "
+                      "recommended instead")
+        else:
+            rows = ok[ok["N"] == ok["N"].min()]
+    best = rows.loc[(sign * rows["value"]).idxmax()]
+    tied = []
+    for _, r in rows.iterrows():
+        if r["candidate"] == best["candidate"]:
+            continue
+        d, se = paired_difference(values[best["candidate"]], values[r["candidate"]])
+        if np.isfinite(d) and sign * d <= TIE_SE * (se if np.isfinite(se) else 0.0) + (MSE_ROUNDING if metric == "mse" else 0):
+            tied.append(r["candidate"])
+    pool = rows[rows["candidate"].isin([best["candidate"], *tied])].copy()
+    # the cheapest of the tied: fewest workers, then copying over coding, then the better value
+    pool["coded"] = ~pool["code"].isin(["replication", "uncoded"])
+    pool = pool.assign(_v=-sign * pool["value"]).sort_values(["N", "coded", "_v"])
+    pick = str(pool.iloc[0]["candidate"])
+    return pick, [c for c in [best["candidate"], *tied] if c != pick], reason
+
+
+def advise(pipeline: Any, *, samples: int = DEFAULT_SAMPLES, target: float | None = None,
+           max_redundancy: float | None = None, stragglers: int | float | None = None, client=None,
+           out: str | os.PathLike | None = None, overrides: Sequence[str] = (),
+           echo: Callable[[str], None] | None = None, progress: bool = True) -> Advice:
+    """Measure every estimator on a sample of the pipeline's data and recommend one (see the module docs).
+
+    Parameters
+    ----------
+    pipeline : path, mapping or PipelineConfig
+        The pipeline whose source, workload, composition, K, N, cutoff and stragglers are used.
+    samples : int
+        Size of the seeded sample of the dataset that is composed into groups (>= 2·K; default 2,000).
+    target : float, optional
+        Recommend the fewest workers whose estimator reaches this RelAcc, in (0, 1] (the MSE for an f with one
+        output, > 0). Not together with `max_redundancy`.
+    max_redundancy : float, optional
+        Largest N/K to consider (>= 1; default: the pipeline's N/K, or 2 with a `target`).
+    stragglers : int or float, optional
+        S (an integer, 0 <= S < K) or p (a float in (0, 1)); default the pipeline's ``cutoff.stragglers``.
+    client : distributed.Client, optional
+    out : path, optional
+        Where the advice goes: ``advice.zarr`` (the frontier store, reused by the next call), ``advice.csv``,
+        ``advice.md`` and ``advice.png``. Default ``runs/<name>-advice``.
+    overrides : sequence of "key=value"
+        As ``--set`` on the pipeline.
+    echo : callable, optional
+    progress : bool
+
+    Returns
+    -------
+    Advice
+
+    Raises
+    ------
+    ConfigError
+        A bad `samples`, `target`, `max_redundancy` or `stragglers` (one line naming the option), or a pipeline
+        config error.
+    """
+    from gcc_dask.analysis.frontier import frontier_table, open_frontier, plot_frontier
+    from gcc_dask.config import load_config
+    from gcc_dask.pipeline import _check_model_fits, build_source_and_workload
+    from gcc_dask.runtime.cluster import ClusterSpec, connect
+    from gcc_dask.stragglers import latency_model_from_config
+
+    say = echo or (lambda _msg: None)
+    cfg = load_config(pipeline, overrides=overrides)
+    K = cfg.code.num_inputs
+    _check_options(samples, target, max_redundancy, stragglers, K)
+    S, p = _stragglers(cfg, stragglers)
+    out_dir = Path(os.fspath(out) if out is not None else f"runs/{cfg.name}-advice").expanduser().absolute()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "advice.zarr"
+    source, workload = build_source_and_workload(cfg)
+    output_shape = _check_model_fits(workload, source, cfg.run.nan_policy)  # one line if the data do not fit f
+    if target is not None and int(np.prod(output_shape)) > 1 and target > 1:
+        raise ConfigError(f"--target-relacc: got {target!r}; expected a RelAcc in (0, 1]")
+    samples = min(int(samples), int(source.num_samples))
+    fingerprint = _data_fingerprint(cfg, source, workload, samples)
+    cached = _cached_outputs(path, fingerprint)
+    ratios = _ratios(cfg, max_redundancy, target)
+    candidates, skipped = candidates_for_specs(_specs(cfg), K, ratios)
+    index, X, labels = groups_of(source, K, cfg.composition.policy, cfg.composition.seed, samples=samples)
+    latency = latency_model_from_config(cfg.stragglers.model_dump(), strict=False)
+    seed = cfg.stragglers.seed
+
+    def extra(n: int, s: int) -> dict:
+        """The received sets beyond the frontier's own patterns: p's draws, or the latency model's."""
+        if p is not None:
+            return {"bernoulli": bernoulli_sets(n, p, LATENCY_DRAWS, seed)}
+        if latency is not None:
+            return {"latency": latency_sets(latency, _policy(cfg, n, s), LATENCY_DRAWS, seed)}
+        return {}
+
+    say(f"advice for {cfg.name}: {index.shape[0]} groups of K = {K} from a sample of {samples:,} samples "
+        f"({cfg.composition.policy}), N = {sorted({c.num_workers for c in candidates})}, "
+        + (f"S = {S}" if p is None else f"p = {p:g}"))
+    spec = ClusterSpec(address=cfg.cluster.address, scheduler_file=cfg.cluster.scheduler_file,
+                       n_workers=cfg.cluster.n_workers, threads_per_worker=cfg.cluster.threads_per_worker,
+                       processes=True if cfg.cluster.processes is None else cfg.cluster.processes,
+                       connect_timeout=cfg.cluster.connect_timeout)
+    t0 = time.perf_counter()
+    s_values = [S if p is None else 0]
+    with connect(spec, client) as c:
+        reference, outputs, results = measure(
+            c, workload, X, candidates, s_values, ("random", "worst") if p is None else (), exhaustive_limit=20_000,
+            draws=LATENCY_DRAWS, seed=seed, cached=cached, extra_sets=extra, progress=progress, name="advise")
+    wall = time.perf_counter() - t0
+    names = [*[q for q in PATTERNS if q in (("random", "worst") if p is None else ())],
+             *(["latency"] if latency is not None and p is None else []), *(["bernoulli"] if p is not None else [])]
+    ds = _dataset(candidates, results, index, labels, reference, skipped, S=s_values, patterns=names,
+                  attrs={"name": f"{cfg.name}-advice", "config": cfg.resolved(), "data_fingerprint": fingerprint,
+                         "num_inputs": K, "samples": samples})
+    _write(path, ds, outputs)
+    ds = open_frontier(path)
+    decision = "latency" if "latency" in names else ("bernoulli" if p is not None else "random")
+    advice = _advice(ds, decision, target, cfg, path, wall)
+    advice.files = _files(advice, ds, out_dir, plot_frontier, frontier_table)
+    return advice
+
+
+def _advice(ds, pattern: str, target: float | None, cfg, path: Path, wall: float) -> Advice:
+    from gcc_dask.analysis.frontier import cluster_mean, paired_difference
+
+    metric = ds.attrs.get("metric", "rel_acc")
+    pidx = list(ds["pattern"].values).index(pattern)
+    values, rows = {}, []
+    for i, cand in enumerate(ds["candidate"].values):
+        v = ds[metric].values[i, 0, pidx]
+        mean, se, _ = cluster_mean(v)
+        row = {"candidate": str(cand), "estimator": str(ds["estimator"].values[i]), "code": str(ds["code"].values[i]),
+               "N": int(ds["num_workers"].values[i]), "ratio": float(ds["ratio"].values[i]), "value": mean, "se": se,
+               "decodable": cluster_mean(ds["decodable_frac"].values[i, 0, pidx])[0]}
+        if "worst" in ds["pattern"].values:
+            row["worst"], row["worst_se"], _ = cluster_mean(ds[metric].values[i, 0, list(ds["pattern"].values).index("worst")])
+        values[str(cand)] = v
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    pick, tied, reason = choose(table, values, metric, target=target)
+    sign = 1.0 if metric == "rel_acc" else -1.0
+    best = table.loc[(sign * table["value"]).idxmax(), "candidate"]
+    table["vs_best"], table["vs_best_se"] = zip(*(paired_difference(values[c], values[best]) for c in table["candidate"]))
+    table = table.sort_values(["N", "value"], ascending=[True, metric != "rel_acc"]).reset_index(drop=True)
+    chosen = table[table["candidate"] == pick].iloc[0]
+    spec_params = json.loads(json.dumps(ds.attrs["params"][pick]))
+    label = _entry_label(str(chosen["estimator"]))
+    choice = {"label": label, "code": str(chosen["code"]),
+              "params": _entry_params(str(chosen["code"]), int(chosen["N"]), spec_params)}
+    what = {"latency": "the pipeline's latency model and cutoff", "random": "S random stragglers (every set)",
+            "bernoulli": "independent stragglers"}[pattern]
+    lines = [f"recommended: {chosen['estimator']} at N = {int(chosen['N'])} (N/K = {chosen['ratio']:g}): "
+             f"{metric} {chosen['value']:.4f} ± {chosen['se']:.4f} on {what}"]
+    if tied:
+        lines.append("within 2 paired standard errors of the best (so the cheapest was taken): " + ", ".join(tied))
+    if reason:
+        lines.append(reason)
+    set_lines = [f"--set \"schemes=[{{label: {label}, code: {choice['code']}, params: "
+                 f"{json.dumps(choice['params']).replace(chr(34), '')}}}]\""]
+    return Advice(table=table, choice=choice, text="\n".join(lines), set_lines=set_lines, pattern=pattern,
+                  metric=metric, path=str(path), wall_s=wall)
+
+
+def _entry_label(estimator: str) -> str:
+    """A scheme-entry label from a frontier estimator name ("replication/linear" -> "replication-linear")."""
+    out = "".join(ch if ch.isalnum() or ch in "_-" else "-" for ch in estimator).strip("-")
+    while "--" in out:
+        out = out.replace("--", "-")
+    return out or "auto"
+
+
+def _entry_params(code: str, n: int, params: Mapping[str, Any]) -> dict:
+    """The pipeline scheme entry's params for a frontier candidate (``num_workers`` set, uncoded stops at the
+    cutoff)."""
+    out = {k: v for k, v in params.items() if k not in ("on_coincidence", "nan_policy")}
+    if code == "uncoded":
+        out["stop"] = "cutoff"
+    else:
+        out["num_workers"] = n
+    if code == "replication":
+        out.setdefault("fill", "none")
+    return out
+
+
+def _files(advice: Advice, ds, out_dir: Path, plot_frontier, frontier_table) -> list[Path]:
+    csv, md, png = out_dir / "advice.csv", out_dir / "advice.md", out_dir / "advice.png"
+    advice.table.to_csv(csv, index=False)
+    plot_frontier(ds, png, pattern=advice.pattern)
+    cols = [c for c in ("estimator", "N", "ratio", "value", "se", "vs_best", "vs_best_se", "worst", "worst_se")
+            if c in advice.table]
+    md.write_text(f"# gcc-dask advice\n\n{advice.text}\n\n" + "\n".join(advice.set_lines) + "\n\n"
+                  + advice.table[cols].to_markdown(index=False, floatfmt=".4f") + f"\n\n![frontier]({png.name})\n")
+    return [md, csv, png, Path(advice.path)]
+
+
+def _check_options(samples, target, max_redundancy, stragglers, K: int) -> None:
+    if isinstance(samples, bool) or not isinstance(samples, (int, np.integer)) or samples < 2 * K:
+        raise ConfigError(f"--samples: got {samples!r}; expected an integer >= 2·K = {2 * K}")
+    if target is not None and max_redundancy is not None:
+        raise ConfigError(f"--target-relacc: got {target!r} beside --max-redundancy {max_redundancy!r}; expected "
+                          "one of the two")
+    if target is not None and not (isinstance(target, (int, float)) and math.isfinite(target) and target > 0):
+        raise ConfigError(f"--target-relacc: got {target!r}; expected a number in (0, 1] (RelAcc; an MSE > 0 for "
+                          "an f with one output)")
+    if max_redundancy is not None and not (isinstance(max_redundancy, (int, float)) and math.isfinite(max_redundancy)
+                                           and 1 <= max_redundancy <= 64):
+        raise ConfigError(f"--max-redundancy: got {max_redundancy!r}; expected N/K, a number in [1, 64]")
+    if stragglers is not None:
+        ok_s = isinstance(stragglers, (int, np.integer)) and not isinstance(stragglers, bool) and 0 <= stragglers < K
+        ok_p = isinstance(stragglers, float) and 0 < stragglers < 1
+        if not (ok_s or ok_p):
+            raise ConfigError(f"--stragglers: got {stragglers!r}; expected S, an integer in [0, {K}) (fewer than K, "
+                              "so that every N >= K keeps a result), or p, a number in (0, 1)")
+
+
+def _stragglers(cfg, stragglers) -> tuple[int, float | None]:
+    if stragglers is None:
+        S = int(cfg.cutoff.stragglers)
+        if S >= cfg.code.num_inputs:
+            raise ConfigError(f"cutoff.stragglers: got {S}; expected fewer than K = {cfg.code.num_inputs} for advice "
+                              "(pass --stragglers)")
+        return S, None
+    if isinstance(stragglers, float):
+        return 0, float(stragglers)
+    return int(stragglers), None
+
+
+def _data_fingerprint(cfg, source, workload, samples: int) -> str:
+    """What fixes the groups and f: the source and workload (their config and file digests), the composition,
+    the sample size, K and the seeds."""
+    from gcc_dask._digest import files_digest
+
+    resolved = cfg.resolved()
+    data = {"source": resolved["source"], "workload": resolved["workload"], "composition": resolved["composition"],
+            "samples": samples, "K": cfg.code.num_inputs,
+            "files": files_digest([*workload.files(), *source.files()])}
+    blob = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(("gcc-dask-advice-data-v1\n" + blob).encode()).hexdigest()
+
+
+def resolve_auto(cfg, path: str | os.PathLike, client=None, say: Callable[[str], None] | None = None):
+    """A pipeline config with ``auto`` in its schemes, made concrete: ``(config, advice attrs or None)``.
+
+    The estimator ``auto`` stands for is the one :func:`advise` recommends for this config (its ``advise``
+    section: the sample size, the target or the largest N/K). When the store at `path` already holds the advice
+    of this very config (a resume), that choice is reused and nothing is measured again; otherwise the advice
+    is measured now (into ``<store>-advice/``) and its summary returned, for the new store's attributes.
+    """
+    if "auto" not in cfg.schemes or "auto" in cfg.scheme_entries:
+        return cfg, None
+    say = say or (lambda _msg: None)
+    fingerprint = cfg.fingerprint()
+    stored = None if cfg.store.overwrite else _stored_advice(path, fingerprint)
+    if stored is None:
+        store = Path(os.fspath(path)).expanduser()
+        stem = store.name[:-5] if store.name.endswith(".zarr") else store.name
+        adv = advise(cfg, samples=cfg.advise.samples, target=cfg.advise.target_relacc,
+                     max_redundancy=cfg.advise.max_redundancy, client=client, out=store.with_name(f"{stem}-advice"),
+                     echo=say, progress=False)
+        stored = {**adv.to_attrs(), "for_fingerprint": fingerprint, "store": adv.path}
+        say(f"schemes [auto]: {adv.text.splitlines()[0]}")
+    else:
+        say(f"schemes [auto]: {stored['choice']['label']} (the choice recorded in the store)")
+    return apply_choice(cfg, stored["choice"]), stored
+
+
+def apply_choice(cfg, choice: Mapping[str, Any]):
+    """`cfg` with ``auto`` replaced by the scheme entry `choice` (``{label, code, params}``)."""
+    from gcc_dask.config import load_config
+
+    label = choice["label"]
+    others = [s for s in cfg.schemes if s != "auto"]
+    while label in others:
+        label = f"{label}-auto"
+    schemes = [{"label": label, "code": choice["code"], "params": dict(choice["params"])} if s == "auto" else s
+               for s in cfg.schemes]
+    return load_config(cfg, overrides=[f"schemes={json.dumps(schemes)}"])
+
+
+def _stored_advice(path: str | os.PathLike, fingerprint: str) -> dict | None:
+    """The advice recorded in the run store at `path` for the config with this fingerprint, if any."""
+    from gcc_dask.analysis.stores import root_attrs
+    from gcc_dask.errors import StoreError
+
+    try:
+        advice = root_attrs(path).get("advice")
+    except StoreError:
+        return None
+    if isinstance(advice, dict) and advice.get("for_fingerprint") == fingerprint and "choice" in advice:
+        return advice
+    return None

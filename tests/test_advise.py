@@ -1,0 +1,117 @@
+"""gcc-dask advise: the recommendation where the answer is known, its determinism and reuse, schemes: [auto]
+and its resume, and one-line errors for bad options."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import gcc_dask as gd
+from gcc_dask.cli import main
+from gcc_dask.errors import ConfigError
+from gcc_dask.frontier import advise as advise_mod
+from gcc_dask.frontier import run as run_mod
+from gcc_dask.frontier.advise import advise
+
+
+def _pipe(tmp_path, coeffs, **over):
+    cfg = {"name": "adv", "source": {"kind": "synthetic", "num_samples": 96, "shape": [1], "seed": 1},
+           "workload": {"kind": "analytic", "name": "polynomial", "params": {"coeffs": coeffs}},
+           "code": {"num_inputs": 4, "num_workers": 8, "block_size": 2}, "schemes": ["gcc"],
+           "cutoff": {"stragglers": 2}, "store": {"path": str(tmp_path / "run.zarr")},
+           "cluster": {"processes": False, "n_workers": 1, "threads_per_worker": 2},
+           "run": {"progress": False}}
+    cfg.update(over)
+    return cfg
+
+
+def test_a_linear_f_is_recovered_exactly_by_lcc_at_the_fewest_workers(client, tmp_path):
+    """f(x) = 1 + 2x has degree 1: LCC decodes it exactly from any K = 4 results, so with S = 2 it is exact at
+    N = 6 and N = 8; the advice takes the fewer workers. No other estimator is exact here."""
+    adv = advise(_pipe(tmp_path, [1.0, 2.0]), samples=96, max_redundancy=2, client=client, out=tmp_path / "a",
+                 progress=False)
+    assert adv.metric == "mse" and adv.choice["code"] == "lcc" and adv.choice["params"]["num_workers"] == 6
+    lcc = adv.table[(adv.table["code"] == "lcc") & (adv.table["decodable"] == 1)]
+    assert (lcc["value"] < 1e-12).all() and set(lcc["N"]) == {6, 8}  # exact up to rounding; below N - S = 4: none
+    others = adv.table[(adv.table["code"] != "lcc") & (adv.table["decodable"] == 1)]
+    assert (others["value"] > 1e-8).all()
+    assert "lcc" in adv.set_lines[0] and "num_workers: 6" in adv.set_lines[0]
+    assert {p.name for p in adv.files} == {"advice.md", "advice.csv", "advice.png", "advice.zarr"}
+
+
+def test_a_constant_f_makes_every_estimator_equal_so_the_cheapest_wins(client, tmp_path):
+    """Every estimator is exact for a constant: the advice says they tie and takes N = K, copying (the
+    estimators that leave outputs without an estimate are never chosen)."""
+    adv = advise(_pipe(tmp_path, [3.0]), samples=96, max_redundancy=2, client=client, out=tmp_path / "a",
+                 progress=False)
+    assert adv.choice["code"] == "replication" and adv.choice["params"]["num_workers"] == 4
+    assert adv.choice["params"]["fill"] != "none"
+    assert "within 2 paired standard errors" in adv.text
+
+
+def test_the_same_seed_gives_the_same_advice_and_f_is_not_evaluated_again(client, tmp_path, monkeypatch):
+    cfg = _pipe(tmp_path, [0.0, 1.0, 0.5])
+    first = advise(cfg, samples=96, client=client, out=tmp_path / "a", progress=False)
+    calls = {"n": 0}
+    real = run_mod._coded_task
+
+    def counted(*args, **kwargs):
+        calls["n"] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(run_mod, "_coded_task", counted)
+    again = advise(cfg, samples=96, client=client, out=tmp_path / "a", progress=False)
+    assert calls["n"] == 0  # the coded outputs come from the first advice's store
+    assert again.choice == first.choice
+    np.testing.assert_array_equal(again.table["value"].to_numpy(), first.table["value"].to_numpy())
+    other = advise(cfg, samples=96, client=client, out=tmp_path / "a", progress=False, stragglers=1)
+    assert calls["n"] == 0 and other.table["value"].to_numpy().tolist() != first.table["value"].to_numpy().tolist()
+
+
+def test_an_auto_run_records_its_choice_and_a_resume_keeps_it(client, tmp_path, monkeypatch):
+    cfg = _pipe(tmp_path, [0.0, 1.0, 0.5], schemes=["auto", "uncoded"], advise={"samples": 96})
+    run = gd.run_pipeline(cfg, client=client)
+    from gcc_dask.analysis.stores import root_attrs
+
+    advice = root_attrs(run.path)["advice"]
+    label = advice["choice"]["label"]
+    assert list(run.summary.index) == sorted([label, "uncoded"]) and run.status == "complete"
+
+    def boom(*args, **kwargs):
+        raise AssertionError("advice measured again on resume")
+
+    monkeypatch.setattr(advise_mod, "advise", boom)
+    again = gd.run_pipeline(cfg, client=client)
+    assert again.wall_s == 0 and list(again.summary.index) == list(run.summary.index)
+
+
+@pytest.mark.parametrize(("args", "match"), [
+    (["--target-relacc", "1.5"], r"^gcc-dask: error: --target-relacc: got 1.5; expected a RelAcc in \(0, 1\]$"),
+    (["--target-relacc", "0.9", "--max-redundancy", "2"], r"^gcc-dask: error: --target-relacc: got 0.9 beside"),
+    (["--max-redundancy", "0.5"], r"^gcc-dask: error: --max-redundancy: got 0.5; expected N/K"),
+    (["--samples", "3"], r"^gcc-dask: error: --samples: got 3; expected an integer >= 2·K = 16$"),
+    (["--stragglers", "9"], r"^gcc-dask: error: --stragglers: got 9; expected S, an integer in \[0, 8\)"),
+    (["--stragglers", "lots"], r"^gcc-dask: error: --stragglers: got 'lots'; expected S"),
+], ids=["relacc-above-1", "target-and-max", "redundancy-below-1", "too-few-samples", "s-too-large", "s-not-a-number"])
+def test_bad_advice_options_are_one_line_naming_the_flag(args, match):
+    res = CliRunner().invoke(main, ["advise", "pipelines/smoke.yaml", *args])
+    assert res.exit_code == 2, res.output
+    lines = [line for line in res.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and __import__("re").match(match, lines[0]), res.output
+
+
+def test_a_target_picks_the_fewest_workers_that_reach_it():
+    import pandas as pd
+
+    from gcc_dask.frontier.advise import choose
+
+    table = pd.DataFrame({"candidate": ["a@8", "b@10", "c@12"], "code": ["replication", "gcc", "replication"],
+                          "N": [8, 10, 12], "value": [0.90, 0.96, 0.99]})
+    rng = np.random.default_rng(0)
+    values = {c: v + rng.normal(0, 0.01, 50) for c, v in zip(table["candidate"], table["value"])}
+    assert choose(table, values, "rel_acc", target=0.95)[0] == "b@10"
+    pick, _, reason = choose(table, values, "rel_acc", target=0.999)
+    assert pick == "c@12" and "no candidate reaches" in reason
+    with pytest.raises(ConfigError):
+        advise_mod._check_options(10, 0.9, 2.0, None, 4)
