@@ -1,33 +1,56 @@
 """The ``gcc-dask`` command line.
 
 Errors a user can cause (:class:`gcc_dask.errors.GccDaskError`) print one line on stderr and exit with
-status 2; Ctrl-C prints one line and exits with status 130 (the store is marked interrupted, and running
-the same command again resumes it); anything else is a bug and prints a traceback.
+status 2; Ctrl-C prints one line and exits with status 130, SIGTERM (what SLURM, Kubernetes and systemd send
+first) one line and status 143 (the store is marked interrupted, the embedded cluster is closed, and running
+the same command again resumes it); anything else is a bug and prints a traceback (docs/cli.rst, section
+'Exit status').
 """
 
 from __future__ import annotations
 
 import functools
+import signal
 import sys
+import threading
 
 import click
 
-from gcc_dask.errors import GccDaskError
+from gcc_dask.errors import GccDaskError, Terminated
+
+
+#: exit status of a command stopped by Ctrl-C (128 + SIGINT) and by SIGTERM (128 + SIGTERM)
+EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
 
 
 def _user_errors(func):
-    """Turn GccDaskError into one line and exit status 2, and Ctrl-C into one line and status 130."""
+    """Turn GccDaskError into one line and exit status 2, Ctrl-C into one line and status 130, and SIGTERM
+    into one line and status 143 (SIGTERM raises :class:`~gcc_dask.errors.Terminated`, a
+    ``KeyboardInterrupt``, while the command runs, so a run stops as on Ctrl-C)."""
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
+        previous = None
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.signal(signal.SIGTERM, _raise_terminated)
         try:
             return func(*args, **kwargs)
         except GccDaskError as e:
             click.echo(f"gcc-dask: error: {e}", err=True)
             sys.exit(2)
+        except Terminated:
+            click.echo("gcc-dask: terminated (SIGTERM); run the same command again to resume", err=True)
+            sys.exit(EXIT_TERMINATED)
         except KeyboardInterrupt:
             click.echo("gcc-dask: interrupted; run the same command again to resume", err=True)
-            sys.exit(130)
+            sys.exit(EXIT_INTERRUPTED)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
 
     return wrapper
 
@@ -41,6 +64,10 @@ def _job_options(example: str):
                      help=f"Override a config key, e.g. {example}."),
         click.option("--overwrite", is_flag=True, help="Replace an existing store instead of resuming it."),
         click.option("--no-progress", is_flag=True, help="Do not show the progress bar."),
+        click.option("--performance-report", "performance_report", type=click.Path(dir_okay=False), default=None,
+                     metavar="PATH", help="Write Dask's performance report of the job (an HTML file: task stream, "
+                     "bandwidth, logs), e.g. to share it or to look at it after an embedded cluster's "
+                     "dashboard has closed."),
     ]
 
     def deco(func):
@@ -73,13 +100,14 @@ def main() -> None:
 @click.argument("pipeline", type=click.Path(dir_okay=False))
 @_job_options("code.num_workers=24")
 @_user_errors
-def run(pipeline, out, scheduler, overrides, overwrite, no_progress) -> None:
+def run(pipeline, out, scheduler, overrides, overwrite, no_progress, performance_report) -> None:
     """Run PIPELINE (a YAML file) and print the per-scheme summary."""
     from gcc_dask.analysis.summary import format_summary
     from gcc_dask.pipeline import run_pipeline
 
     overrides = _overrides(overrides, scheduler, overwrite, no_progress)
-    result = run_pipeline(pipeline, out=out, overrides=overrides, echo=click.echo)
+    result = run_pipeline(pipeline, out=out, overrides=overrides, echo=click.echo,
+                          performance_report=performance_report)
     click.echo(f"\nstore: {result.path}  ({result.status})")
     click.echo(format_summary(result.summary))
 
@@ -88,7 +116,7 @@ def run(pipeline, out, scheduler, overrides, overwrite, no_progress) -> None:
 @click.argument("sweep_file", metavar="SWEEP.yaml", type=click.Path(dir_okay=False))
 @_job_options("trials=20")
 @_user_errors
-def sweep(sweep_file, out, scheduler, overrides, overwrite, no_progress) -> None:
+def sweep(sweep_file, out, scheduler, overrides, overwrite, no_progress, performance_report) -> None:
     """Run an accuracy/rate sweep (schemes x N x S|p x trials) and print the fitted rates; or, for a file
     with ``kind: frontier``, every estimator at equal cost on every group, and print its cells."""
     from gcc_dask.sweep import run_sweep
@@ -98,13 +126,15 @@ def sweep(sweep_file, out, scheduler, overrides, overwrite, no_progress) -> None
         from gcc_dask.analysis.frontier_report import cells_markdown
         from gcc_dask.frontier import run_frontier
 
-        result = run_frontier(sweep_file, out=out, overrides=overrides, echo=click.echo)
+        result = run_frontier(sweep_file, out=out, overrides=overrides, echo=click.echo,
+                              performance_report=performance_report)
         click.echo(f"\nstore: {result.path}  ({result.status}, {result.wall_s:.1f} s)")
         for pattern in result.cells["pattern"].unique():
             click.echo(f"\n{pattern} stragglers:\n" + cells_markdown(result.cells, pattern))
         click.echo(f"report: gcc-dask report {result.path}")
         return
-    result = run_sweep(sweep_file, out=out, overrides=overrides, echo=click.echo)
+    result = run_sweep(sweep_file, out=out, overrides=overrides, echo=click.echo,
+                       performance_report=performance_report)
     click.echo(f"\nstore: {result.path}  ({result.status}, {result.wall_s:.1f} s)")
     if not result.rates.empty:
         cols = [c for c in ("scheme", "num_inputs", "S", "p", "slope", "ci_low", "ci_high", "mse_at_N_min",
@@ -170,7 +200,7 @@ def _is_frontier_file(path: str) -> bool:
 
 
 @main.command()
-@click.argument("store", type=click.Path(exists=True, file_okay=False))
+@click.argument("store", type=click.Path())  # a missing store: one StoreError line, as every command says it
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Output directory (default: <store>-report next to the store).")
 @click.option("--no-recompute", is_flag=True,

@@ -438,6 +438,7 @@ def compose(
     dims: int = DEFAULT_DIMS,
     fit_samples: int = DEFAULT_FIT_SAMPLES,
     map_windows: Callable[..., list] | None = None,
+    run_task: Callable[..., Any] | None = None,
 ) -> np.ndarray | None:
     """Compose a source's samples into coding groups and batches: a :class:`BatchLayout`.
 
@@ -465,6 +466,10 @@ def compose(
         ``map_windows(func, items, *shared) -> [func(*shared, item) for item in items]``, e.g. running each
         window as a Dask task (the pipeline's :func:`gcc_dask.runtime.cluster.map_on_cluster`); default:
         :func:`serial_map`, one window after the other in this process.
+    run_task : callable, optional
+        ``run_task(func, *args) -> func(*args)``, where the principal components are fitted (reading
+        `fit_samples` samples), e.g. as one Dask task, for a source that is read on the workers only (a dask
+        array: its ``remote`` attribute); default: in this process.
 
     Returns
     -------
@@ -487,8 +492,7 @@ def compose(
     if policy == "random":
         sequence = np.random.default_rng([int(seed), 0x5EED]).permutation(n).astype(np.int64)
         return BatchLayout.from_sequence(sequence, group_size, block_size)
-    x_fit, _ = source.take(_fit_indices(n, int(fit_samples)))
-    projection = fit_projection(x_fit, dims=dims, seed=seed)
+    projection = (run_task or _call)(_fit_on, source, _fit_indices(n, int(fit_samples)), int(dims), int(seed))
     bounds = window_bounds(n, window, group_size,
                            window_unit(group_size, block_size, getattr(source, "chunks", None), window))
     run = map_windows or serial_map
@@ -498,6 +502,16 @@ def compose(
     else:
         sequence = np.concatenate(run(_window_chain, bounds, source, projection)).astype(np.int64)
     return BatchLayout.from_sequence(sequence, group_size, block_size)
+
+
+def _call(func: Callable[..., Any], *args: Any) -> Any:
+    return func(*args)
+
+
+def _fit_on(source: Any, indices: np.ndarray, dims: int, seed: int) -> Projection:
+    """The projection fitted on the samples at `indices` (read with ``source.take``)."""
+    x_fit, _ = source.take(indices)
+    return fit_projection(x_fit, dims=dims, seed=seed)
 
 
 def _fit_indices(n: int, fit_samples: int, runs: int = 32) -> np.ndarray:

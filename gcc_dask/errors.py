@@ -15,6 +15,7 @@ __all__ = [
     "ClusterError",
     "SourceError",
     "WorkloadError",
+    "Terminated",
 ]
 
 
@@ -48,3 +49,12 @@ class SourceError(GccDaskError):
 
 class WorkloadError(GccDaskError):
     """A workload (the function f) cannot be loaded or does not fit the data."""
+
+
+class Terminated(KeyboardInterrupt):
+    """The process was asked to stop with SIGTERM (what SLURM, Kubernetes and systemd send first).
+
+    A :class:`KeyboardInterrupt`, so that everything that handles Ctrl-C handles it the same way: the run
+    stops, the store is marked ``interrupted`` and the cluster is closed; the CLI exits with status 143
+    (128 + 15) instead of 130 (docs/cli.rst, section 'Exit status').
+    """

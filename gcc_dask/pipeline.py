@@ -11,11 +11,15 @@ with the per-scheme summary read back from the store. One driver at a time holds
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
 import logging
 import os
+import sys
 import time
 import uuid
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -34,7 +38,8 @@ from gcc_dask.errors import (
     ClusterError, GccDaskError, InvalidInputError, SourceError, StoreError, WorkloadError,
 )
 from gcc_dask.runtime.cluster import (
-    ClusterSpec, check_gpu_workers, cluster_has_gpu, connect, map_on_cluster, thread_slots,
+    ClusterSpec, allowed_failures, check_gpu_workers, cluster_has_gpu, connect, map_on_cluster,
+    performance_report as perf_report, run_on_cluster, thread_slots,
 )
 from gcc_dask.runtime.cutoff import CutoffPolicy, Speculation
 from gcc_dask.runtime.executor import BatchRunner, SchemePlan
@@ -236,33 +241,36 @@ def _check_model_fits(workload, source, nan_policy: str = "raise") -> tuple[int,
     try:
         x, _ = source.read(0, 1)
     except (MemoryError, ValueError, OSError) as e:  # e.g. an absurd source.shape; a corrupt file
-        raise SourceError(f"source: cannot read sample 0 of {source.name!r} ({type(e).__name__}: "
-                          f"{str(e).splitlines()[0] if str(e) else ''}); check the source's shape and files") from None
+        raise SourceError(f"source: got {source.name!r}, whose sample 0 cannot be read ({type(e).__name__}: "
+                          f"{str(e).splitlines()[0] if str(e) else ''}); expected a readable source: check its "
+                          "shape and files") from None
     if not np.issubdtype(x.dtype, np.floating):
         fix = ("set source.dtype: float32 to cast on read" if source.kind in ("zarr", "npy")
                else "store the data as float32 or float64")
-        raise SourceError(f"source: {source.name!r} holds {x.dtype} samples; expected real floating data "
+        raise SourceError(f"source: got {x.dtype} samples in {source.name!r}; expected real floating data "
                           f"(float32 or float64: the codes mix samples linearly); {fix}")
     if nan_policy == "raise" and np.issubdtype(x.dtype, np.floating) and not np.isfinite(x).all():
-        raise InvalidInputError("source: sample 0 holds NaN or Inf (run.nan_policy: raise); clean the data "
-                                "or set run.nan_policy: propagate")
+        raise InvalidInputError("source: got NaN or Inf in sample 0 (run.nan_policy: raise); expected finite "
+                                "data: clean it, or set run.nan_policy: propagate")
     try:
         y = np.asarray(load_workload(workload)(x))  # the session stays loaded for the next run
     except WorkloadError:
         raise
     except Exception as e:
+        text = " ".join(str(e).split())
         raise WorkloadError(
-            f"workload: f fails on a sample of the source (shape {tuple(x.shape[1:])}, dtype {x.dtype}): "
-            f"{type(e).__name__}: {e}"
+            f"workload: got an f that fails on a sample of the source (shape {tuple(x.shape[1:])}, dtype "
+            f"{x.dtype}: {type(e).__name__}: {text}); expected an f that maps (n, ...) samples to (n, ...) outputs"
         ) from None
     if y.ndim < 1 or y.shape[0] != 1:
-        raise WorkloadError(f"workload: f must map (n, ...) to (n, ...); got output shape {y.shape} for n = 1")
+        raise WorkloadError(f"workload: got output shape {y.shape} for n = 1; expected f to map (n, ...) to "
+                            "(n, ...)")
     if not np.issubdtype(y.dtype, np.floating):
-        raise WorkloadError(f"workload: f returns {y.dtype} outputs; expected float32 or float64 (the decoders "
+        raise WorkloadError(f"workload: got {y.dtype} outputs from f; expected float32 or float64 (the decoders "
                             "mix results linearly): cast f's output")
     if nan_policy == "raise" and not np.isfinite(y).all():
-        raise InvalidInputError("workload: f returns NaN/Inf on the first sample of the source "
-                                "(run.nan_policy: raise)")
+        raise InvalidInputError("workload: got NaN or Inf from f on sample 0 of the source (run.nan_policy: "
+                                "raise); expected finite outputs, or set run.nan_policy: propagate")
     return tuple(int(s) for s in y.shape[1:])
 
 
@@ -272,9 +280,9 @@ def _wait_for_workers(client, timeout: float) -> None:
         client.wait_for_workers(1, timeout=timeout)
     except TimeoutError:
         raise ClusterError(
-            f"cluster: the Dask scheduler at {client.scheduler.address!r} has no workers, and none joined "
-            f"within {timeout:g} s (cluster.connect_timeout); start some with `dask worker ADDRESS`, or "
-            f"raise cluster.connect_timeout"
+            f"cluster: got a Dask scheduler at {client.scheduler.address!r} that has no workers, and none joined "
+            f"within {timeout:g} s (cluster.connect_timeout); expected at least one: start some with "
+            f"`dask worker ADDRESS`, or raise cluster.connect_timeout"
         ) from None
 
 
@@ -322,11 +330,15 @@ def _check_reachable(client, path: str) -> None:
 
 
 def _inputs_digest(source, workload) -> str:
-    """A digest of the model and data files the run reads (see :mod:`gcc_dask._digest`)."""
+    """A digest of the model and data files the run reads (see :mod:`gcc_dask._digest`), and of an in-memory f
+    (its cloudpickle bytes: ``workload.params["token"]``)."""
     try:
-        return files_digest([*workload.files(), *source.files()])
+        digest = files_digest([*workload.files(), *source.files()])
     except OSError as e:
-        raise SourceError(f"cannot read the model or data files to fingerprint them: {e}") from None
+        raise SourceError(f"source: got model or data files that cannot be read to fingerprint them ({e}); "
+                          "expected readable files") from None
+    token = getattr(workload, "params", {}).get("token")
+    return digest if token is None else hashlib.sha256(f"{digest}\n{token}".encode()).hexdigest()
 
 
 def _layout(cfg: PipelineConfig, num_samples: int, order) -> BatchLayout:
@@ -369,19 +381,37 @@ def _compose(cfg: PipelineConfig, source, client, say) -> BatchLayout:
     elif policy != comp.policy:
         say(f"composition: as_stored (the estimates of {', '.join(cfg.schemes)} do not depend on it; "
             f"composition.policy {comp.policy} applies to the approximate schemes and fills)")
-    mapper = None
-    if windows > 1:
+    mapper = run_task = None
+    remote = getattr(source, "remote", False)  # a dask array: read on the workers only
+    if windows > 1 or remote:
         def mapper(func, items, *shared):
             return map_on_cluster(client, func, items, *shared)
+    if remote:
+        def run_task(func, *args):
+            return run_on_cluster(client, func, *args)
     return compose(source, group_size=cfg.code.num_inputs, block_size=cfg.code.block_size, policy=policy,
                    seed=comp.seed, window=comp.window, dims=comp.dims, fit_samples=comp.fit_samples,
-                   map_windows=mapper)
+                   map_windows=mapper, run_task=run_task)
+
+
+def _inputs_pending(store) -> np.ndarray:
+    """The batches whose ``inputs`` (the reference, the labels) were never written, when the store records
+    any: bool (num_batches,). Such a batch is not done, whatever its schemes' status says: without its
+    reference its MSE and RelAcc are unknown (docs/pipeline.rst, section 'Resuming')."""
+    attrs = store.attrs
+    if not (attrs.get("has_reference") or attrs.get("has_labels")):
+        return np.zeros(store.num_batches, dtype=bool)
+    return store.batch_status(store_mod.INPUTS) == 0
 
 
 def _pending(store, schemes: Sequence[str], num_batches: int) -> list[tuple[int, list[str]]]:
     """(batch, schemes) still to run: pending batches, and those failed by the environment (retried on resume,
-    see :meth:`~gcc_dask.store.RunStore.pending_batches`)."""
+    see :meth:`~gcc_dask.store.RunStore.pending_batches`); a batch whose reference or labels are missing runs
+    again for every scheme (its records are rewritten with the metrics)."""
     todo = {s: set(store.pending_batches(s, retry_failed=True).tolist()) for s in schemes}
+    for b in np.flatnonzero(_inputs_pending(store)).tolist():
+        for s in schemes:
+            todo[s].add(b)
     work = [(b, [s for s in schemes if b in todo[s]]) for b in range(num_batches)]
     return [(b, ss) for b, ss in work if ss]
 
@@ -393,6 +423,7 @@ def run_pipeline(
     *,
     overrides: Sequence[str] = (),
     echo: Callable[[str], None] | None = None,
+    performance_report: str | os.PathLike | None = None,
 ) -> RunResult:
     """Run a coded pipeline end to end and return its summary.
 
@@ -408,7 +439,12 @@ def run_pipeline(
     overrides : sequence of "key=value"
         As ``--set`` on the command line.
     echo : callable, optional
-        Where to print progress lines (the dashboard link); None prints nothing.
+        Where to print progress lines (the dashboard link, warnings about the cluster); None prints nothing
+        (and a warning about the cluster is a :class:`RuntimeWarning`).
+    performance_report : path, optional
+        Write Dask's performance report of the run's work on the cluster to this HTML file
+        (``distributed.performance_report``; ``gcc-dask run --performance-report``). Nothing is written
+        when every batch was already done.
 
     Returns
     -------
@@ -435,9 +471,60 @@ def run_pipeline(
         cfg, advice = resolve_auto(cfg, path, client=client, say=say)
     source, workload = build_source_and_workload(cfg)
     if source.num_samples > MAX_SAMPLES:
-        raise SourceError(f"source: {source.name!r} holds {source.num_samples:,} samples; expected at most "
+        raise SourceError(f"source: got {source.name!r} with {source.num_samples:,} samples; expected at most "
                           f"{MAX_SAMPLES:,} in one run (use source.limit, or split the dataset into runs)")
-    output_shape = _check_model_fits(workload, source, cfg.run.nan_policy)
+    spec = ClusterSpec.from_config(cfg.cluster)
+    with contextlib.ExitStack() as stack:
+        cluster: list = []  # the client, once connected (on first need)
+
+        embedded = client is None and not (spec.address or spec.scheduler_file
+                                           or os.environ.get("DASK_SCHEDULER_ADDRESS"))
+
+        def connected():
+            if not cluster:
+                c = stack.enter_context(connect(spec, client))
+                say(f"dask dashboard: {c.dashboard_link}" + (_EMBEDDED_NOTE if embedded else ""))
+                _wait_for_workers(c, cfg.cluster.connect_timeout)
+                cluster.append(c)
+            return cluster[0]
+
+        if getattr(source, "remote", False):  # a dask array: not one block of it is read on the driver
+            output_shape = run_on_cluster(connected(), _check_model_fits, workload, source, cfg.run.nan_policy)
+        else:
+            output_shape = _check_model_fits(workload, source, cfg.run.nan_policy)
+            fixed = getattr(load_workload(workload), "fixed_batch", None)  # loaded once by the check above
+            if fixed is not None and fixed != cfg.code.block_size:
+                say(f"note: the model {getattr(workload, 'path', workload)!r} has a fixed batch dimension of "
+                    f"{fixed}, so f runs each block of code.block_size = {cfg.code.block_size} samples in slices "
+                    f"of {fixed} (export it with a dynamic batch dimension, or set code.block_size: {fixed}, for "
+                    "one call per block)")
+        if echo is not None:
+            def warn(message: str) -> None:
+                say(f"warning: {message}")
+        else:
+            warn = _warn_caller
+        return _run_stored(cfg, path, source, workload, output_shape, connected, say, warn, echo is not None,
+                           performance_report, advice)
+
+
+def _warn_caller(message: str) -> None:
+    """A :class:`RuntimeWarning` attributed to the first caller outside gcc-dask (the user's line)."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    frame, level = sys._getframe(0), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, RuntimeWarning, stacklevel=level)
+
+
+#: said after the dashboard link of an embedded cluster, which lives only while the run does
+_EMBEDDED_NOTE = (" (an embedded cluster's: it closes when the run ends; --performance-report PATH keeps its "
+                  "plots as an HTML file)")
+
+
+def _run_stored(cfg, path, source, workload, output_shape, connected, say, warn, progress,
+                report_path, advice=None) -> RunResult:
+    """Resume or create the store at `path`, run what is pending on ``connected()``'s client, finish the store
+    (with `advice`, the choice of ``schemes: [auto]``, in its attrs)."""
     codes = build_codes(cfg)
     plans = build_plans(cfg, codes)
     k, block = cfg.code.num_inputs, cfg.code.block_size
@@ -470,15 +557,8 @@ def run_pipeline(
             say(f"resuming {path}: {done} of {_limited(cfg, store.num_batches)} batches already done")
         wall = 0.0
         if store is None or work:
-            spec = ClusterSpec(
-                address=cfg.cluster.address, scheduler_file=cfg.cluster.scheduler_file,
-                n_workers=cfg.cluster.n_workers, threads_per_worker=cfg.cluster.threads_per_worker,
-                processes=True if cfg.cluster.processes is None else cfg.cluster.processes,
-                connect_timeout=cfg.cluster.connect_timeout, gpu=cfg.cluster.gpu,
-            )
-            with connect(spec, client) as c:
-                say(f"dask dashboard: {c.dashboard_link}")
-                _wait_for_workers(c, cfg.cluster.connect_timeout)
+            c = connected()
+            with perf_report(c, report_path):
                 if store is None:
                     t0 = time.perf_counter()
                     layout = _compose(cfg, source, c, say)
@@ -491,13 +571,29 @@ def run_pipeline(
                     # a new store: every batch pending for every scheme (nothing to read back)
                     work = [(b, list(cfg.schemes)) for b in range(_limited(cfg, store.num_batches))]
                 wall = _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, latency_model,
-                                    output_shape, work, say, echo is not None)
+                                    output_shape, work, say, progress, warn)
+            if report_path is not None:
+                say(f"performance report: {os.path.abspath(os.path.expanduser(os.fspath(report_path)))}")
         num_batches = _limited(cfg, store.num_batches)
         final = {s: store.batch_status(s)[:num_batches] for s in cfg.schemes}
-        complete = all((v > 0).all() for v in final.values()) and num_batches == store.num_batches
+        complete = all((v > 0).all() for v in final.values()) and num_batches == store.num_batches \
+            and not _inputs_pending(store)[:num_batches].any()
         run_status = "complete" if complete else "incomplete"
         store.finish(status=run_status)
+        if num_batches < store.num_batches:
+            say(_limit_note(cfg, store, num_batches))
     return RunResult(path=path, status=run_status, config=cfg, wall_s=wall)
+
+
+def _limit_note(cfg: PipelineConfig, store, num_batches: int) -> str:
+    """The line that says a run stopped on purpose at ``run.limit_batches``, and what is left."""
+    pending = {s: int((store.batch_status(s) == 0).sum()) for s in cfg.schemes}
+    counts = set(pending.values())
+    left = (f"{counts.pop()} of {store.num_batches} batches still pending per scheme" if len(counts) == 1 else
+            "batches still pending: " + ", ".join(f"{s} {n} of {store.num_batches}" for s, n in pending.items()))
+    return (f"stopped at run.limit_batches = {cfg.run.limit_batches} (the first {num_batches} of "
+            f"{store.num_batches} batches); {left}, so the store is 'incomplete': run the same command without "
+            "run.limit_batches, or with a larger one, to go on")
 
 
 def _limited(cfg: PipelineConfig, num_batches: int) -> int:
@@ -505,12 +601,19 @@ def _limited(cfg: PipelineConfig, num_batches: int) -> int:
 
 
 def _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, latency_model, output_shape,
-                 work, say, progress) -> float:
+                 work, say, progress, warn=None) -> float:
     """Run the pending batches on client `c`, writing records as they finish; the wall time taken (s).
 
     Marks the store ``failed`` when the run stops on an error, ``interrupted`` on Ctrl-C (and re-raises).
     """
     _check_reachable(c, os.path.abspath(path))
+    # an in-process cluster (workers are threads of this process) cannot lose a worker alone: nothing to warn of
+    failures = None if str(c.scheduler.address).startswith("inproc://") else allowed_failures(c)
+    if failures and warn is not None:
+        warn(f"the Dask scheduler at {c.scheduler.address} re-runs a task lost with its worker up to {failures} "
+             "times (distributed.scheduler.allowed-failures), so a shard lost with a dead worker is computed again "
+             "instead of decoded around as an erasure; start the scheduler with "
+             "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES=0 (docs/cluster.rst, section 'An existing scheduler')")
     has_gpu = cluster_has_gpu(c)
     if cfg.cluster.gpu is True and not has_gpu:
         raise ClusterError("cluster.gpu: got true, but no Dask worker advertises a GPU resource; start "
@@ -534,7 +637,8 @@ def _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, la
         output_size=int(np.prod(output_shape)), max_in_flight=cfg.run.max_batches_in_flight,
         reference=cfg.run.reference, use_gpu=use_gpu,
         latency_per_sample=cfg.stragglers.unit == "sample", virtual_clock=cfg.stragglers.clock == "virtual",
-        worker_timeout=cfg.cluster.connect_timeout, spares=cfg.cutoff.spares, echo=say,
+        worker_timeout=cfg.cluster.connect_timeout, unresponsive_after=cfg.cluster.unresponsive_after,
+        spares=cfg.cutoff.spares, echo=say,
     )
     bar = _progress(len(work), cfg.run.progress and progress, cfg.name)
     records = RecordBuffer(store)

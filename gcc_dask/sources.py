@@ -25,6 +25,7 @@ import functools
 import gzip
 import os
 import threading
+from collections import OrderedDict
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -113,7 +114,8 @@ def _check_split(split: Any) -> str:
 def _existing(path: Any, what: str) -> str:
     p = os.fspath(path)
     if "://" not in p and not os.path.exists(p):
-        raise SourceError(f"{what} not found: {p!r} (path as given, resolved from {os.getcwd()!r})")
+        raise SourceError(f"source: got {p!r}, which does not exist (resolved from {os.getcwd()!r}); expected an "
+                          f"existing {what}")
     return p
 
 
@@ -168,7 +170,8 @@ class Source(ABC):
     def _finish(self, name: str, total: int, sample_shape: tuple, dtype: Any, has_labels: bool,
                 limit: int | None, params: dict[str, Any]) -> None:
         if total < 1:
-            raise SourceError(f"source {name!r} holds no samples (num_samples={total!r})")
+            raise SourceError(f"source: got {name!r}, which holds no samples (num_samples={total!r}); expected at "
+                              "least one sample")
         self.name = name
         self.num_samples = int(total if limit is None else min(total, limit))
         self.sample_shape = tuple(int(s) for s in sample_shape)
@@ -431,7 +434,7 @@ class MnistSource(Source):
 # ------------------------------------------------------------------------------------- Fashion-MNIST
 def _idx_header(raw: bytes, path: str) -> tuple[np.dtype, tuple[int, ...], int]:
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_DTYPES:
-        raise SourceError(f"not an IDX file: {path!r}")
+        raise SourceError(f"source: got {path!r}, which is not an IDX file; expected the Fashion-MNIST IDX files")
     ndim = raw[3]
     dims = tuple(int(d) for d in np.frombuffer(raw[4:4 + 4 * ndim], dtype=">i4"))
     return np.dtype(_IDX_DTYPES[raw[2]]), dims, 4 + 4 * ndim
@@ -443,7 +446,8 @@ def _idx_shape(path: str) -> tuple[int, ...]:
         with (gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")) as fh:
             head = fh.read(64)
     except OSError as exc:
-        raise SourceError(f"cannot read IDX file {path!r}: {exc}") from exc
+        raise SourceError(f"source: got {path!r}, which cannot be read ({exc}); expected a readable IDX "
+                          "file") from exc
     return _idx_header(head, path)[1]
 
 
@@ -462,7 +466,8 @@ def _idx_load(path: str) -> np.ndarray:
             dtype, dims, off = _idx_header(head, path)
             arr = np.memmap(path, dtype=dtype, mode="r", offset=off, shape=dims)
     except OSError as exc:
-        raise SourceError(f"cannot read IDX file {path!r}: {exc}") from exc
+        raise SourceError(f"source: got {path!r}, which cannot be read ({exc}); expected a readable IDX "
+                          "file") from exc
     return arr
 
 
@@ -483,12 +488,12 @@ def _fashion_files(path: str | None) -> tuple[str, dict[str, tuple[str, str]]]:
             return folder, found
     if path is not None:
         raise SourceError(
-            f"Fashion-MNIST IDX files not found in path={path!r}; expected "
+            f"source.path: got {path!r}, which holds no Fashion-MNIST IDX files; expected a folder with "
             f"train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz], t10k-images-idx3-ubyte[.gz], "
             f"t10k-labels-idx1-ubyte[.gz]")
     raise SourceError(
-        f"Fashion-MNIST not found in {folders!r}: install Debian's package with "
-        f"'apt-get install dataset-fashion-mnist', or pass source.path=FOLDER holding the IDX files")
+        f"source.kind: got 'fashion_mnist', but no Fashion-MNIST files are in {folders!r}; expected them "
+        f"installed ('apt-get install dataset-fashion-mnist'), or source.path set to a folder holding the IDX files")
 
 
 @register_source("fashion_mnist")
@@ -512,7 +517,7 @@ class FashionMnistSource(Source):
         for part in parts:
             images, labels = (_idx_shape(f) for f in self.files_by_split[part])
             if images[1:] != (28, 28) or labels != images[:1]:
-                raise SourceError(f"unexpected IDX shapes {images} / {labels} in "
+                raise SourceError(f"source: got IDX shapes {images} / {labels} in "
                                   f"{self.files_by_split[part]!r}; expected (n, 28, 28) / (n,)")
             sizes.append(images[0])
         self._parts = list(zip(parts, np.cumsum([0, *sizes[:-1]]).tolist(), sizes))
@@ -536,6 +541,16 @@ class FashionMnistSource(Source):
         return np.concatenate(xs), np.concatenate(ys)
 
 
+def _check_label_dtype(labels: Any) -> None:
+    """Labels are class indices: refuse floats (0.7 would be read as class 0), strings, bools, objects."""
+    if labels is None:
+        return
+    kind = np.dtype(labels.dtype)
+    if kind.kind not in "iu":
+        raise SourceError(f"source.labels: got labels of dtype {kind.name}; expected integer class labels "
+                          "(int or uint, one per sample): store them as integers, e.g. labels.astype('int64')")
+
+
 # ------------------------------------------------------------------------------ file-backed arrays
 class _ArrayFileSource(Source):
     """Common code of the Zarr and ``.npy`` sources: lazily opened handles, never pickled."""
@@ -543,10 +558,11 @@ class _ArrayFileSource(Source):
     def _setup(self, name: str, arr: Any, labels: Any, limit: Any, params: dict[str, Any],
                dtype: Any) -> None:
         if arr.ndim < 1:
-            raise SourceError(f"{name!r} holds a 0-d array; expected shape (num_samples, ...)")
+            raise SourceError(f"source: got a 0-d array in {name!r}; expected shape (num_samples, ...)")
         if labels is not None and (labels.ndim != 1 or labels.shape[0] != arr.shape[0]):
-            raise SourceError(f"labels of {name!r} have shape {labels.shape}; expected "
+            raise SourceError(f"source.labels: got shape {labels.shape} for the labels of {name!r}; expected "
                               f"({arr.shape[0]},), one per sample")
+        _check_label_dtype(labels)
         self._finish(name, arr.shape[0], arr.shape[1:], arr.dtype if dtype is None else dtype,
                      labels is not None, _check_limit(limit), params)
 
@@ -601,10 +617,44 @@ class ZarrSource(_ArrayFileSource):
             try:
                 return zarr.open_array(store=self.path, path=component or "", mode="r")
             except Exception as exc:
-                raise SourceError(f"cannot open Zarr array {component or ''!r} in store "
-                                  f"{self.path!r}: {type(exc).__name__}: {exc}") from exc
+                raise SourceError(f"source: got Zarr array {component or ''!r} in store {self.path!r}, which "
+                                  f"cannot be opened ({type(exc).__name__}: {exc}); expected an existing Zarr "
+                                  "array") from exc
 
         return one(self.array), None if self.labels is None else one(self.labels)
+
+
+#: the ``.npy`` files memory-mapped in this process, by (absolute path, inode, mtime, size), at most
+#: ``_NPY_KEEP`` of them (each holds a file descriptor)
+_NPY_OPEN: "OrderedDict[tuple, np.ndarray]" = OrderedDict()
+_NPY_LOCK = threading.Lock()
+_NPY_KEEP = 32
+
+
+def _load_npy(path: str) -> np.ndarray:
+    """``np.load(path, mmap_mode="r")``, once per file and process, under a lock.
+
+    NumPy parses a ``.npy`` header with ``ast.literal_eval``, which is not thread-safe on CPython 3.11
+    (``SystemError: AST constructor recursion depth mismatch`` when a worker's threads open a file at
+    once). The memory map is shared by every reader in the process; a file replaced or rewritten since
+    (another inode, mtime or size) is opened anew.
+
+    Raises
+    ------
+    OSError, ValueError
+        As :func:`numpy.load`.
+    """
+    st = os.stat(path)
+    key = (os.path.abspath(path), st.st_ino, st.st_mtime_ns, st.st_size)
+    with _NPY_LOCK:
+        arr = _NPY_OPEN.get(key)
+        if arr is None:
+            arr = _NPY_OPEN[key] = np.load(path, mmap_mode="r", allow_pickle=False)
+            while len(_NPY_OPEN) > _NPY_KEEP:
+                _NPY_OPEN.popitem(last=False)
+        else:
+            _NPY_OPEN.move_to_end(key)
+        return arr
 
 
 @register_source("npy")
@@ -631,9 +681,10 @@ class NpySource(_ArrayFileSource):
     def _open(self) -> tuple[Any, Any]:
         def one(p: str) -> Any:
             try:
-                return np.load(p, mmap_mode="r", allow_pickle=False)
+                return _load_npy(p)  # once per process: np.load's header parser is not thread-safe
             except (OSError, ValueError) as exc:
-                raise SourceError(f"cannot read .npy file {p!r}: {exc}") from exc
+                raise SourceError(f"source: got {p!r}, which cannot be read as a .npy file ({exc}); expected a "
+                                  "file written by numpy.save") from exc
 
         return one(self.path), None if self.labels is None else one(self.labels)
 
@@ -722,11 +773,19 @@ class ArraySource(Source):
     """An in-memory NumPy array or a dask array (programmatic use only; not from YAML).
 
     Parameters: ``array`` (shape (num_samples, ...); ``data`` is an alias), ``labels`` (optional,
-    (num_samples,)), ``name``, ``limit``. A dask array is read by slicing and ``.compute()``, one slice
-    at a time.
+    (num_samples,)), ``name``, ``limit``.
+
+    A NumPy array travels whole with the run, to every Dask worker once. A dask array travels as its task
+    graph and is read where a batch is needed, block by block: :meth:`read` and :meth:`take` compute only the
+    blocks that hold the asked samples, each once, with the synchronous scheduler in the calling process (a
+    Dask worker, in a run: never a task of its own on the cluster, so a busy cluster cannot wait on itself).
+    ``remote`` is then true, and the pipeline reads nothing of it on the driver (the first-sample check of f
+    and the composition run as tasks on the cluster).
 
     :attr:`chunks`: None for a NumPy array; the chunk length along the sample axis of a dask (or Zarr)
-    array whose chunks there are regular (all equal but a shorter last one), else None.
+    array whose chunks there are regular (all equal but a shorter last one), else None. With a chunk reader
+    (a pipeline's worker passes one), :meth:`take` reads through it, so that a worker computes each block of
+    a batch's samples once for all the batch's shards.
     """
 
     def __init__(self, array: Any = None, labels: Any = None, name: str = "array",
@@ -738,13 +797,19 @@ class ArraySource(Source):
             data = np.asarray(data)
         if len(data.shape) < 1:
             raise SourceError("source.data: got a 0-d array; expected shape (num_samples, ...)")
+        if _is_dask(data) and any(np.isnan(c) for c in data.shape):
+            raise SourceError(f"source.array: got a dask array of unknown shape {data.shape}; expected known "
+                              "chunk sizes along every axis (call .compute_chunk_sizes() first)")
         if labels is not None:
             if not hasattr(labels, "compute"):
                 labels = np.asarray(labels)
             if labels.ndim != 1 or labels.shape[0] != data.shape[0]:
                 raise SourceError(f"source.labels: got shape {labels.shape}; expected "
                                   f"({data.shape[0]},), one per sample")
+            _check_label_dtype(labels)
         self.data, self.labels = data, labels
+        #: read on the Dask workers only (a dask array), never on the driver
+        self.remote = _is_dask(data) or _is_dask(labels)
         self._finish(str(name), int(data.shape[0]), data.shape[1:], data.dtype, labels is not None,
                      _check_limit(limit), {"kind": "array", "name": str(name)})
         self._chunk_len = _regular_chunk(getattr(data, "chunks", None))
@@ -756,6 +821,37 @@ class ArraySource(Source):
     def _read(self, start: int, stop: int) -> tuple[Any, Any]:
         def get(a: Any) -> Any:
             part = a[start:stop]
-            return part.compute() if hasattr(part, "compute") else part
+            return part.compute(scheduler="sync") if _is_dask(part) else part
 
         return get(self.data), None if self.labels is None else get(self.labels)
+
+    def take(self, indices: Any, chunk: Callable | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+        """As :meth:`Source.take`; on a dask array without a chunk reader, one selection of the sorted indices,
+        so that each block that holds some of them is computed once (a composed batch spans many short runs
+        of samples)."""
+        if not self.remote or (chunk is not None and self.chunks is not None):
+            return super().take(indices, chunk)
+        idx = np.asarray(indices)
+        if idx.ndim != 1 or idx.size == 0 or not np.issubdtype(idx.dtype, np.integer):
+            return super().take(indices)  # its checks, and the empty case
+        idx = idx.astype(np.int64, copy=False)
+        if idx.min() < 0 or idx.max() >= self.num_samples:
+            return super().take(indices)  # raises its InvalidInputError
+        order = np.argsort(idx, kind="stable")
+        wanted = idx[order]
+
+        def get(a: Any) -> Any:
+            part = a[wanted]
+            part = part.compute(scheduler="sync") if _is_dask(part) else np.asarray(part)
+            out = np.empty_like(part)
+            out[order] = part
+            return out
+
+        X = np.asarray(get(self.data), dtype=self.dtype).reshape((idx.size, *self.sample_shape))
+        y = None if self.labels is None else np.asarray(get(self.labels), dtype=np.int64).reshape(idx.size)
+        return X, y
+
+
+def _is_dask(a: Any) -> bool:
+    """A dask collection (``dask.is_dask_collection``, without importing dask for NumPy input)."""
+    return a is not None and callable(getattr(a, "__dask_graph__", None)) and a.__dask_graph__() is not None

@@ -48,6 +48,7 @@ import pandas as pd
 
 from gcc_dask import metrics
 from gcc_dask.coding import make_code
+from gcc_dask.coding.registry import code_parameters
 from gcc_dask.errors import ConfigError, NotEnoughResultsError, StoreError
 from gcc_dask.store.layout import _git_sha, _now, _root_meta, _versions
 from gcc_dask.stragglers import Bernoulli, FixedCount
@@ -173,6 +174,21 @@ def sample_function(cfg: FunctionConfig) -> _Function:
 # ------------------------------------------------------------------------------------------- the task
 def _s_key(value: float | int) -> int:
     return int(value) if isinstance(value, (int, np.integer)) else int(round(float(value) * 1e9))
+
+
+def check_code_params(cfg: SweepConfig) -> None:
+    """Refuse a parameter that no code of its scheme takes (``params: {replication: {policies: 1}}``), with one
+    ConfigError line naming the key and the valid parameters, before anything runs: :func:`_make_codes`
+    would skip every cell of that scheme, and the sweep would run as if it were absent. (Parameter
+    *values* that a code refuses at some (K, N) skip those cells, recorded in the store's ``skipped``.)"""
+    for i, spec in enumerate(cfg.schemes):
+        valid = [p for p in code_parameters(spec.code) if p not in ("num_inputs", "num_workers")]
+        for where, params in ((f"params.{spec.label}", cfg.params.get(spec.label, {})),
+                              (f"schemes[{i}].params", spec.params)):
+            for key, value in params.items():
+                if key not in valid:
+                    raise ConfigError(f"{where}.{key}: got {value!r}; expected a parameter of code {spec.code!r}: "
+                                      f"one of {', '.join(valid)} (num_inputs and num_workers come from code)")
 
 
 def _make_codes(cfg: SweepConfig, K: int, N: int) -> dict[str, Any]:
@@ -434,7 +450,8 @@ def _finish(path: Path, status: str) -> None:
 
 def run_sweep(config: str | os.PathLike | Mapping[str, Any] | SweepConfig, client=None,
               out: str | os.PathLike | None = None, *, overrides: Sequence[str] = (),
-              echo: Callable[[str], None] | None = None) -> SweepResult:
+              echo: Callable[[str], None] | None = None,
+              performance_report: str | os.PathLike | None = None) -> SweepResult:
     """Run an accuracy/rate sweep on Dask and return its tables.
 
     Parameters
@@ -450,6 +467,10 @@ def run_sweep(config: str | os.PathLike | Mapping[str, Any] | SweepConfig, clien
         As ``--set`` on the command line.
     echo : callable, optional
         Where to print progress lines (dashboard link, resume notes); None prints nothing.
+    performance_report : path, optional
+        Write Dask's performance report of the sweep's tasks to this HTML file
+        (``distributed.performance_report``; ``gcc-dask sweep --performance-report``). Nothing is written when
+        every cell was already done.
 
     Returns
     -------
@@ -465,9 +486,11 @@ def run_sweep(config: str | os.PathLike | Mapping[str, Any] | SweepConfig, clien
     from gcc_dask.analysis.metrics import sweep_table
     from gcc_dask.analysis.rates import rate_table
     from gcc_dask.runtime.cluster import ClusterSpec, connect
+    from gcc_dask.runtime.cluster import performance_report as perf_report
 
     say = echo or (lambda _msg: None)
     cfg = load_sweep_config(config, overrides=overrides)
+    check_code_params(cfg)
     path = Path(os.fspath(out) if out is not None else cfg.store.path).expanduser().absolute()
     fn = sample_function(cfg.function)
     X, _ = fn.sample(cfg.code.num_inputs[0], 0, cfg.seed)
@@ -480,10 +503,7 @@ def run_sweep(config: str | os.PathLike | Mapping[str, Any] | SweepConfig, clien
     if todo:
         import zarr
 
-        spec = ClusterSpec(address=cfg.cluster.address, scheduler_file=cfg.cluster.scheduler_file,
-                           n_workers=cfg.cluster.n_workers, threads_per_worker=cfg.cluster.threads_per_worker or 1,
-                           processes=True if cfg.cluster.processes is None else cfg.cluster.processes,
-                           connect_timeout=cfg.cluster.connect_timeout)
+        spec = ClusterSpec.from_config(cfg.cluster, threads_per_worker=1)
         blocks = [list(range(lo, min(lo + block, cfg.trials))) for lo in range(0, cfg.trials, block)]
         K, N, S = cfg.code.num_inputs, cfg.code.num_workers, cfg.stragglers.values
         root = zarr.open_group(str(path), mode="r+", use_consolidated=False)
@@ -491,8 +511,10 @@ def run_sweep(config: str | os.PathLike | Mapping[str, Any] | SweepConfig, clien
         remaining = {cell: len(blocks) for cell in todo}
         token = uuid.uuid4().hex[:8]
         final = "interrupted"
-        with connect(spec, client) as c:
-            say(f"dask dashboard: {c.dashboard_link}")
+        embedded = client is None and not (spec.address or spec.scheduler_file
+                                           or os.environ.get("DASK_SCHEDULER_ADDRESS"))
+        with connect(spec, client) as c, perf_report(c, performance_report):
+            say(f"dask dashboard: {c.dashboard_link}" + (_EMBEDDED_NOTE if embedded else ""))
             futures = {}
             for (a, b, s_i) in todo:
                 for trials in blocks:
@@ -527,11 +549,18 @@ def run_sweep(config: str | os.PathLike | Mapping[str, Any] | SweepConfig, clien
                 wall = time.perf_counter() - t0
                 if final != "complete":
                     _finish(path, final)
+        if performance_report is not None:
+            say(f"performance report: {os.path.abspath(os.path.expanduser(os.fspath(performance_report)))}")
     done = bool((status != STATUS_PENDING).all())
     _finish(path, "complete" if done else "interrupted")
     ds = open_sweep(path)
     return SweepResult(path=str(path), status="complete" if done else "incomplete", config=cfg, wall_s=wall,
                        summary=sweep_table(ds), rates=rate_table(ds))
+
+
+#: said after the dashboard link of an embedded cluster, which lives only while the sweep does
+_EMBEDDED_NOTE = (" (an embedded cluster's: it closes when the sweep ends; --performance-report PATH keeps its "
+                  "plots as an HTML file)")
 
 
 def _progress(total: int, enabled: bool, name: str):

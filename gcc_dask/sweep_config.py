@@ -39,7 +39,7 @@ from gcc_dask.config import SCHEMES, ClusterConfig, SourceConfig, WorkloadConfig
 from gcc_dask.config.fields import Points
 from gcc_dask.config.fields import InputCount, WorkerCount
 from gcc_dask.errors import ConfigError
-from gcc_dask.limits import MAX_CODE_ENTRIES, MAX_SWEEP_ENTRIES, MAX_TRIALS, MAX_WORKERS
+from gcc_dask.limits import MAX_CODE_ENTRIES, MAX_INPUTS, MAX_SWEEP_ENTRIES, MAX_TRIALS, MAX_WORKERS
 
 __all__ = ["FunctionConfig", "SchemeSpec", "SweepConfig", "load_sweep_config"]
 
@@ -49,6 +49,9 @@ _DEFAULT_DIM = {"xsinx": 1, "polynomial": 1, "smooth": 8}
 _FINGERPRINT_EXCLUDE = ("store", "cluster", "run")
 _PIPELINES = Path(__file__).resolve().parents[1] / "pipelines"
 PosInt = Annotated[int, Field(ge=1)]
+#: features of an analytic function's input, output or hidden layer: at most MAX_INPUTS (65,536), and the
+#: smooth network's weight matrices at most MAX_CODE_ENTRIES entries each (checked in FunctionConfig)
+Features = Annotated[int, Field(ge=1, le=MAX_INPUTS)]
 
 
 class _Bad(ValueError):
@@ -103,10 +106,10 @@ class FunctionConfig(_Section):
     kind: Literal["xsinx", "polynomial", "smooth", "dnn"]
     low: float | None = None
     high: float | None = None
-    dim: PosInt | None = None
+    dim: Features | None = None
     coeffs: Annotated[list[float], BeforeValidator(_as_list)] | None = None
-    out_dim: PosInt = 10
-    hidden: PosInt = 64
+    out_dim: Features = 10
+    hidden: Features = 64
     seed: Annotated[int, Field(ge=0)] = 0
     source: SourceConfig | None = None
     workload: WorkloadConfig | None = None
@@ -149,6 +152,11 @@ class FunctionConfig(_Section):
     def _check(self) -> FunctionConfig:
         if self.kind != "dnn" and not self.low < self.high:
             raise _Bad("high", self.high, f"a number > low = {self.low}")
+        if self.kind == "smooth":
+            for key, other in (("hidden", self.dim), ("out_dim", self.hidden)):
+                if getattr(self, key) * other > MAX_CODE_ENTRIES:
+                    raise _Bad(key, getattr(self, key), f"a size whose weight matrix with the layer before it "
+                               f"({other:,}) holds at most {MAX_CODE_ENTRIES:,} entries")
         if self.kind == "polynomial" and not self.coeffs:
             raise _Bad("coeffs", self.coeffs, "at least one coefficient (lowest order first)")
         return self
@@ -433,8 +441,10 @@ def _check_sizes(cfg: SweepConfig) -> None:
 
 # ------------------------------------------------------------------------------------------- loading
 def _error_line(exc: ValidationError, root: type[BaseModel] | None = None) -> str:
-    """One line for the first error of a validation of `root` (default :class:`SweepConfig`)."""
-    err = exc.errors(include_url=False)[0]
+    """One line for the first error of a validation of `root` (default :class:`SweepConfig`); an unknown key
+    first, since a typo in a required key also makes the real key missing, and the typo is what was written."""
+    errors = exc.errors(include_url=False)
+    err = next((e for e in errors if e.get("type") == "extra_forbidden"), errors[0])
     loc = [str(p) for p in err.get("loc", ())]
     cause = (err.get("ctx") or {}).get("error")
     if hasattr(cause, "expected") and hasattr(cause, "value"):  # _Bad, or the pipeline config's _Invalid
@@ -446,7 +456,12 @@ def _error_line(exc: ValidationError, root: type[BaseModel] | None = None) -> st
     if kind == "missing":
         return f"{path}: got nothing; expected a value (this key is required)"
     if kind == "extra_forbidden":
-        return f"{path}: got unknown key {loc[-1]!r}; expected one of: {', '.join(_valid_keys(loc[:-1], root))}"
+        import difflib
+
+        valid = _valid_keys(loc[:-1], root)
+        close = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.75)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        return f"{path}: got unknown key {loc[-1]!r}{hint}; expected one of: {', '.join(valid)}"
     msg = str(err.get("msg", "valid input"))
     for prefix in ("Input should be ", "Value error, "):
         msg = msg[len(prefix):] if msg.startswith(prefix) else msg
@@ -551,8 +566,31 @@ def read_job_file(path_or_mapping: Any, model: type[BaseModel], what: str,
         raise ConfigError(f"{what} config: got {_short(path_or_mapping)}; expected a YAML path or a mapping")
     for item in [overrides] if isinstance(overrides, str) else overrides:
         _set(data, item)
+    _check_top_level(data, model, what)
     _resolve_paths(data, base)
     return data, config_path
+
+
+#: top-level keys of a pipeline file (gcc_dask.config) that a sweep file never has
+_PIPELINE_ONLY = ("source", "workload", "cutoff", "composition", "gcc", "lcc", "replication")
+
+
+def _check_top_level(data: Mapping[str, Any], model: type[BaseModel], what: str) -> None:
+    """Before any file is looked for: a pipeline file given as a `what` (sweep, frontier) file, and unknown
+    top-level keys (with the nearest valid key when it looks like a typo)."""
+    import difflib
+
+    valid = list(model.model_fields)
+    unknown = [k for k in data if k not in valid]
+    pipelineish = [k for k in unknown if k in _PIPELINE_ONLY]
+    if pipelineish and "function" not in data:
+        raise ConfigError(f"{what} config: got a pipeline file (it has {', '.join(map(repr, pipelineish))} and no "
+                          f"'function'); expected a {what} file: run a pipeline with `gcc-dask run FILE` "
+                          "(gcc_dask.run_pipeline)")
+    if unknown:
+        close = difflib.get_close_matches(str(unknown[0]), valid, n=1, cutoff=0.75)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(f"{unknown[0]}: got unknown key {unknown[0]!r}{hint}; expected one of: {', '.join(valid)}")
 
 
 def _resolve_paths(data: dict, base: Path) -> None:

@@ -122,8 +122,8 @@ def resolve_model_path(path: str | os.PathLike, base_dir: str | os.PathLike | No
     for cand in tried:
         if cand.is_file():
             return cand.resolve()
-    raise WorkloadError(f"model file not found: {os.fspath(path)!r}; tried "
-                        f"{[str(c) for c in dict.fromkeys(tried)]}")
+    raise WorkloadError(f"workload.path: got {os.fspath(path)!r}, which is not a file; expected an existing "
+                        f"model file (tried {[str(c) for c in dict.fromkeys(tried)]})")
 
 
 def _check_path_type(path: Any) -> None:
@@ -264,6 +264,12 @@ def load_workload(workload) -> Callable:
     return fn
 
 
+def _one_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception's text on one line (ONNX Runtime's span several), shortened to `limit` characters."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 # ------------------------------------------------------------------------------------------------ ONNX
 @register_workload("onnx")
 class OnnxWorkload(Workload):
@@ -275,6 +281,11 @@ class OnnxWorkload(Workload):
     ONNX Runtime's default). The input is reshaped to the model's declared per-sample shape (e.g.
     (784,) -> (1, 28, 28)) and cast to its dtype; f returns the first output. CuPy input is copied to
     the host and the result copied back.
+
+    A model exported with a fixed batch dimension b (input shape ``(b, ...)`` instead of ``(N, ...)``)
+    is run in slices of b samples, the last one padded with zeros whose outputs are dropped: f still maps
+    any (n, ...) to (n, ...), whatever ``code.block_size`` is. The loaded f's ``fixed_batch`` attribute
+    is b (None for a dynamic batch dimension).
     """
 
     uses_files = True
@@ -291,10 +302,11 @@ class OnnxWorkload(Workload):
         try:
             import onnxruntime as ort
         except ImportError as exc:  # pragma: no cover - core dependency
-            raise WorkloadError("the onnx workload needs onnxruntime: pip install onnxruntime") from exc
+            raise WorkloadError("workload.kind: got 'onnx', but onnxruntime is not installed; expected it "
+                                "installed (pip install onnxruntime)") from exc
         if not os.path.isfile(self.path):
-            raise WorkloadError(f"model file not found: {self.path!r} (the path must be reachable "
-                                f"from every Dask worker)")
+            raise WorkloadError(f"workload.path: got {self.path!r}, which is not a file here; expected a model "
+                                f"file reachable from the driver and every Dask worker")
         providers = self.providers
         if providers is None:
             providers = ["CPUExecutionProvider"]
@@ -306,12 +318,32 @@ class OnnxWorkload(Workload):
         try:
             sess = ort.InferenceSession(self.path, sess_options=opts, providers=providers)
         except Exception as exc:
-            raise WorkloadError(f"cannot load ONNX model {self.path!r}: {exc}") from exc
+            raise WorkloadError(f"workload.path: got {self.path!r}, which ONNX Runtime cannot load "
+                                f"({_one_line(exc)}); expected an ONNX model file") from None
         inp = sess.get_inputs()[0]
-        dims = tuple(d if isinstance(d, int) else None for d in inp.shape)
-        per_sample, name = dims[1:], inp.name
+        dims = tuple(d if isinstance(d, int) and d > 0 else None for d in inp.shape)
+        batch, per_sample, name = (dims[0] if dims else None), dims[1:], inp.name
         dtype = {"tensor(float)": np.float32, "tensor(double)": np.float64}.get(inp.type, np.float32)
         path = self.path
+
+        def run(x: np.ndarray) -> np.ndarray:
+            try:
+                return sess.run(None, {name: x})[0]
+            except Exception as exc:
+                raise WorkloadError(f"workload: got input of shape {tuple(x.shape)}, which ONNX model {path!r} "
+                                    f"rejects ({_one_line(exc)}); expected one that fits its declared input "
+                                    f"{list(inp.shape)}") from None
+
+        def run_sliced(x: np.ndarray) -> np.ndarray:
+            """A fixed batch dimension b: slices of b samples, the last one zero-padded."""
+            n, parts = x.shape[0], []
+            for lo in range(0, max(n, 1), batch):
+                part = x[lo:lo + batch]
+                keep = part.shape[0]
+                if keep < batch:
+                    part = np.concatenate([part, np.zeros((batch - keep, *x.shape[1:]), dtype=x.dtype)])
+                parts.append(np.asarray(run(part))[:keep])
+            return np.concatenate(parts)
 
         def f(X: Any) -> Any:
             on_gpu = _is_cupy(X)
@@ -322,14 +354,11 @@ class OnnxWorkload(Workload):
                 if int(np.prod(x.shape[1:], dtype=np.int64)) != size or x.ndim < 1:
                     want = ", ".join(map(str, per_sample))
                     raise WorkloadError(
-                        f"input of shape {tuple(x.shape)} does not fit ONNX model {path!r}: expected "
-                        f"(n, {want}) or any (n, ...) with {size} values per sample")
+                        f"workload: got input of shape {tuple(x.shape)}, which does not fit ONNX model {path!r}; "
+                        f"expected (n, {want}) or any (n, ...) with {size} values per sample")
                 x = x.reshape((n, *per_sample))
-            try:
-                y = sess.run(None, {name: np.ascontiguousarray(x, dtype=dtype)})[0]
-            except Exception as exc:
-                raise WorkloadError(f"ONNX model {path!r} rejected input of shape {tuple(x.shape)} "
-                                    f"(declared input {inp.shape}): {exc}") from exc
+            x = np.ascontiguousarray(x, dtype=dtype)
+            y = run(x) if batch is None or x.ndim < 1 or x.shape[0] == batch else run_sliced(x)
             y = np.asarray(y, dtype=np.float32 if y.dtype != np.float64 else np.float64)
             if on_gpu:
                 import cupy
@@ -337,6 +366,7 @@ class OnnxWorkload(Workload):
                 return cupy.asarray(y)
             return y
 
+        f.fixed_batch = batch
         return f
 
 
@@ -430,14 +460,85 @@ def _import_object(spec: str) -> Any:
     return obj
 
 
-@register_workload("callable")
-class CallableWorkload(Workload):
-    """Any Python function ``f(X) -> Y`` on batches: an import path ``"package.module:function"``
-    (checked at construction, re-imported by each worker) or, programmatically, a picklable callable.
+def _label(obj: Any) -> str:
+    """``module:qualname`` of a function or method, else the object's type: how errors and attrs name f."""
+    qual = getattr(obj, "__qualname__", None) or type(obj).__qualname__
+    module = getattr(obj, "__module__", None) or type(obj).__module__
+    return f"{module}:{qual}"
 
-    ``name`` is an alias of ``function`` (the YAML key). ``kwargs`` (dict) are passed to f on every
-    call. With ``factory=True`` the imported object is called
-    once in :meth:`load` (with ``kwargs``) and must return f, e.g. to load a model per worker.
+
+def pickle_payload(obj: Any, what: str = "f") -> bytes:
+    """``cloudpickle.dumps(obj)``: how an in-memory f travels to the Dask workers (once per worker, in the
+    run's plugin). cloudpickle pickles functions defined in ``__main__``, lambdas and closures by value, and
+    importable functions, classes and methods by reference (the workers must then import their module).
+
+    Raises
+    ------
+    WorkloadError
+        One line naming `obj` (``what``, e.g. "f") when it cannot be pickled: an open file, a lock, a
+        socket or a generator in its closure or attributes.
+    """
+    import cloudpickle
+
+    try:
+        return cloudpickle.dumps(obj)
+    except Exception as exc:
+        text = repr(obj)
+        text = text if len(text) <= 80 else text[:77] + "..."
+        cause = str(exc).splitlines()[0] if str(exc) else ""
+        raise WorkloadError(
+            f"{what}: got {_label(obj)} ({text}), which cannot be pickled to ship it to the Dask workers "
+            f"(cloudpickle: {type(exc).__name__}: {cause}); keep open files, locks, sockets and generators out "
+            f"of f (open them inside f, or in a factory: workload.params.factory)") from None
+
+
+def _payload_token(payload: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(payload).hexdigest()[:16]
+
+
+class _InMemory:
+    """Mixin of the workloads built from a Python object (a function, a torch module): the object is kept
+    as it is in this process and pickled once, with cloudpickle, as bytes (``_payload``), for the workers; a
+    worker unpickles it once, in :meth:`Workload.load` (the run's plugin calls that once per worker)."""
+
+    _object_key = "function"
+
+    def _keep(self, obj: Any, what: str) -> None:
+        self._payload = pickle_payload(obj, what)
+        self._object = obj
+
+    def _the_object(self) -> Any:
+        obj = self.__dict__.get("_object")
+        if obj is None:
+            import cloudpickle
+
+            obj = self._object = cloudpickle.loads(self._payload)
+        return obj
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = Workload.__getstate__(self)  # type: ignore[arg-type]
+        state.pop("_object", None)
+        if self.__dict__.get("_payload") is not None:
+            state[self._object_key] = None
+        return state
+
+
+@register_workload("callable")
+class CallableWorkload(_InMemory, Workload):
+    """Any Python function ``f(X) -> Y`` on batches: ``X`` of shape ``(n, *sample_shape)`` to ``Y`` of shape
+    ``(n, *output_shape)``, float32 or float64.
+
+    ``function`` is either an import path ``"package.module:function"`` (checked at construction, imported
+    by each worker; the YAML key is ``name``, an alias) or, from Python, the callable itself: a function, a
+    lambda, a closure, a bound method such as a fitted scikit-learn estimator's ``predict_proba``, or any
+    object with ``__call__``. A callable object is pickled with cloudpickle here (an object that cannot be
+    pickled is refused at once, with one :class:`~gcc_dask.errors.WorkloadError` line naming it) and
+    unpickled once per Dask worker, by the run's plugin; this process keeps the object itself.
+
+    ``kwargs`` (dict) are passed to f on every call. With ``factory=True`` the imported or given object is
+    called once in :meth:`load` (with ``kwargs``) and must return f, e.g. to load a model per worker.
     """
 
     def __init__(self, function: str | Callable[..., Any] | None = None,
@@ -445,14 +546,16 @@ class CallableWorkload(Workload):
                  name: str | None = None) -> None:
         if (function is None) == (name is None):
             raise ConfigError(f"workload.name: got name={name!r}, function={function!r}; expected "
-                              f"exactly one 'package.module:function'")
+                              f"exactly one 'package.module:function' (or, from Python, function=f)")
         function = name if function is None else function
+        self._payload = None
+        token = None
         if isinstance(function, str):
             target = _import_object(function)
             label: Any = function
         elif callable(function):
-            target, label = function, f"{getattr(function, '__module__', '?')}:" \
-                                      f"{getattr(function, '__qualname__', repr(function))}"
+            self._keep(function, "f" if name is None else "workload.name")
+            target, label, token = function, _label(function), _payload_token(self._payload)
         else:
             raise ConfigError(f"workload.function: got {function!r}; expected 'package.module:function'"
                               f" or a callable")
@@ -461,9 +564,16 @@ class CallableWorkload(Workload):
         self.function, self.kwargs, self.factory = function, dict(kwargs or {}), bool(factory)
         self.params = {"kind": "callable", "function": label, "kwargs": self.kwargs,
                        "factory": self.factory}
+        if token is not None:
+            self.params["token"] = token
 
     def load(self) -> Callable[[Any], Any]:
-        fn = _import_object(self.function) if isinstance(self.function, str) else self.function
+        if self._payload is not None:
+            fn = self._the_object()
+        elif isinstance(self.function, str):
+            fn = _import_object(self.function)
+        else:  # pragma: no cover - unpickled from an older gcc-dask
+            fn = self.function
         kwargs = self.kwargs
         if self.factory:
             return fn(**kwargs)
@@ -473,63 +583,86 @@ class CallableWorkload(Workload):
 
 
 # ----------------------------------------------------------------------------------------------- torch
+def is_torch_module(obj: Any) -> bool:
+    """True for a ``torch.nn.Module`` instance, found without importing torch (a class named Module in a
+    ``torch.nn`` module among the object's bases)."""
+    return any(c.__name__ == "Module" and c.__module__.startswith("torch.nn") for c in type(obj).__mro__)
+
+
 @register_workload("torch")
-class TorchWorkload(Workload):
+class TorchWorkload(_InMemory, Workload):
     """A torch module evaluated under ``torch.inference_mode`` (optional extra: ``torch``).
 
-    Either ``path``, a TorchScript file (``torch.jit.save``; resolved like :func:`resolve_model_path`
-    with ``base_dir``), or ``name``, a ``"module:factory"`` import path called with ``kwargs`` in
-    :meth:`load` that returns a ``torch.nn.Module``. Other parameters: ``device`` (``"auto"``:
-    CUDA when available, else CPU), ``input_shape`` (optional per-sample shape the input is reshaped
-    to), ``dtype`` (``"float32"``). CuPy input goes to the GPU through DLPack; the output comes back in
-    the input's namespace.
+    Exactly one of ``path``, a TorchScript file (``torch.jit.save``; resolved like
+    :func:`resolve_model_path` with ``base_dir``), ``name``, a ``"module:factory"`` import path called with
+    ``kwargs`` in :meth:`load` that returns a ``torch.nn.Module``, or, from Python, ``module``, the
+    ``torch.nn.Module`` itself (pickled with cloudpickle here, unpickled once per Dask worker). Other
+    parameters: ``device`` (``"auto"``: CUDA when available, else CPU), ``input_shape`` (optional per-sample
+    shape the input is reshaped to), ``dtype`` (``"float32"``). f takes NumPy (or CuPy, through DLPack) input
+    of shape ``(n, *sample_shape)`` and returns the module's output in the input's namespace.
     """
 
     uses_files = True
+    _object_key = "module"
 
     def __init__(self, path: str | os.PathLike | None = None, base_dir: str | os.PathLike | None = None,
                  device: str = "auto", input_shape: Sequence[int] | None = None,
                  dtype: str = "float32", name: str | None = None,
-                 kwargs: dict[str, Any] | None = None) -> None:
-        if (path is None) == (name is None):
-            raise ConfigError(f"workload.path: got path={path!r}, name={name!r}; expected exactly one: "
-                              f"a TorchScript file or a 'module:factory' returning a torch module")
+                 kwargs: dict[str, Any] | None = None, module: Any = None) -> None:
+        if sum(v is not None for v in (path, name, module)) != 1:
+            raise ConfigError(f"workload.path: got path={path!r}, name={name!r}, module="
+                              f"{type(module).__name__ if module is not None else None}; expected exactly one: "
+                              f"a TorchScript file, a 'module:factory' returning a torch module, or (from "
+                              f"Python) module=a torch.nn.Module")
+        if module is not None and not is_torch_module(module):
+            raise ConfigError(f"workload.module: got {type(module).__name__!r}; expected a torch.nn.Module")
         self.path = None if path is None else str(resolve_model_path(path, base_dir))
         self.name, self.kwargs = name, dict(kwargs or {})
+        self._payload, self.module = None, module
         if name is not None:
             _import_object(name)  # fail early when the factory cannot be imported
+        if module is not None:
+            self._keep(module, "f")
         self.device, self.dtype = device, np.dtype(dtype).name
         self.input_shape = None if input_shape is None else tuple(int(s) for s in input_shape)
         self.params = {"kind": "torch", "path": self.path, "name": name, "kwargs": self.kwargs,
                        "device": device, "dtype": self.dtype,
                        "input_shape": None if input_shape is None else list(self.input_shape)}
+        if module is not None:
+            self.params.update(module=_label(module), token=_payload_token(self._payload))
 
     def load(self) -> Callable[[Any], Any]:
         try:
             import torch
         except ImportError as exc:
-            raise WorkloadError("the torch workload needs PyTorch: pip install 'gcc-dask[torch]'") from exc
+            raise WorkloadError("workload.kind: got 'torch', but PyTorch is not installed; expected it installed "
+                                "(pip install 'gcc-dask[torch]')") from exc
         device = self.device
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
-        if self.name is not None:
+        if self._payload is not None:  # a fresh copy: never move or switch the caller's own module
+            import cloudpickle
+
+            module = cloudpickle.loads(self._payload).to(device).eval()
+        elif self.name is not None:
             module = _import_object(self.name)(**self.kwargs)
             if not isinstance(module, torch.nn.Module):
                 raise WorkloadError(f"workload.name={self.name!r} returned {type(module).__name__}; "
                                     f"expected a torch.nn.Module")
             module = module.to(device).eval()
         elif not os.path.isfile(self.path):
-            raise WorkloadError(f"model file not found: {self.path!r} (the path must be reachable "
-                                f"from every Dask worker)")
+            raise WorkloadError(f"workload.path: got {self.path!r}, which is not a file here; expected a model "
+                                f"file reachable from the driver and every Dask worker")
         else:
             try:
                 with warnings.catch_warnings():  # torch >= 2.10 deprecates TorchScript; it loads
                     warnings.simplefilter("ignore", DeprecationWarning)
                     module = torch.jit.load(self.path, map_location=device).eval()
             except Exception as exc:
-                raise WorkloadError(f"cannot load TorchScript model {self.path!r}: {exc}") from exc
+                raise WorkloadError(f"workload.path: got {self.path!r}, which torch.jit.load cannot load "
+                                    f"({_one_line(exc)}); expected a TorchScript model file") from None
         tdtype, per_sample = getattr(torch, self.dtype), self.input_shape
-        path = self.path or self.name
+        path = self.path or self.name or self.params.get("module")
 
         def f(X: Any) -> Any:
             on_gpu = _is_cupy(X)

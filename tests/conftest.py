@@ -40,13 +40,34 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def client():
-    """A threaded-worker LocalCluster client shared by the whole session (no dashboard)."""
+    """A threaded-worker LocalCluster client shared by the whole session (no dashboard).
+
+    Its scheduler never re-runs a lost task (``allowed-failures: 0``), as the embedded cluster of a run: a
+    run on a cluster that would re-run lost shards warns (tests/test_coded_map.py shows the warning)."""
+    import dask
     from distributed import Client, LocalCluster
 
-    cluster = LocalCluster(
-        n_workers=2, threads_per_worker=8, processes=False, dashboard_address=":0", silence_logs=40
-    )
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        cluster = LocalCluster(
+            n_workers=2, threads_per_worker=8, processes=False, dashboard_address=":0", silence_logs=40
+        )
     c = Client(cluster)
+    yield c
+    c.close()
+    cluster.close()
+
+
+@pytest.fixture(scope="session")
+def process_client():
+    """A LocalCluster of 2 worker processes (4 threads each) shared by the tests that need real processes: what is
+    pickled reaches the workers as bytes, and the driver's own process can be told apart from theirs."""
+    import dask
+    from distributed import Client, LocalCluster
+
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        cluster = LocalCluster(n_workers=2, threads_per_worker=4, processes=True, dashboard_address=":0",
+                               silence_logs=40)
+    c = Client(cluster, set_as_default=False)
     yield c
     c.close()
     cluster.close()

@@ -86,3 +86,35 @@ def test_info_prints_versions_and_the_target_cluster():
     res = subprocess.run(GCC_DASK + ["info"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0
     assert "zarr" in res.stdout and "gpu" in res.stdout and "LocalCluster" in res.stdout
+
+
+def test_report_on_a_missing_store_is_one_line():
+    res = subprocess.run(GCC_DASK + ["report", "runs/nope.zarr"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert lines == [f"gcc-dask: error: store path: got {str(Path('runs/nope.zarr').absolute())!r}; it does not "
+                     "exist (expected a gcc-dask run, sweep or frontier store)"]
+    assert "Usage:" not in res.stderr
+
+
+def test_performance_report_of_a_run(tmp_path):
+    report = tmp_path / "perf" / "smoke.html"
+    res = subprocess.run(GCC_DASK + ["run", "pipelines/smoke.yaml", "--out", str(tmp_path / "s.zarr"), "--no-progress",
+                                     "--set", "run.limit_batches=2", "--performance-report", str(report)],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert f"performance report: {report}" in res.stdout
+    assert "it closes when the run ends" in res.stdout  # the embedded cluster's dashboard is said to be short-lived
+    text = report.read_text()
+    assert "Dask Performance Report" in text and "Task Stream" in text
+
+
+def test_performance_report_of_a_sweep(tmp_path):
+    report = tmp_path / "sweep.html"
+    res = subprocess.run(GCC_DASK + ["sweep", "pipelines/rate_worst_case.yaml", "--out", str(tmp_path / "s.zarr"),
+                                     "--set", "code.num_workers=[39]", "--set", "stragglers.S=[1]", "--set", "trials=2",
+                                     "--set", "cluster.processes=false", "--no-progress",
+                                     "--performance-report", str(report)],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "Dask Performance Report" in report.read_text()

@@ -61,7 +61,7 @@ def test_design_example_loads_with_resolved_defaults():
     assert cfg.cutoff.quantile is None
     assert cfg.run.max_batches_in_flight == 16
     assert cfg.run.reference is True
-    assert cfg.replication.copies is None and cfg.replication.stop == "cutoff" and cfg.replication.fill == "none"
+    assert cfg.replication.copies is None and cfg.replication.stop == "cutoff" and cfg.replication.fill == "linear"
     assert cfg.workers_for("replication") == cfg.code.num_workers  # equal cost: the coded schemes' N
     assert cfg.code.block_size == 512 and cfg.composition.policy == "similarity"
     assert cfg.seed == 0
@@ -287,7 +287,7 @@ def test_missing_file_and_bad_yaml(tmp_path):
         load_config(tmp_path / "nope.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\ncode: {num_inputs: 8\n")
-    with pytest.raises(ConfigError, match=r"bad.yaml: invalid YAML at line \d+"):
+    with pytest.raises(ConfigError, match=r"bad.yaml: got invalid YAML at line \d+"):
         load_config(bad)
     dup = tmp_path / "dup.yaml"
     dup.write_text(yaml.safe_dump(BASE) + "name: again\n")
@@ -387,3 +387,60 @@ def test_fuzz_mutated_valid_configs_only_raise_config_error(key, value, key2, va
     st.text(max_size=10)), max_size=3))
 def test_fuzz_overrides_only_raise_config_error(overrides):
     _check(BASE, overrides)
+
+
+# ----------------------------------------------------------------------------- what a typo is reported as
+def test_a_typo_in_a_required_key_names_the_typo_and_the_key_meant():
+    data = copy.deepcopy(BASE)
+    data["code"] = {"num_inputs": 8, "num_worker": 16}  # num_workers is then missing too
+    with pytest.raises(ConfigError) as info:
+        load_config(data, check_paths=False)
+    assert str(info.value).startswith("code.num_worker: got unknown key 'num_worker' (did you mean 'num_workers'?); "
+                                      "expected one of: num_inputs, num_workers, block_size, points")
+
+
+def test_unknown_keys_come_before_path_checks(tmp_path):
+    config = tmp_path / "job.yaml"
+    yaml.safe_dump({**BASE, "workload": {"kind": "onnx", "path": "missing.onnx"}, "straglers": {}}, config.open("w"))
+    with pytest.raises(ConfigError, match=r"^straglers: got unknown key 'straglers' \(did you mean 'stragglers'\?\)"):
+        load_config(config)  # not "workload.path: ... expected an existing file"
+    yaml.safe_dump({**BASE, "workload": {"kind": "onnx", "path": "missing.onnx"},
+                    "code": {"num_inputs": 8, "num_worker": 16}}, config.open("w"))
+    with pytest.raises(ConfigError, match=r"^code\.num_worker: got unknown key"):
+        load_config(config)
+
+
+def test_an_unrelated_unknown_key_gets_no_suggestion():
+    with pytest.raises(ConfigError) as info:
+        load_config({**BASE, "colour": 1}, check_paths=False)
+    assert "did you mean" not in str(info.value)
+
+
+def test_a_sweep_file_given_as_a_pipeline_says_so():
+    from gcc_dask.sweep_config import load_sweep_config
+
+    with pytest.raises(ConfigError, match=r"^config: got a sweep file \(it has 'function'.*'trials'.*run a sweep "
+                                          r"with `gcc-dask sweep FILE`"):
+        load_config("pipelines/rate_worst_case.yaml")
+    with pytest.raises(ConfigError, match=r"^sweep config: got a pipeline file \(it has 'source', 'workload'.*run a "
+                                          r"pipeline with `gcc-dask run FILE`"):
+        load_sweep_config("pipelines/smoke.yaml")
+    with pytest.raises(ConfigError, match=r"^trails: got unknown key 'trails' \(did you mean 'trials'\?\)"):
+        load_sweep_config({"function": {"kind": "xsinx"}, "schemes": ["gcc"], "trails": 3,
+                           "code": {"num_inputs": [4], "num_workers": [9]},
+                           "stragglers": {"model": "fixed_count", "S": [1]}})
+
+
+def test_an_in_memory_function_is_a_python_only_workload_key():
+    f = lambda x: x  # noqa: E731
+    cfg = load_config({**BASE, "workload": {"kind": "callable", "function": f}}, check_paths=False)
+    assert cfg.workload.function is f
+    assert cfg.resolved()["workload"]["function"] == ("<python object test_config:"
+                                                      "test_an_in_memory_function_is_a_python_only_workload_key.<locals>.<lambda>>")
+    again = load_config(cfg, overrides=["code.num_workers=12"])  # the object survives an override
+    assert again.workload.function is f
+    with pytest.raises(ConfigError, match=r"workload\.name: got <ufunc 'sin'>; expected a string \(from Python, pass "
+                                          r"the callable itself as workload\.function\)"):
+        load_config({**BASE, "workload": {"kind": "callable", "name": np.sin}}, check_paths=False)
+    with pytest.raises(ConfigError, match=r"workload\.function: got 3; expected a callable"):
+        load_config({**BASE, "workload": {"kind": "callable", "function": 3}}, check_paths=False)

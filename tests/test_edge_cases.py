@@ -50,7 +50,7 @@ def test_labels_are_written_without_a_reference(client, tmp_path):
 
 def test_integer_outputs_of_f_are_refused_before_anything_runs(client, tmp_path):
     cfg = _cfg(tmp_path / "int.zarr", workload={"kind": "callable", "name": "test_edge_cases:int_outputs"})
-    with pytest.raises(WorkloadError, match="f returns int64 outputs; expected float32 or float64"):
+    with pytest.raises(WorkloadError, match="workload: got int64 outputs from f; expected float32 or float64"):
         gd.run_pipeline(cfg, client=client)
     assert not (tmp_path / "int.zarr").exists()
 
@@ -58,7 +58,7 @@ def test_integer_outputs_of_f_are_refused_before_anything_runs(client, tmp_path)
 def test_integer_data_is_refused_before_anything_runs_and_runs_with_a_cast(client, tmp_path):
     np.save(tmp_path / "u8.npy", (np.arange(40 * 5) % 251).astype(np.uint8).reshape(40, 5))
     cfg = _cfg(tmp_path / "u8.zarr", source={"kind": "npy", "path": str(tmp_path / "u8.npy")})
-    with pytest.raises(SourceError, match="holds uint8 samples; .* set source.dtype: float32"):
+    with pytest.raises(SourceError, match="got uint8 samples in .*; expected real floating data .* set source.dtype: float32"):
         gd.run_pipeline(cfg, client=client)
     assert not (tmp_path / "u8.zarr").exists()
     cfg["source"]["dtype"] = "float32"

@@ -132,3 +132,26 @@ def test_the_cli_runs_a_frontier_file_and_reports_it(tmp_path):
     assert "## worst stragglers" in text and "Where coding wins and where it does not" in text
     assert {p.name for p in (tmp_path / "rep" / "figures").iterdir()} == {
         "frontier_random.png", "frontier_contiguous.png", "frontier_worst.png"}
+
+
+def test_results_section_and_the_training_choice(client, tmp_path):
+    """RESULTS.md's frontier section from the stores it finds, and the coded estimator chosen on one store
+    (training) judged on another (held out) against the held-out store's best cheap one, paired."""
+    from gcc_dask.analysis.results_frontier import chosen_on_training, frontier_section
+
+    runs = tmp_path / "runs"
+    test = run_frontier(_poly_cfg(tmp_path, name="frontier-polynomial", store={"path": str(runs / "frontier-polynomial.zarr")}),
+                        client=client)
+    train = run_frontier(_poly_cfg(tmp_path, seed=5, store={"path": str(tmp_path / "train.zarr")}), client=client)
+    tr, te = open_frontier(train.path), open_frontier(test.path)
+    chosen = chosen_on_training(tr, te)
+    assert set(chosen["N"]) == {4, 6, 8} and (chosen["S"] == 1).all()
+    row = chosen[chosen["N"] == 6].iloc[0]
+    a = te["mse"].sel(candidate=f"{row.coded}@6", S=1, pattern="random").values
+    b = te["mse"].sel(candidate=f"{row.cheap}@6", S=1, pattern="random").values
+    assert row["diff"] == pytest.approx((a - b).mean())
+    md, missing, counts = frontier_section(runs, tmp_path / "figs", tmp_path / "figs")
+    text = "\n".join(md)
+    assert "### 1 + x + x²" in text and "Where coding wins and where it does not" in text
+    assert (tmp_path / "figs" / "frontier-polynomial.png").is_file()
+    assert any("frontier-mnist.zarr" in m for m in missing) and "frontier-polynomial" in counts

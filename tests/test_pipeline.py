@@ -17,8 +17,9 @@ from run_helpers import direct_decode, stored_layout
 SMOKE = "pipelines/smoke.yaml"
 
 
-def _run(client, tmp_path, name="run.zarr", overrides=()):  # noqa: D103
-    return gd.run_pipeline(SMOKE, client=client, out=tmp_path / name, overrides=["run.progress=false", "store.overwrite=false", *overrides])
+def _run(client, tmp_path, name="run.zarr", overrides=(), echo=None):  # noqa: D103
+    return gd.run_pipeline(SMOKE, client=client, out=tmp_path / name, echo=echo,
+                           overrides=["run.progress=false", "store.overwrite=false", *overrides])
 
 
 @pytest.fixture(scope="module")
@@ -35,9 +36,12 @@ def test_smoke_store_is_complete(smoke):
         status = root[f"{scheme}/status"][:]
         assert status.shape == (8,) and (status > 0).all()
     assert set(smoke.summary.index) == {"gcc", "bacc", "replication", "uncoded"}
-    # exact baselines reproduce the uncoded model exactly
+    # uncoded reproduces the uncoded model exactly; replication too, except the inputs its fill estimated
     assert smoke.summary.loc["uncoded", "rel_acc"] == 1.0
-    assert smoke.summary.loc["replication", "rmse"] == 0.0
+    root_rep = zarr.open_group(str(smoke.path), mode="r")
+    filled = root_rep["replication/filled"][:]
+    dec, ref = root_rep["replication/decoded"][:], root_rep["inputs/reference"][:]
+    assert (dec[~filled] == ref[~filled]).all() and smoke.summary.loc["replication", "filled"] == filled.sum()
     assert smoke.summary.loc["gcc", "accuracy_uncoded"] > 0.9
 
 
@@ -69,12 +73,18 @@ def test_store_opens_with_xarray_and_open_run(smoke):
 
 
 def test_resume_recomputes_nothing_done_and_matches_a_clean_run(client, tmp_path, smoke):
-    part = _run(client, tmp_path, "resumed.zarr", overrides=["run.limit_batches=3"])
+    said = []
+    part = _run(client, tmp_path, "resumed.zarr", overrides=["run.limit_batches=3"], echo=said.append)
     assert part.status == "incomplete"
+    # the run says it stopped on purpose at the limit, and what is left
+    assert said[-1] == ("stopped at run.limit_batches = 3 (the first 3 of 8 batches); 5 of 8 batches still "
+                        "pending per scheme, so the store is 'incomplete': run the same command without "
+                        "run.limit_batches, or with a larger one, to go on"), said
     first = zarr.open_group(str(part.path), mode="r")
     before = first["gcc/batch_latency_s"][:3].copy()
-    full = _run(client, tmp_path, "resumed.zarr")
-    assert full.status == "complete"
+    said = []
+    full = _run(client, tmp_path, "resumed.zarr", echo=said.append)
+    assert full.status == "complete" and not any("limit_batches" in line for line in said), said
     root = zarr.open_group(str(full.path), mode="r")
     np.testing.assert_array_equal(root["gcc/batch_latency_s"][:3], before)  # not recomputed
     clean = zarr.open_group(str(smoke.path), mode="r")
@@ -163,3 +173,29 @@ def test_a_store_path_with_a_tilde_is_the_home_folder(client, tmp_path, monkeypa
     from gcc_dask.analysis.summary import summarize_run
 
     assert summarize_run("~/home-run.zarr").loc["gcc", "rel_acc"] == res.summary.loc["gcc", "rel_acc"]
+
+
+def test_a_model_with_a_fixed_batch_dimension_runs_and_says_so(client, tmp_path):
+    """An ONNX model exported with a fixed batch of 1 (blocks of 2 samples, batches of 16): every shard and
+    reference runs in slices, so the run completes with finite estimates and references (it used to end
+    'complete' with every shard an erasure and NaN references), and the run says how f is called."""
+    import onnx
+
+    model = onnx.load("pipelines/models/lenet5_mnist.onnx")
+    for value in (*model.graph.input, *model.graph.output):
+        dim = value.type.tensor_type.shape.dim[0]
+        dim.Clear()
+        dim.dim_value = 1
+    onnx.save(model, str(tmp_path / "lenet_b1.onnx"))
+    said = []
+    run = _run(client, tmp_path, echo=said.append,
+               overrides=[f"workload.path={tmp_path / 'lenet_b1.onnx'}", "source.limit=32"])
+    assert run.status == "complete"
+    assert any("has a fixed batch dimension of 1, so f runs each block of code.block_size = 2 samples in "
+               "slices of 1" in line for line in said), said
+    root = zarr.open_group(str(run.path), mode="r")
+    assert np.isfinite(root["inputs/reference"][:]).all()
+    for scheme in ["gcc", "uncoded"]:
+        assert not root[f"{scheme}/failed"][:].any()
+        assert np.isfinite(root[f"{scheme}/decoded"][:]).all()
+    assert run.summary.loc["uncoded", "rel_acc"] == 1.0

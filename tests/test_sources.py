@@ -183,6 +183,58 @@ def test_npy_source_memory_maps(tmp_path):
     _assert_sliced(src, data.astype(np.float32), np.arange(400) % 3, batch=32)
 
 
+def test_npy_files_open_once_per_process_under_a_lock(tmp_path, monkeypatch):
+    """Sixteen threads read through sixteen unpickled copies of one source (a worker's threads, the
+    composition windows): np.load, whose header parser (ast.literal_eval) is not thread-safe on CPython
+    3.11, runs once per file, never two at a time; a rewritten file is opened anew."""
+    import threading
+    import time
+
+    data = np.random.default_rng(4).random((64, 3))
+    np.save(tmp_path / "x.npy", data)
+    np.save(tmp_path / "y.npy", np.arange(64) % 5)
+    src = make_source("npy", path=tmp_path / "x.npy", labels=tmp_path / "y.npy")
+    copies = [pickle.loads(pickle.dumps(src)) for _ in range(16)]
+    real_load, calls, active, most = np.load, [], [0], [0]
+    lock = threading.Lock()
+
+    def load(*args, **kwargs):
+        with lock:
+            calls.append(os.path.basename(str(args[0])))
+            active[0] += 1
+            most[0] = max(most[0], active[0])
+        time.sleep(0.05)  # widen the window in which two parses would overlap
+        try:
+            return real_load(*args, **kwargs)
+        finally:
+            with lock:
+                active[0] -= 1
+
+    monkeypatch.setattr(np, "load", load)
+    sources._NPY_OPEN.clear()  # as in a fresh worker process
+    start = threading.Barrier(len(copies))
+    out = [None] * len(copies)
+
+    def read(i):
+        start.wait()
+        out[i] = copies[i].read(8 * (i % 8), 8 * (i % 8) + 8)
+
+    threads = [threading.Thread(target=read, args=(i,)) for i in range(len(copies))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(calls) == ["x.npy", "y.npy"] and most[0] == 1, (calls, most)
+    for i, (x, y) in enumerate(out):
+        lo = 8 * (i % 8)
+        np.testing.assert_array_equal(x, data[lo:lo + 8].astype(np.float64))
+        np.testing.assert_array_equal(y, np.arange(lo, lo + 8) % 5)
+    # a file written again (new size) is not served from the old map
+    np.save(tmp_path / "x.npy", np.ones((80, 3)))
+    fresh = make_source("npy", path=tmp_path / "x.npy")
+    assert fresh.num_samples == 80 and calls.count("x.npy") == 2
+
+
 def test_file_source_errors(tmp_path):
     with pytest.raises(SourceError, match="missing.npy"):
         make_source("npy", path=tmp_path / "missing.npy")
@@ -198,6 +250,30 @@ def test_file_source_errors(tmp_path):
     (tmp_path / "bad.npy").write_bytes(b"not numpy")
     with pytest.raises(SourceError, match="bad.npy"):
         make_source("npy", path=tmp_path / "bad.npy")
+
+
+@pytest.mark.parametrize("kind", ["npy", "zarr", "array"])
+@pytest.mark.parametrize("labels", [np.arange(4) * 0.5, np.array(["a", "b", "c", "d"]), np.ones(4, bool)],
+                         ids=["float", "str", "bool"])
+def test_labels_that_are_not_integers_are_refused(tmp_path, kind, labels):
+    """Labels are class indices: floats (0.5 read as class 0) and the like are one line naming the dtype."""
+    import zarr
+
+    x = np.zeros((4, 3), np.float32)
+    if kind == "npy":
+        np.save(tmp_path / "x.npy", x)
+        np.save(tmp_path / "y.npy", labels)
+        args = {"path": tmp_path / "x.npy", "labels": tmp_path / "y.npy"}
+    elif kind == "zarr":
+        root = zarr.open_group(str(tmp_path / "d.zarr"), mode="w")
+        root.create_array("x", data=x)
+        root.create_array("y", data=labels if labels.dtype.kind != "U" else labels.astype(str))
+        args = {"path": tmp_path / "d.zarr", "array": "x", "labels": "y"}
+    else:
+        args = {"array": x, "labels": labels}
+    with pytest.raises(SourceError, match=rf"^source\.labels: got labels of dtype {labels.dtype.name}; "
+                                          r"expected integer class labels"):
+        make_source(kind, **args)
 
 
 # --------------------------------------------------------------------------------- synthetic/array

@@ -60,16 +60,46 @@ def test_onnx_bad_input_shape_names_shapes(lenet):
         lenet.output_shape((10,))
 
 
+def _fixed_batch_model(tmp_path, batch: int) -> str:
+    """The bundled LeNet-5 with its batch dimension fixed to `batch` (as some exporters write it)."""
+    import onnx
+
+    model = onnx.load(str(MODEL))
+    for value in (*model.graph.input, *model.graph.output):
+        dim = value.type.tensor_type.shape.dim[0]
+        dim.Clear()
+        dim.dim_value = batch
+    path = tmp_path / f"lenet_batch{batch}.onnx"
+    onnx.save(model, str(path))
+    return str(path)
+
+
+@pytest.mark.parametrize("batch", [1, 3, 64])
+def test_onnx_fixed_batch_dimension_runs_in_slices(tmp_path, lenet, mnist32, batch):
+    """A model exported with a fixed batch of b runs any n samples in slices of b (the last one padded):
+    the outputs equal the dynamic model's, row for row, for n below, at, and above b."""
+    x = np.concatenate([mnist32[0]] * 3)  # 96 digits
+    dynamic = lenet.load()
+    fixed = make_workload("onnx", path=_fixed_batch_model(tmp_path, batch)).load()
+    assert fixed.fixed_batch == batch and dynamic.fixed_batch is None
+    for n in sorted({1, 2, batch, batch + 1, 96}):
+        want = dynamic(x[:n])
+        got = fixed(x[:n])
+        assert got.shape == want.shape == (n, 10)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_onnx_bad_path(tmp_path):
     with pytest.raises(WorkloadError, match="no_such_model.onnx"):
         make_workload("onnx", path="no_such_model.onnx", base_dir=tmp_path)
     bad = tmp_path / "broken.onnx"
     bad.write_bytes(b"not a model")
     wl = make_workload("onnx", path=bad)
-    with pytest.raises(WorkloadError, match="broken.onnx"):
+    with pytest.raises(WorkloadError, match=r"^workload\.path: got .*broken\.onnx', which ONNX Runtime cannot "
+                                            r"load \([^\n]*\); expected an ONNX model file$"):
         wl.load()
     bad.unlink()  # gone by the time a worker loads it
-    with pytest.raises(WorkloadError, match="reachable from every Dask worker"):
+    with pytest.raises(WorkloadError, match=r"^workload\.path: got .*broken\.onnx.*; expected a model file reachable from the driver and every Dask worker"):
         wl.load()
 
 

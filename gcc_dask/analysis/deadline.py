@@ -114,7 +114,19 @@ def _default_deadlines(path: str, n: int = 25) -> np.ndarray:
     v = v[np.isfinite(v)]
     if not v.size:
         return np.array([0.0])
-    return np.unique(np.concatenate([np.quantile(v, np.linspace(0, 1, n)), [v.max()]]))
+    grid = np.unique(np.concatenate([np.quantile(v, np.linspace(0, 1, n)), [v.max()]]))
+    # the curve moves only when a result arrives: where two grid points are far apart (more than 2x; the quantiles
+    # skip a sparse tail such as hung workers), add the arrivals between them (at most 8 per gap), so that each
+    # step of the curve sits where it really is
+    arrivals = np.unique(v)
+    extra = []
+    for lo, hi in zip(grid[:-1], grid[1:]):
+        if hi > 2 * lo:
+            inside = arrivals[(arrivals > lo) & (arrivals < hi)]
+            if inside.size > 8:
+                inside = inside[np.unique(np.linspace(0, inside.size - 1, 8).round().astype(int))]
+            extra.append(inside)
+    return np.unique(np.concatenate([grid, *extra]))
 
 
 class _Recomputer:

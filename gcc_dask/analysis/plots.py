@@ -65,8 +65,56 @@ def _sval(sdim: str, s) -> str:
 
 
 def _legend(ax, loc: str = "best") -> None:
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=_LEGEND, loc=loc, framealpha=0.85)
+    """The panel's legend below its axes, where it cannot cover a curve (one column, or two for short
+    labels); the figure grows to keep the axes their size (:func:`_make_room`)."""
+    handles, labels = ax.get_legend_handles_labels()
+    if not handles:
+        return
+    ncol = 2 if len(labels) > 1 and max(len(t) for t in labels) <= 28 else 1
+    ax.legend(handles, labels, fontsize=_LEGEND, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=ncol,
+              frameon=False, borderaxespad=0.0)
+    ax._gcc_legend_rows = -(-len(labels) // ncol)  # read by _make_room
+
+
+def _make_room(fig) -> None:
+    """Grow the figure by the height of the tallest row of legends below the panels (0.19 in a line)."""
+    rows = max((getattr(ax, "_gcc_legend_rows", 0) for ax in fig.axes), default=0)
+    if rows:
+        w, h = fig.get_size_inches()
+        nrows = max(1, round(h / _PANEL[1]))
+        fig.set_size_inches(w, h + nrows * (0.35 + 0.19 * rows))
+
+
+def _log_limits(ax, values, pad: float = 1.6) -> tuple[float, float] | None:
+    """Set a log y axis to the finite positive `values` (padded by a factor `pad`): an exact zero, which a
+    log axis cannot show, never stretches it (matplotlib would clip it to ~1e-300). Returns the limits."""
+    v = np.asarray(values, dtype=float).ravel()
+    v = v[np.isfinite(v) & (v > 0)]
+    if not v.size:
+        return None
+    lo, hi = float(v.min()) / pad, float(v.max()) * pad
+    ax.set_ylim(lo, hi)
+    return lo, hi
+
+
+def _same_curves(curves: dict[str, tuple[np.ndarray, np.ndarray]]) -> list[tuple[list[str], np.ndarray, np.ndarray]]:
+    """Group the curves ``{label: (x, y)}`` that are identical (the same x and, to 1e-12 relative, the same y),
+    in first-seen order: drawn once, labelled with every name, instead of one hiding the others."""
+    groups: list[tuple[list[str], np.ndarray, np.ndarray]] = []
+    for name, (x, y) in curves.items():
+        x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+        for names, gx, gy in groups:
+            if gx.shape == x.shape and np.array_equal(gx, x, equal_nan=True) and \
+                    np.allclose(gy, y, rtol=1e-12, atol=0, equal_nan=True):
+                names.append(name)
+                break
+        else:
+            groups.append(([name], x, y))
+    return groups
+
+
+def _group_label(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{' = '.join(names)} (the same)"
 
 
 def _seconds_axis(ax, values, axis: str = "x") -> None:
@@ -123,19 +171,30 @@ def _k_index(ds, num_inputs) -> int:
     return K.index(num_inputs)
 
 
+def _below_exact(N, mean) -> str:
+    """The part of a legend label that says where a scheme's mean MSE is below EXACT_MSE (not drawn)."""
+    exact = np.isfinite(mean) & (mean < EXACT_MSE)
+    if not exact.any():
+        return ""
+    where = ", ".join(str(int(n)) for n in np.asarray(N)[exact])
+    return f"; MSE < {EXACT_MSE:g} at N = {where}"
+
+
 def plot_mse_vs_n(ds, *, num_inputs: int | None = None, references: bool = True, n_boot: int = 1000):
     """MSE against N on log-log axes: one panel per S (or p), one line per scheme, fitted slope in the legend.
 
     The dashed grey line has the shape of the GCC bound, ``S³N⁻³`` (fixed-count stragglers) or
     ``log³_{1/p}(N)·N⁻³`` (independent straggling), through the first inexact scheme's MSE at its smallest
-    N (arXiv:2608.28910); the shaded band spans the 25th–75th percentile over trials.
+    N (arXiv:2608.28910); the shaded band spans the 25th–75th percentile over trials. The y axis spans the
+    plotted means and bands: a mean below ``EXACT_MSE`` (replication and LCC are exact when their results
+    arrive: MSE 0) is not drawn, and the legend says at which N; the legends sit below the panels.
     """
     ds = ds.load()
     sdim, a = straggler_dim(ds), _k_index(ds, num_inputs)
     N, svals, mse = ds["num_workers"].values, ds[sdim].values, _done_mse(ds)
     fig, axes = _figure(len(svals))
     for c, (ax, s) in enumerate(zip(axes, svals)):
-        anchor = None
+        anchor, shown, bands = None, [], []
         for i, scheme in enumerate(ds["scheme"].values):
             m = mse[i, a, :, c, :]
             ran = np.isfinite(m).any(axis=1)
@@ -143,16 +202,29 @@ def plot_mse_vs_n(ds, *, num_inputs: int | None = None, references: bool = True,
                 continue
             mean = _nanmean(m[ran])
             if np.nanmax(mean) < EXACT_MSE:  # exact to rounding (LCC on a polynomial): no rate to fit
-                label = f"{scheme} (exact: MSE < {EXACT_MSE:g})"
+                label = f"{scheme} (exact: MSE < {EXACT_MSE:g}, not drawn)"
             else:
-                label = f"{scheme} ({fit_rate(N[ran], m[ran], n_boot=n_boot).label()})"
-            line = ax.loglog(N[ran], mean, marker=_MARKERS[i % len(_MARKERS)], label=label)[0]
+                label = f"{scheme} ({fit_rate(N[ran], m[ran], n_boot=n_boot).label()}{_below_exact(N[ran], mean)})"
+            drawn = np.where(mean >= EXACT_MSE, mean, np.nan)
+            line = ax.plot(N[ran], drawn, marker=_MARKERS[i % len(_MARKERS)], ls=_STYLES[i % len(_STYLES)],
+                           label=label)[0]
+            shown.append(drawn)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
                 lo, hi = np.nanpercentile(m[ran], [25, 75], axis=1)
-            ax.fill_between(N[ran], np.maximum(lo, 1e-300), np.maximum(hi, 1e-300), color=line.get_color(), alpha=0.15)
+            keep = np.isfinite(drawn)
+            if keep.sum() >= 2:  # a band of one point would be a vertical line
+                bands.append((N[ran], lo, hi, keep, line.get_color()))
             if anchor is None and np.isfinite(mean[0]) and mean[0] > EXACT_MSE:  # not an exact scheme's rounding
                 anchor = (float(N[ran][0]), float(mean[0]))
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        band_values = [v for n, lo, hi, keep, _ in bands for v in (lo[keep], hi[keep])]
+        limits = _log_limits(ax, np.concatenate([*shown, *band_values]) if shown else [])
+        for n, lo, hi, keep, color in bands:  # clipped to the axis: a 25th percentile of 0 is the axis bottom
+            bottom = limits[0] if limits else EXACT_MSE
+            ax.fill_between(n, np.maximum(np.where(keep, lo, np.nan), bottom), np.maximum(np.where(keep, hi, np.nan),
+                            bottom), color=color, alpha=0.15)
         if references and anchor is not None:
             grid = np.geomspace(N.min(), N.max(), 50)
             if sdim == "S":
@@ -162,12 +234,16 @@ def plot_mse_vs_n(ds, *, num_inputs: int | None = None, references: bool = True,
             else:
                 ref = None
             if ref is not None:
-                ax.loglog(grid, ref, "--", color="0.5", lw=1, label=lab)
+                ax.plot(grid, ref, "--", color="0.5", lw=1, label=lab)
+                if limits:  # the reference keeps to the data's range
+                    ax.set_ylim(*limits)
         _labels(ax, f"{_sval(sdim, s)}, K = {int(ds['num_inputs'].values[a])}", "number of workers N",
                 _MSE_LABEL)
         _n_ticks(ax, N)
-        ax.grid(True, which="both", alpha=0.3)
+        few_decades = limits is not None and limits[1] / limits[0] <= 1e3
+        ax.grid(True, which="both" if few_decades else "major", alpha=0.3)  # minor lines crowd many decades
         _legend(ax)
+    _make_room(fig)
     fig.suptitle(f"MSE against N: {ds.attrs.get('function', '')}", fontsize=_SUPTITLE)
     return fig
 
@@ -186,15 +262,25 @@ def plot_mse_vs_s(ds, *, num_inputs: int | None = None, num_workers=None):
     fig, axes = _figure(len(picks))
     for ax, n in zip(axes, picks):
         b = N.index(n)
+        shown = []
         for i, scheme in enumerate(ds["scheme"].values):
             mean = _nanmean(mse[i, a, b])
             if np.isfinite(mean).any():
-                ax.semilogy(svals, mean, marker=_MARKERS[i % len(_MARKERS)], label=str(scheme))
+                exact = np.isfinite(mean) & (mean < EXACT_MSE)
+                where = ", ".join(f"{v:g}" for v in np.asarray(svals, dtype=float)[exact])
+                note = "" if not exact.any() else f" (MSE < {EXACT_MSE:g} at {sdim} = {where}, not drawn)"
+                drawn = np.where(mean >= EXACT_MSE, mean, np.nan)
+                ax.plot(svals, drawn, marker=_MARKERS[i % len(_MARKERS)], ls=_STYLES[i % len(_STYLES)],
+                        label=f"{scheme}{note}")
+                shown.append(drawn)
+        ax.set_yscale("log")
+        _log_limits(ax, np.concatenate(shown) if shown else [])
         _labels(ax, f"N = {n}, K = {int(ds['num_inputs'].values[a])}",
                 "stragglers S (workers)" if sdim == "S" else "straggling probability p", _MSE_LABEL)
         ax.set_xticks([v.item() for v in svals])
         ax.grid(True, which="major", alpha=0.3)  # minor log gridlines crowd a panel spanning many decades
         _legend(ax)
+    _make_room(fig)
     what = "stragglers S" if sdim == "S" else "straggling probability p"
     fig.suptitle(f"MSE against {what}: {ds.attrs.get('function', '')}", fontsize=_SUPTITLE)
     return fig
@@ -233,13 +319,17 @@ def plot_metric_vs_n(ds, metric: str = "rel_acc", *, num_inputs: int | None = No
         _n_ticks(ax, N)
         ax.grid(True, alpha=0.3)
         _legend(ax)
+    _make_room(fig)
     name = {"rel_acc": "RelAcc", "accuracy": "Accuracy"}.get(metric, metric)
     fig.suptitle(f"{name} against N: {ds.attrs.get('function', '')}", fontsize=_SUPTITLE)
     return fig
 
 
 def plot_latency_cdf(path: str | os.PathLike):
-    """CDFs per scheme of a run store's cutoff time and batch latency (seconds from the batch start)."""
+    """CDFs per scheme of a run store's cutoff time and batch latency (seconds from the batch start).
+
+    Schemes whose CDFs are identical (every scheme that stops at the same cutoff on the same latency draws) are
+    drawn once, labelled with every name, instead of one curve hiding the others."""
     from gcc_dask.analysis.deadline import latency_cdf
 
     fig, axes = _figure(2)
@@ -247,16 +337,23 @@ def plot_latency_cdf(path: str | os.PathLike):
               ("batch_latency_s", "When the batch was decoded", "batch latency (s, submission to decode written)"))
     for ax, (var, title, xlabel) in zip(axes, panels):
         cdf = latency_cdf(path, variable=var)
-        for i, (scheme, sub) in enumerate(cdf.groupby("scheme", sort=False)):
+        curves = {}
+        for scheme, sub in cdf.groupby("scheme", sort=False):
             if len(sub):
-                x = np.concatenate([sub["seconds"].values[:1], sub["seconds"].values])
-                y = np.concatenate([[0.0], sub["cdf"].values])
-                ax.step(x, y, where="post", ls=_STYLES[i % len(_STYLES)], lw=1.8, label=str(scheme))
+                curves[str(scheme)] = (np.concatenate([sub["seconds"].values[:1], sub["seconds"].values]),
+                                       np.concatenate([[0.0], sub["cdf"].values]))
+        # schemes that stop at the same cutoff on the same latency draws have the same CDF: one curve, all names
+        order = list(curves)
+        for names, x, y in _same_curves(curves):
+            i = order.index(names[0])  # a scheme keeps its colour and style in every panel
+            ax.step(x, y, where="post", color=f"C{i}", ls=_STYLES[i % len(_STYLES)], lw=1.8,
+                    label=_group_label(names))
         _seconds_axis(ax, cdf["seconds"].values)
         _labels(ax, title, xlabel, "fraction of batches (CDF)")
         ax.set_ylim(-0.02, 1.02)
         ax.grid(True, which="both", alpha=0.3)
-        _legend(ax, loc="lower right")
+        _legend(ax)
+    _make_room(fig)
     fig.suptitle(f"Latency per batch: {_run_name(path)}", fontsize=_SUPTITLE)
     return fig
 
@@ -278,18 +375,25 @@ def plot_deadline(curve):
     """Accuracy against deadline (from :func:`gcc_dask.analysis.deadline.deadline_curve`).
 
     Left: RelAcc (or MSE when f has one output) per scheme; right: the mean number of results available
-    at the deadline. The x axis is the deadline in seconds from the batch start.
+    at the deadline. The x axis is the deadline in seconds from the batch start. Drawn as steps (a value holds
+    until the next grid point: the curve moves only when a result arrives); schemes with identical curves are
+    drawn once, labelled with every name.
     """
     fig, axes = _figure(2)
     use_rel = "rel_acc" in curve and curve["rel_acc"].notna().any()
-    for i, (scheme, sub) in enumerate(curve.groupby("scheme", sort=False)):
-        style = {"marker": _MARKERS[i % len(_MARKERS)], "ms": 4, "ls": _STYLES[i % len(_STYLES)], "lw": 1.6,
-                 "label": str(scheme)}
-        if use_rel:
-            axes[0].plot(sub["deadline_s"], sub["rel_acc"], **style)
-        else:
-            axes[0].semilogy(sub["deadline_s"], sub["mse"], **style)
-        axes[1].plot(sub["deadline_s"], sub["received_mean"], **style)
+    metric = "rel_acc" if use_rel else "mse"
+    for ax, column in ((axes[0], metric), (axes[1], "received_mean")):
+        curves = {str(scheme): (sub["deadline_s"].values, sub[column].values)
+                  for scheme, sub in curve.groupby("scheme", sort=False)}
+        order = list(curves)
+        for names, x, y in _same_curves(curves):
+            i = order.index(names[0])  # a scheme keeps its colour and style in both panels
+            # a step: the metric changes only when a result arrives, and the grid has a point at each jump
+            ax.plot(x, y, color=f"C{i}", marker=_MARKERS[i % len(_MARKERS)], ms=4, ls=_STYLES[i % len(_STYLES)],
+                    lw=1.6, drawstyle="steps-post", label=_group_label(names))
+    if not use_rel:
+        axes[0].set_yscale("log")
+        _log_limits(axes[0], curve["mse"].values if len(curve) else [])
     basis = curve["basis"].iloc[0] if len(curve) else ""
     xlabel = "deadline d (s after the batch start)"
     _labels(axes[0], "RelAcc if the deadline were d" if use_rel else "MSE if the deadline were d", xlabel,
@@ -298,8 +402,9 @@ def plot_deadline(curve):
     for ax in axes:
         _seconds_axis(ax, curve["deadline_s"].values if len(curve) else [])
         ax.grid(True, which="both", alpha=0.3)
-    _legend(axes[0], loc="lower right")
-    _legend(axes[1], loc="lower right")
+    _legend(axes[0])
+    _legend(axes[1])
+    _make_room(fig)
     fig.suptitle(f"Accuracy against deadline ({basis})" if basis else "Accuracy against deadline",
                  fontsize=_SUPTITLE)
     return fig

@@ -7,7 +7,6 @@ Reads the frontier stores made by ``gcc-dask sweep pipelines/frontier_*.yaml`` (
 from __future__ import annotations
 
 from pathlib import Path
-import numpy as np
 import pandas as pd
 
 from gcc_dask.analysis.frontier import CHEAP, CODED, cluster_mean, frontier_cells, open_frontier, paired_difference
@@ -112,7 +111,9 @@ def frontier_section(runs: Path, figures: Path, rel: Path) -> tuple[list[str], l
           "`matern32`; points `systematic`, `chebyshev`, `twins`) that searches on each model's *training* data "
           "found best (`pipelines/frontier_*search.yaml`).", ""]
     missing, counts = [], {}
-    for name, train_name, title in IMAGE_FRONTIERS:
+    blocks = [(name, train, title, True) for name, train, title in IMAGE_FRONTIERS]
+    blocks += [(name, None, title, False) for name, title in FUNCTION_FRONTIERS]
+    for name, train_name, title, images in blocks:
         path = runs / f"{name}.zarr"
         if not path.exists():
             missing.append(str(path))
@@ -120,33 +121,26 @@ def frontier_section(runs: Path, figures: Path, rel: Path) -> tuple[list[str], l
         ds = open_frontier(path)
         cells = frontier_cells(ds)
         counts[name] = cells
-        md += [f"### {title}", "", f"{int(ds.sizes['group'])} groups; {_verdicts(cells)}.", "",
-               "Random stragglers (RelAcc):", "", cells_markdown(cells, "random"), ""]
-        for pattern in ("contiguous", "worst"):
-            if pattern in ds["pattern"].values:
-                md += [f"{pattern.capitalize()} stragglers:", "", cells_markdown(cells, pattern), ""]
-        plot_frontier(ds, figures / f"{name}.png", pattern="random")
-        md += [f"![{name}]({(rel / f'{name}.png').as_posix()})", ""]
-        train_path = runs / f"{train_name}.zarr"
-        if train_path.exists():
-            chosen = chosen_on_training(open_frontier(train_path), ds)
-            md += ["The coded estimator chosen on the training data for each cell, on the held-out data, against "
-                   "the held-out data's best cheap estimator (random stragglers):", "", _chosen_markdown(chosen), ""]
-            counts[f"{name}/chosen"] = chosen
-        else:
-            missing.append(str(train_path))
-    for name, title in FUNCTION_FRONTIERS:
-        path = runs / f"{name}.zarr"
-        if not path.exists():
-            missing.append(str(path))
-            continue
-        ds = open_frontier(path)
-        cells = frontier_cells(ds)
-        counts[name] = cells
-        md += [f"### {title}", "", f"{_verdicts(cells)}.", "", "Random stragglers (MSE):", "",
+        groups = f"{int(ds.sizes['group'])} groups; " if images else ""
+        md += [f"### {title}", "", f"{groups}{_verdicts(cells)}.", "",
+               f"Random stragglers ({'RelAcc' if ds.attrs.get('metric') == 'rel_acc' else 'MSE'}):", "",
                cells_markdown(cells, "random"), ""]
+        if images:
+            for pattern in ("contiguous", "worst"):
+                if pattern in ds["pattern"].values:
+                    md += [f"{pattern.capitalize()} stragglers:", "", cells_markdown(cells, pattern), ""]
         plot_frontier(ds, figures / f"{name}.png", pattern="random")
         md += [f"![{name}]({(rel / f'{name}.png').as_posix()})", ""]
+        if train_name is None:
+            continue
+        train_path = runs / f"{train_name}.zarr"
+        if not train_path.exists():
+            missing.append(str(train_path))
+            continue
+        chosen = chosen_on_training(open_frontier(train_path), ds)
+        md += ["The coded estimator chosen on the training data for each cell, on the held-out data, against "
+               "the held-out data's best cheap estimator (random stragglers):", "", _chosen_markdown(chosen), ""]
+        counts[f"{name}/chosen"] = chosen
     if counts:
         md += where_coding_wins(counts)
     return md, missing, counts

@@ -18,7 +18,9 @@ same images and the same latency draws for every contender. The contenders:
 Scenarios: (a) no stragglers; (b) random hangs (each chunk or shard hangs with probability 0.05 for 20 x the
 median chunk time m, drawn per (batch, worker) for the pipeline and the same draw for the map's chunk);
 (c) one persistently slow worker process (SIGSTOP/SIGCONT in a 10/40 ms cycle: a fifth of its speed); (d) one
-worker process frozen (SIGSTOP) for 20 m, a second into each job, then resumed; (e) the same images in a
+worker process frozen (SIGSTOP) for 20 m, a second into each job, then resumed (a pipeline ends a worker that
+sends no heartbeat for ``cluster.unresponsive_after``, 5 s by default, and its nanny starts another); (e) the
+same images in a
 compressed Zarr array (Zstandard, Zarr's default codec), no stragglers. Every contender reads the default
 composition (similarity). In (a)-(d) a pipeline keeps ``max(2, threads // N)`` batches in flight (``threads //
 K`` for speculative, which submits K shards a batch: a thread for every shard, so a batch's latency is its
@@ -239,8 +241,21 @@ def hedged_map(client, data: str, out: str, model: str, samples: int, block: int
 
 
 # ------------------------------------------------------------------------------------ real slowness
-def _worker_pid(client, address: str) -> int:
-    return int(client.run(os.getpid, workers=[address])[address])
+def _victim(client, workers: int) -> int:
+    """The process id of the first worker (by address) once `workers` are there: the one slowed or frozen. A
+    pipeline ends a worker frozen longer than ``cluster.unresponsive_after`` and its nanny starts another, so
+    it is looked up before every job."""
+    client.wait_for_workers(workers, timeout=120)
+    pids = client.run(os.getpid)
+    return int(pids[sorted(pids)[0]])
+
+
+def _signal(pid: int, sig: int) -> None:
+    """``os.kill``, quiet when the process is gone (ended by the run, or by its nanny)."""
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
 
 
 class _Slow:
@@ -253,9 +268,9 @@ class _Slow:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            os.kill(self.pid, signal.SIGSTOP)
+            _signal(self.pid, signal.SIGSTOP)
             self._stop.wait(self.off_s)
-            os.kill(self.pid, signal.SIGCONT)
+            _signal(self.pid, signal.SIGCONT)
             self._stop.wait(self.on_s)
 
     def __enter__(self) -> _Slow:
@@ -265,7 +280,7 @@ class _Slow:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
-        os.kill(self.pid, signal.SIGCONT)
+        _signal(self.pid, signal.SIGCONT)
 
 
 class _Freeze:
@@ -279,11 +294,11 @@ class _Freeze:
     def _run(self) -> None:
         if self._stop.wait(self.after):
             return
-        os.kill(self.pid, signal.SIGSTOP)
+        _signal(self.pid, signal.SIGSTOP)
         try:
             self._stop.wait(self.seconds)
         finally:
-            os.kill(self.pid, signal.SIGCONT)
+            _signal(self.pid, signal.SIGCONT)
 
     def __enter__(self) -> _Freeze:
         self._thread.start()
@@ -292,7 +307,7 @@ class _Freeze:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
-        os.kill(self.pid, signal.SIGCONT)
+        _signal(self.pid, signal.SIGCONT)
 
 
 class _Nothing:
@@ -384,7 +399,6 @@ def tail_section(client, work: Path, quick: bool, say: Callable[[str], None], mo
         info = c.scheduler_info(n_workers=-1) if _accepts_n_workers(c) else c.scheduler_info()
         addresses = sorted(info["workers"])
         threads = int(sum(w.get("nthreads", 1) for w in info["workers"].values()))
-        victim = _worker_pid(c, addresses[0])
         data = {name: str(work / f"tail-{name}.zarr") for name in ("plain", "zstd")}
         c.submit(write_dataset, Path(data["plain"]), samples, block, pure=False).result()
         c.submit(write_dataset, Path(data["zstd"]), samples, block, True, pure=False).result()
@@ -418,9 +432,9 @@ def tail_section(client, work: Path, quick: bool, say: Callable[[str], None], mo
 
             def condition(tag=tag):
                 if tag == "c":
-                    return _Slow(victim)
-                if tag == "d":
-                    return _Freeze(victim, FREEZE_FACTOR * m)
+                    return _Slow(_victim(c, len(addresses)))
+                if tag == "d":  # (quick jobs last well under a second: the freeze starts sooner)
+                    return _Freeze(_victim(c, len(addresses)), FREEZE_FACTOR * m, 0.1 if quick else FREEZE_AFTER_S)
                 return _Nothing()
 
             plains, computes, spans = [], [], []
@@ -550,7 +564,8 @@ def _finish(rows, identical, samples, block, m, threads, quick, own):
              f"{' (a LocalCluster of the section)' if own else ''}. (b) hang probability {HANG_PROB}, hangs "
              f"{HANG_FACTOR:g}m, shifted exponential shift 0, scale 0.2m, seed 0, stragglers.clock: wall; (c) the first "
              f"worker process stopped {SLOW_OFF_S * 1e3:.0f} of every {(SLOW_ON_S + SLOW_OFF_S) * 1e3:.0f} ms; (d) the "
-             f"first worker process stopped for {FREEZE_FACTOR:g}m, {FREEZE_AFTER_S:g} s into each job. Coded cutoff "
+             f"first worker process stopped for {FREEZE_FACTOR:g}m, {FREEZE_AFTER_S:g} s into each job (a pipeline "
+             "ends a worker silent for cluster.unresponsive_after, 5 s, and its nanny starts another). Coded cutoff "
              "N - S (S = N/4), deadline 10m in (b)-(d), lazy spares; speculative and the hedged map use Spark's "
              f"quantile {QUANTILE}, multiplier {MULTIPLIER}, minimum runtime {MIN_RUNTIME * 1e3:.0f} ms. in_flight: "
              "batches a pipeline keeps in flight. vs_plain_map: against the mean of the plain map runs just before "

@@ -15,7 +15,7 @@ from gcc_dask.errors import ConfigError
 if TYPE_CHECKING:  # pragma: no cover
     from .base import CodingScheme
 
-__all__ = ["list_codes", "make_code", "register_code"]
+__all__ = ["code_parameters", "list_codes", "make_code", "register_code"]
 
 _CODES: dict[str, type[CodingScheme]] = {}
 
@@ -39,6 +39,22 @@ def register_code(name: str):
 def list_codes() -> list[str]:
     """Names accepted by :func:`make_code`, sorted."""
     return sorted(_CODES)
+
+
+def code_parameters(name: str) -> tuple[str, ...]:
+    """The keyword parameters :func:`make_code` accepts for code `name` (``num_inputs`` and ``num_workers``
+    first), read from the class's signature.
+
+    Raises
+    ------
+    ConfigError
+        Unknown name.
+    """
+    try:
+        cls = _CODES[name]
+    except (KeyError, TypeError):
+        raise ConfigError(f"unknown code {name!r}; choose one of {list_codes()}") from None
+    return tuple(p for p in inspect.signature(cls.__init__).parameters if p != "self")
 
 
 def make_code(name: str, **params: Any) -> CodingScheme:

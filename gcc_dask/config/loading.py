@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 from gcc_dask.errors import ConfigError
 
 from .fields import _as_path_str, _fail, _Invalid, _key_path, _short
-from .sections import _NAME_RE, _SECTIONS, _SOURCE_KEYS, PipelineConfig, _default_store_path
+from .sections import _NAME_RE, _SECTIONS, _SOURCE_KEYS, _WORKLOAD_OBJECTS, PipelineConfig, _default_store_path
 
 class _UniqueKeyLoader(yaml.SafeLoader):
     """A safe loader that rejects duplicate keys instead of silently keeping the last one."""
@@ -49,9 +49,11 @@ def _read_yaml(path: Path) -> Any:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"{path}: invalid YAML{where}: {problem}") from None
+        raise ConfigError(f"{path}: got invalid YAML{where} ({problem}); expected a YAML mapping of config "
+                          "sections") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read the config file ({exc})") from None
+        raise ConfigError(f"{path}: got a file that cannot be read as UTF-8 text ({exc}); expected a YAML "
+                          "config file") from None
 
 
 def _copy_tree(value: Any, _seen: tuple[int, ...] = ()) -> Any:
@@ -103,8 +105,8 @@ def _apply_override(data: dict, item: Any) -> None:
             valid = list(model.model_fields)  # type: ignore[union-attr]
             if part not in valid:
                 parent = _key_path(parts[:i]) or "the top level"
-                raise ConfigError(f"{where}: got unknown key {part!r} (from --set {item!r}); expected one "
-                                  f"of the keys of {parent}: {', '.join(valid)}")
+                raise ConfigError(f"{where}: got unknown key {part!r} (from --set {item!r}){_did_you_mean(part, valid)};"
+                                  f" expected one of the keys of {parent}: {', '.join(valid)}")
             nxt = _section_model(model, part)  # type: ignore[arg-type]
         else:
             nxt = "dict"
@@ -159,8 +161,26 @@ def _resolve_paths(data: dict, base_dir: Path, check_paths: bool) -> None:
             store["path"] = str(Path(value).expanduser().absolute())
 
 
+def _did_you_mean(key: Any, valid: Sequence[str]) -> str:
+    """``" (did you mean 'num_workers'?)"`` for a key close to a valid one (a typo), else ``""``."""
+    import difflib
+
+    close = difflib.get_close_matches(str(key), list(valid), n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _first_error(exc: ValidationError) -> dict:
+    """The error to report: an unknown key before anything else, since a typo in a required key (``num_worker``)
+    also makes the real key (``num_workers``) missing, and the typo is what the user wrote."""
+    errors = exc.errors(include_url=False)
+    for err in errors:
+        if err.get("type") == "extra_forbidden":
+            return err
+    return errors[0]
+
+
 def _error_line(exc: ValidationError) -> str:
-    err = exc.errors(include_url=False)[0]
+    err = _first_error(exc)
     loc = list(err.get("loc", ()))
     kind = err.get("type", "")
     ctx = err.get("ctx") or {}
@@ -174,7 +194,8 @@ def _error_line(exc: ValidationError) -> str:
         return f"{path}: got nothing; expected a value (this key is required)"
     if kind == "extra_forbidden":
         valid = _valid_keys(loc[:-1])
-        return f"{path}: got unknown key {_short(loc[-1])}; expected one of: {', '.join(valid)}"
+        return (f"{path}: got unknown key {_short(loc[-1])}{_did_you_mean(loc[-1], valid)}; expected one of: "
+                f"{', '.join(valid)}")
     if kind in ("model_type", "dict_type", "model_attributes_type"):
         valid = _valid_keys(loc)
         keys = f" with keys {', '.join(valid)}" if valid else ""
@@ -241,6 +262,37 @@ def load_config(path_or_mapping: Any, overrides: Sequence[str] = (), *,
         raise
 
 
+#: top-level keys of a sweep file (gcc_dask.sweep_config) that a pipeline file never has
+_SWEEP_ONLY = ("function", "trials", "params")
+
+
+def _check_top_level(data: Mapping[str, Any]) -> None:
+    """Before any file is looked for: a sweep file given as a pipeline, and unknown keys at the top level and in
+    the sections (a typo is reported as such, not as a missing file or a missing key)."""
+    valid = list(PipelineConfig.model_fields)
+    unknown = [k for k in data if k not in valid]
+    sweepish = [k for k in unknown if k in _SWEEP_ONLY]
+    if data.get("kind") == "frontier" and "source" not in data:
+        raise ConfigError("config: got a frontier file (kind: frontier); expected a pipeline file: run a frontier "
+                          "with `gcc-dask sweep FILE` (gcc_dask.frontier.run_frontier)")
+    if sweepish and "source" not in data and "workload" not in data:
+        raise ConfigError(f"config: got a sweep file (it has {', '.join(map(repr, sweepish))} and no 'source' or "
+                          "'workload'); expected a pipeline file: run a sweep with `gcc-dask sweep FILE` "
+                          "(gcc_dask.run_sweep)")
+    if unknown:
+        key = unknown[0]
+        raise ConfigError(f"{_key_path([key])}: got unknown key {_short(key)}{_did_you_mean(key, valid)}; expected "
+                          f"one of: {', '.join(valid)}")
+    for section, value in data.items():
+        model = _section_model(PipelineConfig, section)
+        if isinstance(value, Mapping) and isinstance(model, type) and issubclass(model, BaseModel):
+            keys = list(model.model_fields)
+            for key in value:
+                if key not in keys:
+                    raise ConfigError(f"{_key_path([section, key])}: got unknown key {_short(key)}"
+                                      f"{_did_you_mean(key, keys)}; expected one of: {', '.join(keys)}")
+
+
 def _load(path_or_mapping: Any, overrides: Sequence[str], check_paths: bool) -> PipelineConfig:
     config_path: str | None = None
     if isinstance(path_or_mapping, PipelineConfig):
@@ -252,6 +304,9 @@ def _load(path_or_mapping: Any, overrides: Sequence[str], check_paths: bool) -> 
         if path_or_mapping.source.kind == "array":
             data["source"] = {k: getattr(path_or_mapping.source, k)
                               for k in ("kind", *_SOURCE_KEYS["array"])}
+        for key in _WORKLOAD_OBJECTS:  # an in-memory f: the object itself, not its label
+            if getattr(path_or_mapping.workload, key) is not None:
+                data["workload"][key] = getattr(path_or_mapping.workload, key)
     elif isinstance(path_or_mapping, Mapping):
         data = _copy_tree(path_or_mapping)
         base_dir = Path.cwd()
@@ -270,6 +325,7 @@ def _load(path_or_mapping: Any, overrides: Sequence[str], check_paths: bool) -> 
         overrides = [overrides]
     for item in overrides:
         _apply_override(data, item)
+    _check_top_level(data)
     data = _default_store_path({k: v for k, v in data.items() if not (k in _SECTIONS and v is None)})
     _resolve_paths(data, base_dir, check_paths)
     try:

@@ -22,11 +22,13 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationError
+
+from gcc_dask.errors import ConfigError
 
 from .fields import SCHEMES, _Invalid, _Section
 
-__all__ = ["ENTRY_KEYS", "LABEL_RE", "SchemeEntry", "split_entries"]
+__all__ = ["ENTRY_KEYS", "LABEL_RE", "SchemeEntry", "SchemeLookup", "split_entries"]
 
 #: labels are store group names: letters, digits, '_' and '-'
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
@@ -115,3 +117,161 @@ def stop_rule(code: str, section: Any) -> Literal["cutoff", "recovery", "all"]:
     if code in ("replication", "uncoded"):
         return section.stop
     return "cutoff"
+
+
+class SchemeLookup:
+    """What a pipeline config says of each listed scheme: its code, N, section, stop rule and code parameters.
+
+    A mixin of :class:`~gcc_dask.config.PipelineConfig` (which holds ``schemes``, ``scheme_entries``, ``code``,
+    ``cutoff``, ``run`` and the code sections these methods read).
+    """
+
+    def _check_entries(self) -> None:
+        """Every label is a scheme name or has an entry; every entry is listed; its params are valid keys of
+        its code's section (or ``num_workers``/``points``), with valid values."""
+        for label in self.schemes:
+            if label == "auto" and label not in self.scheme_entries:
+                continue
+            if label not in self.scheme_entries and label not in SCHEMES:
+                raise _Invalid("schemes", label, f"scheme names from {', '.join(SCHEMES)}, or entries "
+                                                 "{label, code, params}")
+        for label, entry in self.scheme_entries.items():
+            if label not in self.schemes:
+                raise _Invalid(f"scheme_entries.{label}", entry.code, "an entry whose label is listed in schemes")
+            section = SECTION_OF.get(entry.code)
+            valid = entry_keys(entry.code, tuple(type(getattr(self, section)).model_fields) if section else ())
+            for key, value in entry.params.items():
+                if key not in valid:
+                    raise _Invalid(f"schemes.{label}.params.{key}", value,
+                                   f"no such parameter for code {entry.code!r} (valid: {', '.join(valid) or 'none'})")
+            if "num_workers" in entry.params:
+                n = entry.params["num_workers"]
+                if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 65536:
+                    raise _Invalid(f"schemes.{label}.params.num_workers", n, "an integer from 1 to 65,536")
+            if entry.code == "replication" and {"num_workers", "copies"} <= set(entry.params):
+                raise _Invalid(f"schemes.{label}.params.copies", entry.params["copies"],
+                               "no copies beside num_workers (give one of them)")
+            if "points" in entry.params:
+                from .fields import _points
+
+                try:
+                    _points(entry.params["points"])
+                except _Invalid as e:
+                    raise _Invalid(f"schemes.{label}.params.points", e.value, e.expected) from None
+            self.section_for(label)  # the section's own checks, on the entry's values
+
+    def _workers_key(self, scheme: str) -> tuple[str, Any]:
+        """The config key (and its value) that sets `scheme`'s N, for an error line."""
+        entry = self.scheme_entries.get(scheme)
+        if entry is not None and "num_workers" in entry.params:
+            return f"schemes.{scheme}.params.num_workers", entry.params["num_workers"]
+        if self.code_of(scheme) == "replication" and self.section_for(scheme).copies is not None:
+            return "replication.copies", self.section_for(scheme).copies
+        return "code.num_workers", self.code.num_workers
+
+    @property
+    def concrete_schemes(self) -> list[str]:
+        """The listed schemes but ``auto`` (which a run replaces by the estimator it chooses)."""
+        return [s for s in self.schemes if s != "auto" or s in self.scheme_entries]
+
+    def code_of(self, scheme: str) -> str:
+        """The registered code that the scheme labelled `scheme` runs (the label itself for a plain name)."""
+        entry = self.scheme_entries.get(scheme)
+        if entry is not None:
+            return entry.code
+        if scheme in SCHEMES:
+            return scheme
+        raise ConfigError(f"scheme: got {scheme!r}; expected one of {', '.join(self.schemes)}")
+
+    def section_for(self, scheme: str) -> Any:
+        """The code's section (``gcc``, ``lcc``, ``replication``, ``uncoded``) with the entry's params over it,
+        validated; None for codes without a section.
+
+        Raises
+        ------
+        ConfigError
+            A param of the entry with an invalid value (the line names ``schemes.<label>.params.<key>``).
+        """
+        code = self.code_of(scheme)
+        name = SECTION_OF.get(code)
+        if name is None:
+            return None
+        base = getattr(self, name)
+        entry = self.scheme_entries.get(scheme)
+        own = {k: v for k, v in (entry.params if entry else {}).items() if k in type(base).model_fields}
+        if not own:
+            return base
+        try:
+            return type(base).model_validate({**base.model_dump(), **own})
+        except ValidationError as exc:
+            err = exc.errors(include_url=False)[0]
+            cause = (err.get("ctx") or {}).get("error")
+            key = ".".join(str(p) for p in err.get("loc", ()))
+            if isinstance(cause, _Invalid):
+                expected, value = cause.expected, cause.value
+            else:
+                expected, value = str(err.get("msg", "a valid value")).removeprefix("Input should be "), err.get("input")
+            raise _Invalid(f"schemes.{scheme}.params.{key}", value, expected) from None
+
+    def points_for(self, scheme: str) -> Any:
+        """The point placement of `scheme` (the entry's ``points``, else ``code.points``); None for the codes
+        that place no points (replication, uncoded, speculative)."""
+        if self.code_of(scheme) in ("replication", "uncoded", "speculative"):
+            return None
+        entry = self.scheme_entries.get(scheme)
+        return entry.params["points"] if entry is not None and "points" in entry.params else self.code.points
+
+    def stop_of(self, scheme: str) -> str:
+        """When `scheme`'s batches stop: ``cutoff`` (the shared cutoff), ``recovery`` (replication waiting for a
+        copy of every input, lcc for its recovery threshold) or ``all`` (uncoded waiting for all K)."""
+        return stop_rule(self.code_of(scheme), self.section_for(scheme))
+
+    def workers_for(self, scheme: str) -> int:
+        """Number of workers N that `scheme` runs on: the entry's ``num_workers``, else ``code.num_workers`` for
+        the coded schemes and for replication (``replication.copies * K`` when copies is set), K for uncoded and
+        2K for speculative (K shards and their K backup copies, launched when late)."""
+        k = self.code.num_inputs
+        code = self.code_of(scheme)
+        if code == "uncoded":
+            return k
+        if code == "speculative":
+            return 2 * k
+        entry = self.scheme_entries.get(scheme)
+        if entry is not None and "num_workers" in entry.params:
+            return int(entry.params["num_workers"])
+        if code == "replication" and self.section_for(scheme).copies is not None:
+            return self.section_for(scheme).copies * k
+        return self.code.num_workers
+
+    def wait_for_count(self, scheme: str) -> int:
+        """The cutoff's ``wait_for`` as a count of results for `scheme`, clamped to [1, N]."""
+        n = self.workers_for(scheme)
+        wait_for = self.cutoff.wait_for
+        if wait_for == "all":
+            return n
+        if wait_for == "N-S":
+            return max(1, n - self.cutoff.stragglers)
+        return max(1, min(int(wait_for), n))
+
+    def code_params(self, scheme: str) -> dict[str, Any]:
+        """Keyword arguments for ``make_code(code_of(scheme), num_inputs=K, num_workers=workers_for(scheme),
+        **...)``."""
+        code = self.code_of(scheme)
+        section = self.section_for(scheme)
+        params: dict[str, Any] = {"nan_policy": self.run.nan_policy}
+        points = self.points_for(scheme)
+        if points is not None:
+            params["points"] = points
+            if isinstance(points, dict):
+                params["on_coincidence"] = "ignore"  # explicit points are meant as given
+        if code == "gcc":
+            params.update(section.model_dump(exclude_none=True))
+        elif code == "lcc":
+            params["degree"] = section.degree
+        elif code in ("replication", "uncoded"):
+            if section.fill != "none":
+                params["fill"] = section.fill
+            if code == "replication" and self.workers_for(scheme) % self.code.num_inputs:
+                params["extra"] = section.extra
+        return params
+

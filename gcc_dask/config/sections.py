@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import BeforeValidator, ConfigDict, Field, PrivateAttr
 from pydantic import field_validator, model_validator
 
 from gcc_dask.errors import ConfigError
@@ -24,7 +24,6 @@ from gcc_dask.limits import MAX_SAMPLES
 from .fields import (
     Points,
     _FINGERPRINT_EXCLUDE,
-    CODED_SCHEMES,
     SCHEMES,
     Duration,
     InputCount,
@@ -37,7 +36,7 @@ from .fields import (
     _Section,
     check_sizes,
 )
-from .schemes import SECTION_OF, SchemeEntry, entry_keys, split_entries, stop_rule
+from .schemes import SchemeEntry, SchemeLookup, split_entries
 
 _SOURCE_KEYS: dict[str, tuple[str, ...]] = {
     "mnist": ("split", "limit"),
@@ -154,16 +153,18 @@ class SourceConfig(_Section):
 
 
 _ANALYTIC = ("xsinx", "polynomial", "smooth")
-_WORKLOAD_KEYS = {"onnx": ("path",), "torch": ("path", "name"), "analytic": ("name",),
-                  "callable": ("name",)}
+_WORKLOAD_KEYS = {"onnx": ("path",), "torch": ("path", "name", "module"), "analytic": ("name",),
+                  "callable": ("name", "function")}
+#: keys that hold a Python object (from Python only, never YAML): summarised by their label in the stored config
+_WORKLOAD_OBJECTS = ("function", "module")
 _CALLABLE_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 
 class WorkloadConfig(_Section):
     """The function f evaluated by the workers (see :func:`gcc_dask.workloads.make_workload`).
 
-    Valid keys per kind: ``onnx``: path; ``torch``: path or name; ``analytic``: name; ``callable``:
-    name; every kind also takes ``params``.
+    Valid keys per kind: ``onnx``: path; ``torch``: path, name or (from Python) module; ``analytic``: name;
+    ``callable``: name or (from Python) function; every kind also takes ``params``.
 
     Attributes
     ----------
@@ -178,6 +179,13 @@ class WorkloadConfig(_Section):
         ``analytic``: ``xsinx``, ``polynomial`` or ``smooth``; ``callable``: an import path
         ``'module:function'`` (e.g. ``'numpy:tanh'``); ``torch``: a ``'module:factory'`` that returns
         a ``torch.nn.Module``.
+    function
+        ``callable``, from Python only (not in YAML): the function itself, any callable on batches (a
+        lambda, a closure, a fitted estimator's ``predict_proba``), instead of ``name``. It is pickled with
+        cloudpickle and unpickled once per Dask worker (:func:`gcc_dask.coded_map` passes f here).
+    module
+        ``torch``, from Python only: a ``torch.nn.Module`` object, instead of ``path`` or ``name``; pickled
+        like ``function``.
     params
         Extra keyword arguments of the workload class, e.g. ``{coeffs: [0, 0, 1]}`` for the
         ``polynomial`` analytic function or ``{kwargs: {...}}`` for a callable. JSON-compatible values.
@@ -185,7 +193,9 @@ class WorkloadConfig(_Section):
 
     kind: Literal["onnx", "analytic", "callable", "torch"]
     path: PathStr | None = None
-    name: str | None = None
+    name: Any = None
+    function: Any = None
+    module: Any = None
     params: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="before")
@@ -206,14 +216,25 @@ class WorkloadConfig(_Section):
 
     @model_validator(mode="after")
     def _check(self) -> WorkloadConfig:
+        if self.name is not None and not isinstance(self.name, str):
+            hint = " (from Python, pass the callable itself as workload.function)" if callable(self.name) else ""
+            raise _Invalid("name", self.name, f"a string{hint}")
         if self.kind == "onnx" and not self.path:
             raise _Invalid("path", self.path, "the path of an .onnx model file")
-        if self.kind == "torch" and not (self.path or self.name):
-            raise _Invalid("path", self.path, "a TorchScript file path (or name: 'module:factory')")
+        if self.kind == "torch" and sum(v is not None for v in (self.path, self.name, self.module)) != 1:
+            raise _Invalid("path", self.path, "exactly one of a TorchScript file path, name: 'module:factory' "
+                                              "or (from Python) module: a torch.nn.Module")
         if self.kind == "analytic" and self.name not in _ANALYTIC:
             raise _Invalid("name", self.name, f"one of {', '.join(map(repr, _ANALYTIC))}")
-        if self.kind == "callable" and not (self.name and _CALLABLE_RE.match(self.name)):
-            raise _Invalid("name", self.name, "an importable 'module:function' such as 'numpy:tanh'")
+        if self.kind == "callable":
+            if self.function is not None:
+                if self.name is not None:
+                    raise _Invalid("name", self.name, "null when workload.function is given (one of the two)")
+                if not callable(self.function):
+                    raise _Invalid("function", self.function, "a callable f(X) -> Y on batches")
+            elif not (self.name and _CALLABLE_RE.match(self.name)):
+                raise _Invalid("name", self.name, "an importable 'module:function' such as 'numpy:tanh' (or, "
+                                                  "from Python, function: the callable itself)")
         if self.kind == "torch" and self.name and not _CALLABLE_RE.match(self.name):
             raise _Invalid("name", self.name, "an importable 'module:factory'")
         try:
@@ -602,6 +623,11 @@ class ClusterConfig(_Section):
         Embedded cluster: worker processes (null or true) or threads in this process (false).
     connect_timeout
         How long to wait for the scheduler to answer and for at least one worker.
+    unresponsive_after
+        A worker that sends no heartbeat for this long (frozen, stopped, swapping) is ended as if it had
+        died: its nanny kills and restarts it, and its shards become erasures (docs/pipeline.rst, section
+        'Unresponsive workers'). At least three heartbeat intervals; null: never (a frozen worker then
+        holds the batches it has until it thaws, or until the scheduler's ``worker-ttl``).
     """
 
     address: str | None = None
@@ -611,6 +637,7 @@ class ClusterConfig(_Section):
     gpu: Annotated[bool | str, BeforeValidator(_gpu)] = "auto"
     processes: bool | None = None
     connect_timeout: Duration = 10.0
+    unresponsive_after: OptionalDuration = 5.0
 
     @model_validator(mode="after")
     def _check(self) -> ClusterConfig:
@@ -619,6 +646,8 @@ class ClusterConfig(_Section):
                            "null when cluster.address is set (give one of address, scheduler_file)")
         if self.connect_timeout <= 0:
             raise _Invalid("connect_timeout", self.connect_timeout, "a duration > 0")
+        if self.unresponsive_after is not None and self.unresponsive_after <= 0:
+            raise _Invalid("unresponsive_after", self.unresponsive_after, "a duration > 0, or null for never")
         return self
 
 
@@ -695,7 +724,7 @@ _SECTIONS = ("composition", "gcc", "lcc", "replication", "uncoded", "speculation
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
-class PipelineConfig(_Section):
+class PipelineConfig(SchemeLookup, _Section):
     """A validated pipeline (docs/configuration.rst). Build with :func:`load_config`.
 
     Attributes
@@ -815,49 +844,6 @@ class PipelineConfig(_Section):
                            "scheme draws its latencies from the same model)")
         return self
 
-    def _check_entries(self) -> None:
-        """Every label is a scheme name or has an entry; every entry is listed; its params are valid keys of
-        its code's section (or ``num_workers``/``points``), with valid values."""
-        for label in self.schemes:
-            if label == "auto" and label not in self.scheme_entries:
-                continue
-            if label not in self.scheme_entries and label not in SCHEMES:
-                raise _Invalid("schemes", label, f"scheme names from {', '.join(SCHEMES)}, or entries "
-                                                 "{label, code, params}")
-        for label, entry in self.scheme_entries.items():
-            if label not in self.schemes:
-                raise _Invalid(f"scheme_entries.{label}", entry.code, "an entry whose label is listed in schemes")
-            section = SECTION_OF.get(entry.code)
-            valid = entry_keys(entry.code, tuple(type(getattr(self, section)).model_fields) if section else ())
-            for key, value in entry.params.items():
-                if key not in valid:
-                    raise _Invalid(f"schemes.{label}.params.{key}", value,
-                                   f"no such parameter for code {entry.code!r} (valid: {', '.join(valid) or 'none'})")
-            if "num_workers" in entry.params:
-                n = entry.params["num_workers"]
-                if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 65536:
-                    raise _Invalid(f"schemes.{label}.params.num_workers", n, "an integer from 1 to 65,536")
-            if entry.code == "replication" and {"num_workers", "copies"} <= set(entry.params):
-                raise _Invalid(f"schemes.{label}.params.copies", entry.params["copies"],
-                               "no copies beside num_workers (give one of them)")
-            if "points" in entry.params:
-                from .fields import _points
-
-                try:
-                    _points(entry.params["points"])
-                except _Invalid as e:
-                    raise _Invalid(f"schemes.{label}.params.points", e.value, e.expected) from None
-            self.section_for(label)  # the section's own checks, on the entry's values
-
-    def _workers_key(self, scheme: str) -> tuple[str, Any]:
-        """The config key (and its value) that sets `scheme`'s N, for an error line."""
-        entry = self.scheme_entries.get(scheme)
-        if entry is not None and "num_workers" in entry.params:
-            return f"schemes.{scheme}.params.num_workers", entry.params["num_workers"]
-        if self.code_of(scheme) == "replication" and self.section_for(scheme).copies is not None:
-            return "replication.copies", self.section_for(scheme).copies
-        return "code.num_workers", self.code.num_workers
-
     # ----------------------------------------------------------------------------- derived values
     @property
     def config_path(self) -> str | None:
@@ -874,112 +860,6 @@ class PipelineConfig(_Section):
         """The run seed (``stragglers.seed``): latency draws are a function of (seed, batch, worker)."""
         return self.stragglers.seed
 
-    @property
-    def concrete_schemes(self) -> list[str]:
-        """The listed schemes but ``auto`` (which a run replaces by the estimator it chooses)."""
-        return [s for s in self.schemes if s != "auto" or s in self.scheme_entries]
-
-    def code_of(self, scheme: str) -> str:
-        """The registered code that the scheme labelled `scheme` runs (the label itself for a plain name)."""
-        entry = self.scheme_entries.get(scheme)
-        if entry is not None:
-            return entry.code
-        if scheme in SCHEMES:
-            return scheme
-        raise ConfigError(f"scheme: got {scheme!r}; expected one of {', '.join(self.schemes)}")
-
-    def section_for(self, scheme: str) -> Any:
-        """The code's section (``gcc``, ``lcc``, ``replication``, ``uncoded``) with the entry's params over it,
-        validated; None for codes without a section.
-
-        Raises
-        ------
-        ConfigError
-            A param of the entry with an invalid value (the line names ``schemes.<label>.params.<key>``).
-        """
-        code = self.code_of(scheme)
-        name = SECTION_OF.get(code)
-        if name is None:
-            return None
-        base = getattr(self, name)
-        entry = self.scheme_entries.get(scheme)
-        own = {k: v for k, v in (entry.params if entry else {}).items() if k in type(base).model_fields}
-        if not own:
-            return base
-        try:
-            return type(base).model_validate({**base.model_dump(), **own})
-        except ValidationError as exc:
-            err = exc.errors(include_url=False)[0]
-            cause = (err.get("ctx") or {}).get("error")
-            key = ".".join(str(p) for p in err.get("loc", ()))
-            if isinstance(cause, _Invalid):
-                expected, value = cause.expected, cause.value
-            else:
-                expected, value = str(err.get("msg", "a valid value")).removeprefix("Input should be "), err.get("input")
-            raise _Invalid(f"schemes.{scheme}.params.{key}", value, expected) from None
-
-    def points_for(self, scheme: str) -> Any:
-        """The point placement of `scheme` (the entry's ``points``, else ``code.points``); None for the codes
-        that place no points (replication, uncoded, speculative)."""
-        if self.code_of(scheme) in ("replication", "uncoded", "speculative"):
-            return None
-        entry = self.scheme_entries.get(scheme)
-        return entry.params["points"] if entry is not None and "points" in entry.params else self.code.points
-
-    def stop_of(self, scheme: str) -> str:
-        """When `scheme`'s batches stop: ``cutoff`` (the shared cutoff), ``recovery`` (replication waiting for a
-        copy of every input, lcc for its recovery threshold) or ``all`` (uncoded waiting for all K)."""
-        return stop_rule(self.code_of(scheme), self.section_for(scheme))
-
-    def workers_for(self, scheme: str) -> int:
-        """Number of workers N that `scheme` runs on: the entry's ``num_workers``, else ``code.num_workers`` for
-        the coded schemes and for replication (``replication.copies * K`` when copies is set), K for uncoded and
-        2K for speculative (K shards and their K backup copies, launched when late)."""
-        k = self.code.num_inputs
-        code = self.code_of(scheme)
-        if code == "uncoded":
-            return k
-        if code == "speculative":
-            return 2 * k
-        entry = self.scheme_entries.get(scheme)
-        if entry is not None and "num_workers" in entry.params:
-            return int(entry.params["num_workers"])
-        if code == "replication" and self.section_for(scheme).copies is not None:
-            return self.section_for(scheme).copies * k
-        return self.code.num_workers
-
-    def wait_for_count(self, scheme: str) -> int:
-        """The cutoff's ``wait_for`` as a count of results for `scheme`, clamped to [1, N]."""
-        n = self.workers_for(scheme)
-        wait_for = self.cutoff.wait_for
-        if wait_for == "all":
-            return n
-        if wait_for == "N-S":
-            return max(1, n - self.cutoff.stragglers)
-        return max(1, min(int(wait_for), n))
-
-    def code_params(self, scheme: str) -> dict[str, Any]:
-        """Keyword arguments for ``make_code(code_of(scheme), num_inputs=K, num_workers=workers_for(scheme),
-        **...)``."""
-        code = self.code_of(scheme)
-        section = self.section_for(scheme)
-        params: dict[str, Any] = {"nan_policy": self.run.nan_policy}
-        points = self.points_for(scheme)
-        if points is not None:
-            params["points"] = points
-            if isinstance(points, dict):
-                params["on_coincidence"] = "ignore"  # explicit points are meant as given
-        if code == "gcc":
-            params.update(section.model_dump(exclude_none=True))
-        elif code == "lcc":
-            params["degree"] = section.degree
-        elif code in ("replication", "uncoded"):
-            if section.fill != "none":
-                params["fill"] = section.fill
-            if code == "replication" and self.workers_for(scheme) % self.code.num_inputs:
-                params["extra"] = section.extra
-        return params
-
     def resolved(self) -> dict[str, Any]:
         """The fully resolved config as a plain JSON-able dict (stored in the run's root attrs).
 
@@ -989,7 +869,11 @@ class PipelineConfig(_Section):
         """
         out = self.model_dump(mode="python", exclude={"source"})
         out["workload"] = {k: v for k, v in out["workload"].items()
-                           if k in ("kind", *_WORKLOAD_KEYS[self.workload.kind], "params")}
+                           if k in ("kind", *_WORKLOAD_KEYS[self.workload.kind], "params")
+                           and not (k in _WORKLOAD_OBJECTS and v is None)}
+        for key in _WORKLOAD_OBJECTS:
+            if key in out["workload"]:  # an in-memory f: its label (its content is in the run's inputs digest)
+                out["workload"][key] = _object_label(getattr(self.workload, key))
         src = {"kind": self.source.kind}
         for key in _SOURCE_KEYS[self.source.kind]:
             value = getattr(self.source, key)
@@ -1023,6 +907,13 @@ def _default_store_path(data: dict) -> dict:
     if isinstance(store, Mapping) and store.get("path") is None and isinstance(name, str):
         data["store"] = {**store, "path": f"runs/{name}.zarr"}
     return data
+
+
+def _object_label(obj: Any) -> str:
+    """``module:qualname`` of a Python object passed as f (a function, a bound method, a torch module)."""
+    qual = getattr(obj, "__qualname__", None) or type(obj).__qualname__
+    module = getattr(obj, "__module__", None) or type(obj).__module__
+    return f"<python object {module}:{qual}>"
 
 
 def _array_summary(arr: Any) -> dict[str, Any]:

@@ -33,9 +33,7 @@ import pandas as pd
 from gcc_dask.errors import ConfigError
 
 from .config import CandidateSpec, default_candidates
-from .run import (
-    Candidate, _build, _cached_outputs, _dataset, _write, candidates_for_specs, groups_of, measure,
-)
+from .run import _cached_outputs, _dataset, _write, candidates_for_specs, groups_of, measure
 from .sets import PATTERNS, bernoulli_sets, latency_sets
 
 __all__ = ["Advice", "advise", "apply_choice", "choose", "resolve_auto"]
@@ -260,10 +258,7 @@ def advise(pipeline: Any, *, samples: int = DEFAULT_SAMPLES, target: float | Non
     say(f"advice for {cfg.name}: {index.shape[0]} groups of K = {K} from a sample of {samples:,} samples "
         f"({cfg.composition.policy}), N = {sorted({c.num_workers for c in candidates})}, "
         + (f"S = {S}" if p is None else f"p = {p:g}"))
-    spec = ClusterSpec(address=cfg.cluster.address, scheduler_file=cfg.cluster.scheduler_file,
-                       n_workers=cfg.cluster.n_workers, threads_per_worker=cfg.cluster.threads_per_worker,
-                       processes=True if cfg.cluster.processes is None else cfg.cluster.processes,
-                       connect_timeout=cfg.cluster.connect_timeout)
+    spec = ClusterSpec.from_config(cfg.cluster)
     t0 = time.perf_counter()
     s_values = [S if p is None else 0]
     with connect(spec, client) as c:

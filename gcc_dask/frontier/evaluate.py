@@ -45,7 +45,7 @@ def coded_outputs(code: Any, X: np.ndarray, f: Callable[[np.ndarray], Any], refe
     ndarray of shape ``(G, N, *out)``
         float64.
     """
-    G, K = X.shape[0], X.shape[1]
+    G = X.shape[0]
     N = code.num_workers
     if reference is not None and code.selection:
         holds = np.array([code.selected_input(n) for n in range(N)], dtype=np.int64)

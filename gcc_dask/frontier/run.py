@@ -257,7 +257,8 @@ def _prepare(path: Path, cfg: FrontierConfig) -> dict[str, np.ndarray]:
 
 def run_frontier(config: str | os.PathLike | Mapping[str, Any] | FrontierConfig, client=None,
                  out: str | os.PathLike | None = None, *, overrides: Sequence[str] = (),
-                 echo: Callable[[str], None] | None = None) -> FrontierResult:
+                 echo: Callable[[str], None] | None = None,
+                 performance_report: str | os.PathLike | None = None) -> FrontierResult:
     """Measure every estimator of a frontier on every group, paired, and write the store.
 
     Parameters
@@ -272,6 +273,9 @@ def run_frontier(config: str | os.PathLike | Mapping[str, Any] | FrontierConfig,
     overrides : sequence of "key=value"
     echo : callable, optional
         Where to print progress lines.
+    performance_report : path, optional
+        Write Dask's performance report of the frontier's tasks to this HTML file (``gcc-dask sweep
+        --performance-report``).
 
     Returns
     -------
@@ -284,6 +288,7 @@ def run_frontier(config: str | os.PathLike | Mapping[str, Any] | FrontierConfig,
     """
     from gcc_dask.analysis.frontier import frontier_cells, open_frontier
     from gcc_dask.runtime.cluster import ClusterSpec, connect
+    from gcc_dask.runtime.cluster import performance_report as perf_report
     from gcc_dask.sweep import function_workload
 
     say = echo or (lambda _msg: None)
@@ -296,19 +301,18 @@ def run_frontier(config: str | os.PathLike | Mapping[str, Any] | FrontierConfig,
     index, X, labels = make_groups(cfg)
     say(f"frontier {cfg.name}: {index.shape[0]} groups of K = {cfg.num_inputs}, {len(candidates)} estimators at "
         f"N = {sorted({c.num_workers for c in candidates})}, S = {cfg.stragglers.S}")
-    spec = ClusterSpec(address=cfg.cluster.address, scheduler_file=cfg.cluster.scheduler_file,
-                       n_workers=cfg.cluster.n_workers, threads_per_worker=cfg.cluster.threads_per_worker or 1,
-                       processes=True if cfg.cluster.processes is None else cfg.cluster.processes,
-                       connect_timeout=cfg.cluster.connect_timeout)
+    spec = ClusterSpec.from_config(cfg.cluster, threads_per_worker=1)
     st = cfg.stragglers
     t0 = time.perf_counter()
-    with connect(spec, client) as c:
+    with connect(spec, client) as c, perf_report(c, performance_report):
         say(f"dask dashboard: {c.dashboard_link}")
         reference, outputs, results = measure(
             c, function_workload(cfg.function), X, candidates, st.S, st.patterns, exhaustive_limit=st.exhaustive_limit,
             draws=st.draws, seed=cfg.seed, cached=cached, progress=cfg.run.progress and echo is not None,
             name=cfg.name)
     wall = time.perf_counter() - t0
+    if performance_report is not None:
+        say(f"performance report: {os.path.abspath(os.path.expanduser(os.fspath(performance_report)))}")
     patterns = [p for p in PATTERNS if p in st.patterns]
     ds = _dataset(candidates, results, index, labels, reference, skipped, S=list(st.S), patterns=patterns,
                   attrs={"name": cfg.name, "config": cfg.resolved(), "data_fingerprint": cfg.data_fingerprint(),

@@ -10,8 +10,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import signal
-import threading
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -19,10 +17,12 @@ import dask
 
 from gcc_dask.errors import ClusterError
 from gcc_dask.limits import MAX_LOCAL_WORKERS
+from gcc_dask.runtime.signals import DeferredSignals
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ClusterSpec", "connect", "check_gpu_workers", "cluster_has_gpu", "gpu_available", "describe_target"]
+__all__ = ["ClusterSpec", "allowed_failures", "connect", "check_gpu_workers", "cluster_has_gpu", "current_client",
+           "gpu_available", "describe_target", "performance_report", "run_on_cluster"]
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,15 @@ class ClusterSpec:
     connect_timeout: float = 10.0
     memory_limit: str | None = "auto"
     gpu: bool | str = "auto"
+
+    @classmethod
+    def from_config(cls, cluster, *, threads_per_worker: int | None = None) -> ClusterSpec:
+        """The spec of a config's ``cluster`` section (:class:`gcc_dask.config.ClusterConfig`); an unset
+        ``threads_per_worker`` takes `threads_per_worker` (None: the embedded cluster's default)."""
+        return cls(address=cluster.address, scheduler_file=cluster.scheduler_file, n_workers=cluster.n_workers,
+                   threads_per_worker=cluster.threads_per_worker or threads_per_worker,
+                   processes=True if cluster.processes is None else cluster.processes,
+                   connect_timeout=cluster.connect_timeout, gpu=cluster.gpu)
 
 
 def describe_target(spec: ClusterSpec) -> str:
@@ -88,9 +97,9 @@ def connect(spec: ClusterSpec, client=None) -> Iterator:
                 c = Client(scheduler_file=spec.scheduler_file, timeout=spec.connect_timeout)
         except (OSError, TimeoutError, ValueError) as e:
             raise ClusterError(
-                f"cluster.address: cannot reach the Dask scheduler at {where!r} within "
-                f"{spec.connect_timeout:g} s ({type(e).__name__}: {e}); start it with `dask scheduler` "
-                f"or leave the address empty for an embedded LocalCluster"
+                f"cluster.address: got {where!r}, but cannot reach the Dask scheduler there within "
+                f"{spec.connect_timeout:g} s ({type(e).__name__}: {e}); expected a running scheduler: start it "
+                f"with `dask scheduler`, or leave the address empty for an embedded LocalCluster"
             ) from None
         try:
             yield c
@@ -100,8 +109,9 @@ def connect(spec: ClusterSpec, client=None) -> Iterator:
     # Our own cluster: a shard lost with its worker is an erasure, so never re-run it elsewhere. The
     # statistical profiler is off: it walks the frames of running tasks and races with native extensions
     # (a traceback "'InferenceSession' object has no attribute 'f_back'" from ONNX Runtime sessions); the
-    # dashboard's profile page stays empty. Worker processes ignore SIGINT: Ctrl-C reaches the driver, which
-    # stops the run and closes the cluster, instead of every worker printing its own traceback.
+    # dashboard's profile page stays empty. Worker processes never see SIGINT or SIGTERM (blocked, below):
+    # Ctrl-C reaches the driver, which stops the run and closes the cluster, instead of every worker printing
+    # its own traceback.
     cap = max(8, MAX_LOCAL_WORKERS * (os.cpu_count() or 1))
     if spec.n_workers is not None and spec.n_workers > cap:
         raise ClusterError(f"cluster.n_workers: got {spec.n_workers}; expected at most {cap} worker processes for "
@@ -113,10 +123,20 @@ def connect(spec: ClusterSpec, client=None) -> Iterator:
                            "use gpu: auto or false, or install the gpu extra on a machine with a CUDA GPU")
     # The scheduler lives in this process: its logs of past events are kept short, so that a long run's memory
     # does not grow with its number of tasks.
+    # Ctrl-C or SIGTERM while the cluster starts is recorded and raised once it has started (and is then
+    # closed): the worker processes, and the cluster's threads that spawn them, start with both signals
+    # blocked, so they never see the terminal's Ctrl-C or a cgroup's SIGTERM (DeferredSignals).
+    deferred = DeferredSignals()
+    if spec.processes:
+        # multiprocessing's resource tracker unblocks SIGINT and SIGTERM in the thread that first starts it
+        # (the cluster's event loop, just before it spawns the workers): start it here, before the block
+        from multiprocessing import resource_tracker
+
+        resource_tracker.ensure_running()
     with dask.config.set({"distributed.scheduler.allowed-failures": 0,
                           "distributed.worker.profile.enabled": False,
                           "distributed.admin.log-length": 1000,
-                          "distributed.admin.low-level-log-length": 200}), _sigint_ignored():
+                          "distributed.admin.low-level-log-length": 200}), deferred:
         try:
             cluster = LocalCluster(
                 n_workers=spec.n_workers or _default_workers(),
@@ -128,8 +148,15 @@ def connect(spec: ClusterSpec, client=None) -> Iterator:
                 resources={"GPU": 1} if gpu else None,
             )
         except Exception as e:  # pragma: no cover - depends on the machine
-            raise ClusterError(f"cannot start a LocalCluster: {type(e).__name__}: {e}") from e
-    c = Client(cluster)
+            raise ClusterError(f"cluster: got an embedded LocalCluster that cannot start ({type(e).__name__}: "
+                               f"{' '.join(str(e).split()).rstrip('.')}); expected one to start on this machine"
+                               f"{_script_hint(spec)}") from e
+    try:
+        deferred.raise_pending()
+        c = Client(cluster)
+    except BaseException:
+        cluster.close()
+        raise
     try:
         yield c
     finally:
@@ -137,17 +164,17 @@ def connect(spec: ClusterSpec, client=None) -> Iterator:
         cluster.close()
 
 
-@contextlib.contextmanager
-def _sigint_ignored() -> Iterator[None]:
-    """Ignore SIGINT while worker processes start, so that they inherit it (only from the main thread)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, old)
+def _script_hint(spec: ClusterSpec) -> str:
+    """Why worker processes may fail to start from a script: each one imports the script (multiprocessing's
+    spawn), so calls at its top level run again in every worker, which cannot start processes of its own."""
+    import sys
+
+    main = sys.modules.get("__main__")
+    if not spec.processes or not getattr(main, "__file__", None) or hasattr(sys, "ps1"):
+        return ""
+    return (f"; in a script ({os.path.basename(main.__file__)}), put the calls that start a cluster under "
+            "`if __name__ == \"__main__\":` (each Dask worker process imports the script), or set "
+            "cluster.processes: false")
 
 
 def cluster_has_gpu(client) -> bool:
@@ -239,3 +266,49 @@ def thread_slots(client) -> int:
         return int(sum(client.nthreads().values()))
     except Exception:  # pragma: no cover - a scheduler that cannot answer
         return 0
+
+
+def allowed_failures(client) -> int | None:
+    """The scheduler's ``distributed.scheduler.allowed-failures``: how often it re-runs a task whose worker died
+    before it gives up (``KilledWorker``). None when the scheduler cannot be asked (it refuses pickled code)."""
+    try:
+        value = client.run_on_scheduler(_scheduler_allowed_failures)
+    except Exception:
+        return None
+    return None if value is None else int(value)
+
+
+def _scheduler_allowed_failures(dask_scheduler=None):
+    return getattr(dask_scheduler, "allowed_failures", None)
+
+
+def current_client():
+    """The ``distributed.Client`` that Dask would use now (``distributed.default_client``), or None."""
+    from distributed import default_client
+
+    try:
+        return default_client()
+    except ValueError:
+        return None
+
+
+@contextlib.contextmanager
+def performance_report(client, path) -> Iterator[None]:
+    """Write Dask's performance report of what runs inside the block to `path` (HTML), or do nothing when
+    `path` is None (:class:`distributed.performance_report`: task stream, worker profiles, bandwidth, the
+    scheduler's and workers' logs of the time)."""
+    if path is None:
+        yield
+        return
+    from distributed import performance_report as report
+
+    target = os.path.abspath(os.path.expanduser(os.fspath(path)))
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    with client.as_current(), report(filename=target):
+        yield
+
+
+def run_on_cluster(client, func, *args):
+    """``func(*args)`` as one Dask task (e.g. a read of a source that only the workers read); its result, or its
+    exception raised here."""
+    return client.submit(func, *args, pure=False).result()

@@ -48,6 +48,26 @@ class FutureEvents:
         """Add an event from any thread: ``(now, tag, value, status)``."""
         self._queue.put([(time.monotonic(), tag, value, status)])
 
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop waiting for the futures still watched: their waiting tasks on the client's event loop are
+        cancelled (and awaited), so that a loop closed later, as when the scheduler died and the client
+        closed, does not print "Task was destroyed but it is pending!" for each. A no-op when nothing is
+        watched, or when the loop is gone already."""
+        if not self._tasks:
+            return
+        from distributed.utils import sync
+
+        async def cancel() -> None:
+            tasks = list(self._tasks)  # read on the loop's own thread
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        try:
+            sync(self.client.loop, cancel, callback_timeout=timeout)
+        except Exception:  # the loop is closed or stuck: nothing more to do
+            pass
+
     def next(self, timeout: float) -> tuple:
         """The next event ``(time, tag, future, status)``; raises ``queue.Empty`` after `timeout` seconds."""
         if not self._taken:

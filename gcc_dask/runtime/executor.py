@@ -55,6 +55,8 @@ from gcc_dask.runtime.cutoff import (
 )
 from gcc_dask.runtime.events import FutureEvents
 from gcc_dask.runtime.graph import GraphUpdate
+from gcc_dask.runtime.liveness import HeartbeatWatch, end_worker
+from gcc_dask.runtime.signals import SignalFlag
 from gcc_dask.runtime.tasks import (
     RunPlugin,
     decode_task,
@@ -105,7 +107,8 @@ def _samples_text(samples: np.ndarray, limit: int = 8) -> str:
 class _LostFetchLogFilter(logging.Filter):
     """Drop the client's "Couldn't gather N keys, rescheduling" warning about this run's own keys (log it at
     DEBUG level instead): results lost with a worker are the runner's to handle (a decode is run again, a
-    batch restarted, or the run stops with one line when every worker is gone), not the user's to read."""
+    batch restarted, or the run stops with one line when every worker is gone), not the user's to read. The
+    same for "Failed to reconnect to scheduler": the run then stops with its own line about it."""
 
     def __init__(self, token: str) -> None:
         super().__init__()
@@ -116,7 +119,7 @@ class _LostFetchLogFilter(logging.Filter):
             text = record.getMessage()
         except Exception:  # pragma: no cover - a record whose arguments do not format
             return True
-        if text.startswith("Couldn't gather") and self.token in text:
+        if (text.startswith("Couldn't gather") and self.token in text) or text.startswith("Failed to reconnect"):
             logger.debug("%s", text)
             return False
         return True
@@ -224,10 +227,12 @@ class _BatchState:
     attempt: int = 0  # resubmissions of the reference task lost with a worker so far
     seq: int = 0  # the order in which the batch was submitted: its priorities (batch numbers may have gaps)
     labels: Any = None  # without a reference: the task that writes the batch's labels
+    labels_given_up: bool = False  # the labels task failed, and its failure was handled (_on_labels)
 
     @property
     def done(self) -> bool:
-        labelled = self.labels is None or self.labels.status != "pending"
+        # a failed labels task counts once its event is handled: it may stop the run (an unwritable store)
+        labelled = self.labels is None or self.labels.status == "finished" or self.labels_given_up
         return labelled and all(s.done for s in self.schemes.values())
 
 
@@ -265,6 +270,10 @@ class BatchRunner:
     worker_timeout : float
         Seconds the run waits for workers to come back when every worker is gone, before it stops with a
         :class:`~gcc_dask.errors.ClusterError`.
+    unresponsive_after : float or None
+        Seconds without a heartbeat after which a worker is ended as if it had died (its nanny kills and
+        restarts it), so that its shards become erasures (:mod:`~.liveness`; docs/pipeline.rst, section
+        'Unresponsive workers'). None: never.
     spares : {"lazy", "eager"}
         ``"lazy"``: a batch's spares (the shards beyond what its cutoff needs, :meth:`SchemePlan.regular`)
         are submitted below the priority of every batch in flight, so a busy cluster runs them only when a
@@ -291,6 +300,7 @@ class BatchRunner:
         use_gpu: bool = False,
         latency_per_sample: bool = False,
         worker_timeout: float = 10.0,
+        unresponsive_after: float | None = 5.0,
         spares: str = "lazy",
         echo: Callable[[str], None] | None = None,
     ) -> None:
@@ -305,6 +315,8 @@ class BatchRunner:
         self.reference = reference
         self.latency_per_sample = bool(latency_per_sample)
         self.worker_timeout = float(worker_timeout)
+        self._liveness = HeartbeatWatch(unresponsive_after)
+        self._ender: ThreadPoolExecutor | None = None  # ends unresponsive workers, off the loop
         if spares not in ("lazy", "eager"):
             raise ValueError(f"spares: got {spares!r}; expected 'lazy' or 'eager'")
         self.virtual_clock = latency_model is not None and bool(virtual_clock)
@@ -320,8 +332,12 @@ class BatchRunner:
         self._inflight: dict[int, _BatchState] = {}
         self._workers: list[str] = []
         self._workers_at = -INF
+        self._seen_workers: set[str] = set()  # the last non-empty set of workers seen
+        self._replaced = False  # every worker seen before is gone and others are there (_restart_in_flight)
+        self._fetch_gen = 0  # the fetch whose records the loop takes (an abandoned one's are dropped)
         self._no_workers_since: float | None = None
-        self._interrupted = False
+        self._signals = SignalFlag()
+        self._scheduler_address = getattr(getattr(client, "scheduler", None), "address", None)
 
     # -- submission -------------------------------------------------------------------------------
     def _submit(self, func, *args, key: str, priority: int, **kwargs):
@@ -355,13 +371,63 @@ class BatchRunner:
             client = self.client
             info = client.scheduler_info(n_workers=-1) if _accepts_n_workers(client) else client.scheduler_info()
             gpu = bool(self._resources)
-            self._workers = sorted(a for a, ws in info.get("workers", {}).items()
-                                   if not gpu or ws.get("resources", {}).get("GPU", 0) > 0)
+            workers = info.get("workers", {})
+            for address, age in self._liveness.update(workers, now):
+                self._end_unresponsive(address, age, workers[address].get("nanny"))
+            self._workers = sorted(a for a, ws in workers.items()
+                                   if (not gpu or ws.get("resources", {}).get("GPU", 0) > 0)
+                                   and a not in self._liveness.unresponsive)
         except Exception:  # pragma: no cover - the scheduler is unreachable: count it as no workers
             self._workers = []
+        current = set(self._workers)
+        if current and self._seen_workers and not current & self._seen_workers:
+            self._replaced = True
+        if current:
+            self._seen_workers = current
+
+    def _end_unresponsive(self, address: str, age: float, nanny: str | None) -> None:
+        """A worker sent no heartbeat for `age` seconds: no more shards go to it, and it is ended as if it had
+        died (:func:`~.liveness.end_worker`, in a thread of its own: a call to a frozen machine may hang), so
+        that its shards become erasures and what it held is recomputed elsewhere."""
+        self.echo(f"Dask worker {address} sent no heartbeat for {age:.0f} s (cluster.unresponsive_after): ending "
+                  "it as if it had died; its shards are erasures")
+        if self._ender is None:
+            self._ender = ThreadPoolExecutor(1, thread_name_prefix="gcc-dask-unresponsive")
+
+        def end():
+            try:
+                logger.warning("unresponsive worker %s: %s", address, end_worker(self.client, address, nanny))
+            except Exception as e:  # the cluster is going away: nothing more to do
+                logger.warning("could not end unresponsive worker %s: %r", address, e)
+
+        self._ender.submit(end)
+
+    def _scheduler_lost(self, exc: BaseException | None = None) -> bool:
+        """Whether the client has lost its scheduler for good: it has closed (after failing to reconnect within
+        its timeout), or `exc` is the client's own "closed" error. An error of the driver's own code while
+        the client is connected is a bug, and is not taken for a lost scheduler."""
+        from distributed.client import ClosedClientError
+        from distributed.comm import CommClosedError
+
+        if self.client.status in ("closing", "closed"):
+            return True
+        return isinstance(exc, (ClosedClientError, CommClosedError)) and self.client.status != "running"
+
+    def _lost_scheduler_error(self, exc: BaseException | None = None) -> ClusterError:
+        """The one line that stops a run whose scheduler is gone (docs/pipeline.rst, 'Failures and erasures')."""
+        why = f" ({type(exc).__name__})" if exc is not None else ""
+        return ClusterError(
+            f"cluster: lost the connection to the Dask scheduler at {self._scheduler_address!r}{why}; the "
+            "batches finished before are in the store: run the same command again to resume once the scheduler "
+            "is back")
 
     def _check_workers(self) -> None:
-        """Stop the run when no worker has been there for ``worker_timeout`` seconds (they were all lost)."""
+        """Stop the run when no worker has been there for ``worker_timeout`` seconds (they were all lost), or
+        when the scheduler is gone (the client closed); wait while the client reconnects."""
+        if self._scheduler_lost():
+            raise self._lost_scheduler_error()
+        if self.client.status != "running":  # reconnecting: the client gives up (and closes) after its timeout
+            return
         self._refresh_workers()
         if self._workers:
             if self._no_workers_since is not None:
@@ -378,6 +444,35 @@ class BatchRunner:
                 f"cluster: every Dask worker was lost and none came back within {self.worker_timeout:g} s "
                 "(cluster.connect_timeout); finished batches are in the store: run the same command again "
                 "to resume")
+
+    def _restart_in_flight(self, held: list[_BatchState]) -> None:
+        """Every worker seen before is gone and others took their place (all killed and restarted, say): run
+        again, under new keys, every scheme of the batches in flight whose record the driver does not hold
+        yet, ``held`` (those finished but not fetched) included, and cancel the old tasks.
+
+        Needed because the scheduler gives a shard placed on a worker (a loose restriction, see
+        :meth:`_placement`) that went to the ``no-worker`` state while no worker was left only to a worker its
+        restriction names, never to a new one (distributed 2026.8,
+        ``Scheduler.bulk_schedule_unrunnable_after_adding_worker``): those shards, the decodes that need
+        them, and any lost result that Dask would recompute from them, waited forever. On the virtual clock
+        a scheme's batch run again keeps the same received set (docs/pipeline.rst, 'Failures and erasures').
+        """
+        for state in held:
+            self._inflight[state.batch] = state
+        old, again = [], 0
+        for state in list(self._inflight.values()):
+            for s in list(state.schemes.values()):
+                if s.result is not None:  # its record is on the driver already
+                    continue
+                old += [f for f in (*s.shards, s.decode, s.score) if f is not None]
+                self._submit_scheme(state, s.plan, restarts=s.restarts + 1)
+                again += 1
+        if old:
+            self.client.cancel(old)
+        if again:
+            self.echo(f"every Dask worker was replaced: {again} scheme batch(es) in flight run again on the new "
+                      "workers")
+            logger.warning("every worker was replaced; %d scheme batches in flight run again", again)
 
     def _background_priority(self, state: _BatchState) -> int:
         """Below every shard of the batches in flight, spares included: a reference, the labels and a score
@@ -396,7 +491,8 @@ class BatchRunner:
             def bind(futs):
                 state.reference = futs[0]
 
-            update.add(reference_task, [(self.plugin.name, state.batch)], priority=priority, then=bind,
+            update.add(reference_task, [(self.plugin.name, state.batch, True, True, self.output_size)],
+                       priority=priority, then=bind,
                        keys=[f"reference-b{state.batch}{sfx}-{self.token}"])
         elif getattr(self.plugin.source, "has_labels", False):
             def bind(futs):
@@ -803,6 +899,8 @@ class BatchRunner:
             s.done = True
             return
         exc = _error_of(fut)
+        if is_storage_error(exc):  # the reference (or the labels) cannot be written: stop with that one line
+            raise exc
         if isinstance(exc, KilledWorker) and s.attempt + 1 < MAX_ATTEMPTS:
             # the score, the reference or the decode's record died with a worker: join them again
             s.attempt += 1
@@ -820,6 +918,24 @@ class BatchRunner:
             s.result = dict(failed_record(s.plan.name, batch, s.plan.num_workers, s.start_wall),
                             error=f"lost: {e!r}")
         s.done = True
+
+    def _on_labels(self, batch: int, fut) -> None:
+        """The labels task of a run without a reference ended: nothing to do when it wrote them; a store that
+        cannot be written stops the run (as for ``decoded``); labels lost with their worker are submitted again
+        (at most :data:`MAX_ATTEMPTS` times in all); else the batch's ``inputs/status`` stays pending, which a
+        resume runs again (docs/pipeline.rst, section 'Resuming')."""
+        state = self._inflight.get(batch)
+        if state is None or fut is not state.labels or fut.status == "finished":
+            return
+        exc = _error_of(fut)
+        if is_storage_error(exc):
+            raise exc
+        if isinstance(exc, KilledWorker) and state.attempt + 1 < MAX_ATTEMPTS:
+            state.attempt += 1
+            self._submit_reference(state)
+            return
+        logger.warning("batch %d: its labels were not written (%r); a resume runs the batch again", batch, exc)
+        state.labels_given_up = True
 
     def _redecode(self, state: _BatchState, s: _SchemeState) -> dict | None:
         """Decode the same kept shards again and wait for the record (a rare recovery path): the decode's
@@ -863,7 +979,7 @@ class BatchRunner:
         """
         pending = [_final(s) for st in states for s in st.schemes.values() if s.result is None]
         fetch = self._fetcher.submit(self.client.gather, pending) if pending else None
-        tag = ("records", -1, "", -1)
+        tag = ("records", self._fetch_gen, "", -1)
         if fetch is None:
             self._events.put(tag)
         else:
@@ -885,24 +1001,12 @@ class BatchRunner:
 
     # -- the loop ---------------------------------------------------------------------------------
     def _catch_sigint(self) -> Callable[[], None]:
-        """While the loop runs, Ctrl-C sets a flag that the loop turns into ``KeyboardInterrupt`` within
-        ``MAX_WAIT_S``: Python's own handler raises it wherever the main thread happens to be, and inside a
-        finaliser (a distributed ``Future.__del__``) it is discarded and the run goes on. A second Ctrl-C
-        raises at once. Returns the function that puts the previous handler back (main thread only)."""
-        import signal
-        import threading
-
-        self._interrupted = False
-        if threading.current_thread() is not threading.main_thread():
-            return lambda: None
-
-        def handler(signum, frame):
-            if self._interrupted:
-                raise KeyboardInterrupt
-            self._interrupted = True
-
-        previous = signal.signal(signal.SIGINT, handler)
-        return lambda: signal.signal(signal.SIGINT, previous)
+        """While the loop runs, Ctrl-C or SIGTERM sets a flag that the loop turns into ``KeyboardInterrupt``
+        (:class:`~gcc_dask.errors.Terminated` for SIGTERM) within ``MAX_WAIT_S``: Python's own handler raises
+        it wherever the main thread happens to be, and inside a finaliser (a distributed ``Future.__del__``)
+        it is discarded and the run goes on. A second signal raises at once. Returns the function that puts
+        the previous handlers back (main thread only; :class:`~.signals.SignalFlag`)."""
+        return self._signals.install()
 
     def run(self, work: Iterable[tuple[int, list[str]]], on_batch_done: Callable[[int, list[dict]], None] | None = None) -> list[dict]:
         """Run every ``(batch, schemes)`` of ``work``; return one metrics dict per (scheme, batch).
@@ -938,6 +1042,14 @@ class BatchRunner:
                             break
                     if batches:
                         self._submit_batches(batches)
+                if time.monotonic() - self._workers_at > WORKERS_TTL_S:
+                    self._check_workers()  # also while events flow: an unresponsive worker stalls only some
+                if self._replaced:  # every worker was replaced: rerun what was lost with them
+                    self._replaced = False
+                    held, ready = ready + (fetching or []), []
+                    if fetching is not None:  # abandon the fetch (its old tasks are cancelled below)
+                        fetching, self._fetch_gen = None, self._fetch_gen + 1
+                    self._restart_in_flight(held)
                 if ready and fetching is None:
                     fetching, ready = self._fetch(ready), []
                 if not self._inflight and fetching is None:
@@ -952,8 +1064,7 @@ class BatchRunner:
                                 s.wake = self._maybe_cut(state, s)
                             wake = min(wake, s.wake)
                 timeout = MAX_WAIT_S if not math.isfinite(wake) else min(MAX_WAIT_S, max(0.0, wake - time.monotonic()))
-                if self._interrupted:
-                    raise KeyboardInterrupt
+                self._signals.check()
                 try:
                     t, tag, fut, status = self._events.next(timeout)
                 except queue.Empty:
@@ -961,6 +1072,8 @@ class BatchRunner:
                     continue
                 kind, batch, scheme, w = tag
                 if kind == "records":
+                    if batch != self._fetch_gen:  # an abandoned fetch (_restart_in_flight)
+                        continue
                     for st, batch_results in zip(fetching, self._fetched(fetching, fut)):
                         if on_batch_done is not None:
                             on_batch_done(st.batch, batch_results)
@@ -975,7 +1088,8 @@ class BatchRunner:
                         self._on_decode(batch, scheme, fut)
                     elif kind == "score":
                         self._on_score(batch, scheme, fut)
-                    # "labels": nothing to do but the check below (a batch waits for its labels)
+                    elif kind == "labels":
+                        self._on_labels(batch, fut)
                 except GccDaskError:
                     # bad data, or a store that cannot be written: the run stops, but batches that finished
                     # keep their records (else a resume would redo them, and their status would stay 0 next to
@@ -995,11 +1109,20 @@ class BatchRunner:
                     del self._inflight[batch]
                     ready.append(state)
             clean = True
+        except GccDaskError:
+            raise
+        except Exception as e:
+            if self._scheduler_lost(e):  # the scheduler died: one line, not a traceback of the client's calls
+                raise self._lost_scheduler_error(e) from None
+            raise
         finally:
             restore()
+            self._events.close()
             logging.getLogger("distributed.client").removeFilter(quiet)
             # after an error or Ctrl-C a fetch may hang on a lost cluster: never wait for it then
             self._fetcher.shutdown(wait=clean, cancel_futures=not clean)
+            if self._ender is not None:
+                self._ender.shutdown(wait=False)
             leftovers = [f for st in self._inflight.values() for s in st.schemes.values()
                          for f in [*s.shards, s.decode, s.score, st.reference, st.labels] if f is not None]
             self._inflight.clear()

@@ -380,10 +380,15 @@ def _read_batch(source, layout, batch: int, chunk: Callable[[int], Any] | None =
     return Loaded(x=x, labels=None if labels is None else np.asarray(labels), n_real=x.shape[0])
 
 
-def reference_task(name: str, batch: int, write: bool = True, evaluate: bool = True) -> np.ndarray | None:
+def reference_task(name: str, batch: int, write: bool = True, evaluate: bool = True,
+                   output_size: int | None = None) -> np.ndarray | None:
     """Compute f(x) uncoded for the batch's samples (slot order); write labels and reference; return it.
 
     With ``evaluate=False`` (a run without a reference) only the labels are written, and None is returned.
+    When f raises on the uncoded batch, the batch's reference is unknown: with ``output_size`` (f's flattened
+    output size) it is written as NaN rows with the labels, so that the batch is not pending work (an outcome of
+    f, which a resume would only meet again), and the error is raised (the batch's records keep no metrics).
+    A batch whose reference could not be *written* stays pending (docs/pipeline.rst, section 'Resuming').
     """
     p = _plugin(name)
     if p is None:
@@ -393,7 +398,13 @@ def reference_task(name: str, batch: int, write: bool = True, evaluate: bool = T
         if write:
             _write(p, "inputs", batch, labels=loaded.labels)
         return None
-    ref = to_host(p.fn(loaded.x)).reshape(loaded.n_real, -1)
+    try:
+        ref = to_host(p.fn(loaded.x)).reshape(loaded.n_real, -1)
+    except Exception:
+        if write and output_size is not None:
+            unknown = np.full((loaded.n_real, int(output_size)), np.nan, dtype=np.float32)
+            _write(p, "inputs", batch, reference=unknown, labels=loaded.labels)
+        raise
     if write:
         _write(p, "inputs", batch, reference=ref, labels=loaded.labels)
     return ref

@@ -37,7 +37,7 @@ the driver's records) ← :mod:`.run_store` (:class:`RunStore`); :mod:`.readers`
 
 from .layout import BATCH_CHUNK, DONE_STATUSES, INPUTS, STORE_FORMAT, BatchStatus
 from .lock import StoreLock
-from .readers import check_writable, open_run, open_scheme
+from .readers import check_writable, open_run, open_scheme, read_in_dataset_order
 from .run_store import RunStore, SampleIndex
 from .writes import write_batch, write_decoded, write_inputs
 
@@ -50,6 +50,7 @@ __all__ = [
     "check_writable",
     "open_run",
     "open_scheme",
+    "read_in_dataset_order",
     "write_batch",
     "write_decoded",
     "write_inputs",

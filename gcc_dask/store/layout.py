@@ -74,7 +74,7 @@ def _open_root(path: Path, mode: str = "r+"):
     zarr = _zarr()
     if not (path / "zarr.json").is_file():
         what = "does not exist" if not path.exists() else "is not a Zarr v3 store"
-        raise StoreError(f"store path: got {str(path)!r}; it {what} (expected a gcc-dask run store)")
+        raise StoreError(f"store path: got {str(path)!r}, which {what}; expected a gcc-dask run store")
     try:
         root = zarr.open_group(str(path), mode=mode, use_consolidated=False)
     except Exception as exc:  # zarr raises several types for unreadable metadata

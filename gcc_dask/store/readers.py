@@ -59,6 +59,66 @@ def open_run(path: str | os.PathLike, **kwargs: Any):
             for name in (INPUTS, *root.attrs["schemes"])}
 
 
+def read_in_dataset_order(path: str | os.PathLike, group: str, name: str = "decoded", *, lazy: bool = False,
+                          chunks: Any = None):
+    """A ``sample`` array of a run store (``<scheme>/decoded``, ``inputs/reference``) in the dataset's own
+    order: row i is sample i of the source, whatever the composition put where.
+
+    The store holds samples in composition order (similar samples together), indexed by the ``sample``
+    coordinate (docs/store.rst); this undoes that permutation.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A run store.
+    group, name : str
+        The array: a scheme and ``"decoded"``, or ``"inputs"`` and ``"reference"``.
+    lazy : bool
+        Return a dask array that reads the store when computed (``dask.array.from_zarr``, chunked as the
+        store, one chunk per batch), instead of reading it now into NumPy.
+    chunks : tuple of int, optional
+        With `lazy`: the chunks of the result along ``sample`` (e.g. those of the input array); the other
+        axes keep one chunk.
+
+    Returns
+    -------
+    numpy.ndarray or dask.array.Array
+        Shape ``(num_samples, *output_shape)``; float32 for ``decoded`` (NaN where a batch was undecodable).
+
+    Raises
+    ------
+    StoreError
+        If `path` is not a run store or has no such array.
+    """
+    root = _open_root(_local(path), mode="r")
+    try:
+        arr = root[group][name]
+    except KeyError:
+        raise StoreError(f"store {str(path)!r}: no array {group}/{name} (schemes: "
+                         f"{sorted(root.attrs['schemes'])})") from None
+    from .run_store import RunStore
+
+    order = RunStore(path).sample_index()
+    if not lazy:
+        values = arr[...]
+        out = values.copy()
+        out[order] = values
+        return out
+    import dask.array as da
+    import numpy as np
+
+    lazy_arr = da.from_zarr(arr)
+    inverse = np.empty_like(order)
+    inverse[order] = np.arange(order.size, dtype=order.dtype)
+    if (inverse != np.arange(order.size)).any():
+        # each output block gathers its rows from the few store chunks that hold them (a composition moves a
+        # sample only within its window)
+        lazy_arr = da.take(lazy_arr, inverse, axis=0)
+    if chunks is not None:
+        lazy_arr = lazy_arr.rechunk({0: tuple(chunks), **{i: -1 for i in range(1, lazy_arr.ndim)}})
+    return lazy_arr
+
+
 def check_writable(path: str | os.PathLike, *, must_exist: bool = False) -> str:
     """Check that this process can create files at `path` (run it on every worker).
 

@@ -47,12 +47,38 @@ def _cfg(**over):
     ({"trials": 10**6, "stragglers": {"model": "fixed_count", "S": [1, 2, 3, 4, 5]}},
      r"^trials: got 1000000; expected a grid of at most 16,777,216 results per metric \(schemes x num_inputs x "
      r"num_workers x S x trials = 2 x 1 x 2 x 5 x 1000000 = 20,000,000\); use fewer trials or split the sweep$"),
+    # a function no machine can hold (these raised MemoryError with a traceback)
+    ({"function": {"kind": "smooth", "out_dim": 10**9}},
+     r"^function\.out_dim: got 1000000000; expected a number less than or equal to 65536$"),
+    ({"function": {"kind": "smooth", "dim": 65536, "hidden": 65536}},
+     r"^function\.hidden: got 65536; expected a size whose weight matrix with the layer before it \(65,536\) "
+     r"holds at most 67,108,864 entries$"),
+    ({"function": {"kind": "xsinx", "dim": 10**9}}, r"^function\.dim: got 1000000000; expected a number less"),
 ], ids=["kind", "source-on-analytic", "duplicate", "unknown-scheme", "S-missing", "p-range", "pattern",
         "duplicate-N", "trials", "params-unlisted", "unknown-key", "N-1e5", "K-1e5", "encoder-1GiB", "S-1e6",
-        "trials-1e9", "trials-per-task-1e9", "grid-2e7"])
+        "trials-1e9", "trials-per-task-1e9", "grid-2e7", "out_dim-1e9", "weights-2e32", "dim-1e9"])
 def test_sweep_config_rejects(over, match):
     with pytest.raises(ConfigError, match=match):
         load_sweep_config(_cfg(**over))
+
+
+@pytest.mark.parametrize(("over", "match"), [
+    ({"schemes": ["gcc", "replication"], "params": {"replication": {"policies": 1}}},
+     r"^params\.replication\.policies: got 1; expected a parameter of code 'replication': one of [\w, ]*\bfill\b"
+     r"[\w, ]* \(num_inputs and num_workers come from code\)$"),
+    ({"schemes": ["gcc", "replication"], "params": {"replication": {"blocksize": 3}}},
+     r"^params\.replication\.blocksize: got 3; expected a parameter of code 'replication'"),
+    ({"schemes": ["gcc", "replication"], "params": {"replication": {"ü": 3}}},
+     r"^params\.replication\.ü: got 3; expected a parameter of code 'replication'"),
+    ({"schemes": [{"label": "g", "code": "gcc", "params": {"kernal": "matern52"}}]},
+     r"^schemes\[0\]\.params\.kernal: got 'matern52'; expected a parameter of code 'gcc': one of kernel, "),
+], ids=["policies", "blocksize", "non-ascii", "spec-typo"])
+def test_unknown_code_params_are_refused_before_anything_runs(tmp_path, over, match):
+    """A parameter no code of its scheme takes used to skip every cell of that scheme: the sweep ran as if the
+    scheme were absent. Now one line, before the store or a cluster exists."""
+    with pytest.raises(ConfigError, match=match):
+        run_sweep(_cfg(**over), out=tmp_path / "s.zarr")
+    assert not (tmp_path / "s.zarr").exists()
 
 
 def test_overrides_and_fingerprint():

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -73,9 +74,21 @@ def _assert_user_error(result, *fragments):
     return lines[0]
 
 
+def _assert_refusal(result, *fragments):
+    """A run refused before it starts: one line that names what it got and what is valid (docs/cli.rst)."""
+    line = _assert_user_error(result, *fragments)
+    assert re.search(r": got .+; expected .+", line), line
+    return line
+
+
 def _folder_with_a_file(path) -> str:
     path.mkdir()
     (path / "todo.txt").write_text("not a run store")
+    return str(path)
+
+
+def _bytes(path, data: bytes) -> str:
+    path.write_bytes(data)
     return str(path)
 
 
@@ -103,15 +116,25 @@ CASES = {
                        ["source.labels: got", "nope-labels.npy"]),
     "data-wrong-shape-for-model": (lambda t: {"source": {"kind": "npy",
                                                          "path": _npy(t, "w.npy", np.zeros((16, 5), np.float32))}},
-                                   ["input of shape (1, 5) does not fit ONNX model"]),
+                                   ["workload: got input of shape (1, 5), which does not fit ONNX model"]),
     "empty-dataset": (lambda t: {"source": {"kind": "npy",
                                             "path": _npy(t, "e.npy", np.zeros((0, 1, 28, 28), np.float32))}},
-                      ["holds no samples"]),
+                      ["which holds no samples (num_samples=0); expected at least one sample"]),
     "nan-in-first-sample": (lambda t: {"source": {"kind": "npy", "path": _npy(
         t, "n0.npy", np.where(np.arange(16)[:, None, None, None] == 0, np.nan, np.ones((16, 1, 28, 28), np.float32)))}},
-                            ["source: sample 0 holds NaN or Inf (run.nan_policy: raise)"]),
+                            ["source: got NaN or Inf in sample 0 (run.nan_policy: raise); expected finite data"]),
     "absurd-sample-shape": (lambda t: {"source": {"kind": "synthetic", "num_samples": 4, "shape": [10**20]}},
-                            ["source: cannot read sample 0 of 'synthetic[seed=0]' (ValueError: Maximum allowed size"]),
+                            ["source: got 'synthetic[seed=0]', whose sample 0 cannot be read (ValueError: Maximum allowed size"]),
+    "float-labels": (lambda t: {"source": {"kind": "npy", "path": _npy(t, "x.npy", np.zeros((16, 1, 28, 28),
+                                                                                            np.float32)),
+                                           "labels": _npy(t, "y.npy", np.arange(16) / 3)}},
+                     ["source.labels: got labels of dtype float64; expected integer class labels"]),
+    "integer-samples": (lambda t: {"source": {"kind": "npy", "path": _npy(t, "i.npy", np.zeros((16, 784), np.int64))}},
+                        ["source: got int64 samples in", "; expected real floating data"]),
+    "not-a-npy-file": (lambda t: {"source": {"kind": "npy", "path": _folder_with_a_file(t / "d") + "/todo.txt"}},
+                       ["source: got", "todo.txt', which cannot be read as a .npy file"]),
+    "not-an-onnx-model": (lambda t: {"workload": {"kind": "onnx", "path": _bytes(t / "m.onnx", b"not a model")}},
+                          ["workload.path: got", "m.onnx', which ONNX Runtime cannot load", "expected an ONNX model"]),
     "store-path-is-a-file": (lambda t: {"store": {"path": _npy(t, "f.npy", np.zeros(3))}},
                              ["store path: got", "f.npy", "not a Zarr v3 store"]),
     "store-path-is-not-a-run": (lambda t: {"store": {"path": _folder_with_a_file(t / "notes")}},
@@ -122,18 +145,18 @@ CASES = {
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_rejected_with_one_line_and_exit_status_2(tmp_path, case):
     sections, fragments = CASES[case]
-    _assert_user_error(_cli(tmp_path, _base(tmp_path, **sections(tmp_path))), *fragments)
+    _assert_refusal(_cli(tmp_path, _base(tmp_path, **sections(tmp_path))), *fragments)
     assert not (tmp_path / "run.zarr").exists()  # nothing was created for a run that cannot start
 
 
 _GOOD = ("source: {kind: synthetic, num_samples: 8, shape: [4]}\nworkload: {kind: analytic, name: xsinx}\n"
          "code: {num_inputs: 2, num_workers: 4}\nschemes: [gcc]\n")
 YAML_TEXTS = {
-    "unclosed-flow": ("name: x\nsource: {kind: synthetic\n", "invalid YAML at line"),
-    "tab-indent": (_GOOD + "\tname: x\n", "invalid YAML at line 5"),
+    "unclosed-flow": ("name: x\nsource: {kind: synthetic\n", "got invalid YAML at line"),
+    "tab-indent": (_GOOD + "\tname: x\n", "got invalid YAML at line 5"),
     "nul-byte": (_GOOD + "name: \x00\n", "invalid YAML"),
-    "not-utf8": (b"name: \xff\xfe\n", "cannot read the config file"),
-    "python-tag": (_GOOD + "name: !!python/object:os.system x\n", "invalid YAML at line 5"),
+    "not-utf8": (b"name: \xff\xfe\n", "got a file that cannot be read as UTF-8 text"),
+    "python-tag": (_GOOD + "name: !!python/object:os.system x\n", "got invalid YAML at line 5"),
     "binary-name": (_GOOD + "name: !!binary aGVsbG8=\n", "name: got b'hello'"),
     "date-in-params": (_GOOD.replace("xsinx}", "xsinx, params: {d: 2024-01-01}}"), "workload.params: got"),
     "set-of-schemes": (_GOOD.replace("[gcc]", "!!set {gcc: null}"), "schemes: got {'gcc'}"),
@@ -149,7 +172,7 @@ def test_bad_yaml_is_one_line(tmp_path, case):
     text, fragment = YAML_TEXTS[case]
     path = tmp_path / "pipe.yaml"
     path.write_bytes(text if isinstance(text, bytes) else text.encode())
-    _assert_user_error(_cli(tmp_path, None), fragment)
+    _assert_refusal(_cli(tmp_path, None), fragment)
 
 
 @pytest.mark.parametrize("case", sorted(RECURSIVE))
@@ -169,7 +192,7 @@ def test_unreachable_scheduler_is_one_line_after_a_bounded_wait(tmp_path, monkey
         cluster["scheduler_file"] = str(tmp_path / "scheduler.json")
     else:
         monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", "tcp://127.0.0.1:9")
-    _assert_user_error(_cli(tmp_path, _base(tmp_path, cluster=cluster)), "cannot reach the Dask scheduler",
+    _assert_refusal(_cli(tmp_path, _base(tmp_path, cluster=cluster)), "cannot reach the Dask scheduler",
                        "within 1 s")
 
 
@@ -178,7 +201,7 @@ def test_a_scheduler_without_workers_is_one_line_after_a_bounded_wait(tmp_path):
     with LocalCluster(n_workers=0, processes=False, protocol="tcp://", dashboard_address=":0",
                       silence_logs=50) as cluster:
         cfg = _base(tmp_path, cluster={"address": cluster.scheduler_address, "connect_timeout": "1s"})
-        line = _assert_user_error(_cli(tmp_path, cfg), "has no workers, and none joined within 1 s")
+        line = _assert_refusal(_cli(tmp_path, cfg), "has no workers, and none joined within 1 s")
     assert cluster.scheduler_address in line
 
 
@@ -237,6 +260,11 @@ def test_an_f_raising_a_gcc_dask_error_on_every_shard_is_an_erasure(client, tmp_
     g = read_group(run.path, "uncoded", ("status", "failed"))
     assert g["status"].tolist() == [1, 1, 3, 1, 1, 1]
     assert g["failed"][:, 0].tolist() == [False, False, True, False, False, False]
+    # f raised on batch 2's uncoded input too: its reference is written as unknown (NaN), an outcome, so the
+    # batch is not pending work that every resume would meet again
+    inputs = read_group(run.path, "inputs", ("status", "reference"))
+    assert (inputs["status"] == 1).all()
+    assert np.isnan(inputs["reference"][2]).all() and np.isfinite(np.delete(inputs["reference"], 2, axis=0)).all()
 
 
 def _propagated(tmp_path, sample):

@@ -4,6 +4,7 @@
 - Ctrl-C of ``gcc-dask run`` on a process cluster: one line, exit 130 within seconds, the store marked
   interrupted, and the same command resumes;
 - every worker lost: one line and exit 2 in bounded time (``cluster.connect_timeout``), and a rerun resumes;
+- the external scheduler lost: one line and exit 2, the store marked failed, and a rerun resumes;
 - a store that cannot be written stops the run with one line, and failed batches are retried on resume;
 - more shards than worker threads: the run says so at start.
 """
@@ -169,6 +170,70 @@ def test_losing_every_worker_ends_in_bounded_time_with_one_line(tmp_path):
                 p.wait()
 
 
+@pytest.mark.slow
+def test_losing_the_scheduler_ends_with_one_line_and_a_rerun_resumes(tmp_path):
+    """The external scheduler is SIGKILLed mid-run: one ClusterError line and exit status 2 (it used to be a
+    traceback of ClosedClientError and exit status 1), the store marked failed with the batches finished
+    before; with a scheduler back, the same command resumes."""
+    env = subprocess_env()
+    sched_file = tmp_path / "scheduler.json"
+
+    def start_cluster():
+        if sched_file.exists():
+            sched_file.unlink()
+        scheduler = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--no-dashboard",
+                                      "--scheduler-file", str(sched_file), "--port", "0"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        deadline = time.monotonic() + 60
+        while not sched_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        worker = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", "--scheduler-file",
+                                   str(sched_file), "--nthreads", "8", "--no-dashboard"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        return [scheduler, worker]
+
+    procs = start_cluster()
+    try:
+        store, pipe = tmp_path / "run.zarr", tmp_path / "pipe.yaml"
+        cfg = synthetic_config(store, batches=200, k=4, n=8,
+                               cluster={"scheduler_file": str(sched_file), "connect_timeout": "3s",
+                                        "processes": None, "n_workers": None, "threads_per_worker": None},
+                               stragglers={"shift": "50ms", "scale": "20ms"}, run={"max_batches_in_flight": 2})
+        pipe.write_text(yaml.safe_dump(cfg))
+        proc = subprocess.Popen(cli("run", str(pipe), "--no-progress"), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if (status(store, "gcc") > 0).sum() >= 3:
+                    break
+            except Exception:
+                pass
+            time.sleep(0.1)
+        procs[0].kill()  # the scheduler
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 2, (proc.returncode, err)
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert len(lines) == 1 and "cluster: lost the connection to the Dask scheduler at" in lines[0], err
+        assert "run the same command again to resume" in lines[0]
+        assert zarr.open_group(str(store), mode="r").attrs["status"] == "failed"
+        done = int((status(store, "gcc") > 0).sum())
+        assert done >= 3
+        for p in procs:
+            p.kill()
+            p.wait()
+        procs = start_cluster()
+        again = subprocess.run(cli("run", str(pipe), "--no-progress", "--set", "run.limit_batches=20"),
+                               capture_output=True, text=True, timeout=300, env=env)
+        assert again.returncode == 0, again.stderr
+        assert "resuming" in again.stdout and (status(store, "gcc")[:20] > 0).all()
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
 # ------------------------------------------------------------------------ storage errors and retries
 def test_an_unwritable_chunk_stops_the_run_with_one_line_and_the_rerun_retries(client, tmp_path):
     """A file where batch 3's chunk folder should be: the run stops with one StoreError line naming the
@@ -187,6 +252,69 @@ def test_an_unwritable_chunk_stops_the_run_with_one_line_and_the_rerun_retries(c
     obstacle.unlink()
     again = gd.run_pipeline(cfg, client=client)
     assert again.status == "complete" and (status(path, "gcc") > 0).all()
+
+
+@pytest.mark.parametrize("array", ["reference", "labels"])
+def test_an_unwritable_reference_stops_the_run_and_the_batch_is_redone(client, tmp_path, array):
+    """A file where batch 3's inputs/reference (or, without a reference, inputs/labels) chunk folder should be:
+    the run stops with the one StoreError line (it used to end 'complete' with batch 3's reference, MSE and
+    RelAcc NaN, and a rerun found every batch done); once the obstacle is gone, the same run redoes batch 3
+    and equals an undisturbed run."""
+    from rel_helpers import assert_stores_equal
+
+    path = tmp_path / "run.zarr"
+    data = np.random.default_rng(1).random((32, 6)).astype(np.float32)
+    cfg = synthetic_config(path, batches=8, k=4, n=8, schemes=["gcc", "uncoded"],
+                           source={"kind": "array", "array": data, "labels": np.arange(32) % 3},
+                           run={"max_batches_in_flight": 2, "limit_batches": 1, "reference": array == "reference"})
+    gd.run_pipeline(cfg, client=client)  # creates the store, batch 0 done
+    obstacle = path / "inputs" / array / "c" / "3"  # the reference's chunk is a folder (c/3/0), the labels' a file
+    if array == "reference":
+        obstacle.parent.mkdir(parents=True, exist_ok=True)
+        obstacle.write_text("not a chunk folder")
+    else:
+        (obstacle / "not-a-chunk").mkdir(parents=True)
+    cfg["run"] = {**cfg["run"], "limit_batches": None}
+    with pytest.raises(gd.errors.StoreError, match=rf"cannot write inputs/\w+(, inputs/\w+)? of batch 3 .*run the "
+                                                   rf"same command again"):
+        gd.run_pipeline(cfg, client=client)
+    root = zarr.open_group(str(path), mode="r")
+    assert root.attrs["status"] == "failed" and root["inputs/status"][3] == 0
+    shutil.rmtree(obstacle) if obstacle.is_dir() else obstacle.unlink()
+    again = gd.run_pipeline(cfg, client=client)
+    assert again.status == "complete"
+    root = zarr.open_group(str(path), mode="r")
+    assert (root["inputs/status"][:] == 1).all()
+    np.testing.assert_array_equal(root["inputs/labels"][:], np.arange(32) % 3)
+    if array == "reference":
+        assert np.isfinite(root["inputs/reference"][:]).all()
+        assert np.isfinite(root["gcc/mse"][:]).all() and np.isfinite(root["uncoded/rel_acc"][:]).all()
+    clean = gd.run_pipeline({**cfg, "store": {"path": str(tmp_path / "clean.zarr")}}, client=client)
+    assert_stores_equal(path, clean.path, ["gcc", "uncoded"])
+
+
+def test_a_batch_whose_reference_is_missing_is_pending_work(client, tmp_path):
+    """A store whose batch 2 has every scheme's status but no reference (as runs before this check left it):
+    the resume runs batch 2 again, for every scheme, and only it; the run was 'incomplete' until then."""
+    path = tmp_path / "run.zarr"
+    cfg = synthetic_config(path, batches=4, k=4, n=8, schemes=["gcc", "uncoded"])
+    gd.run_pipeline(cfg, client=client)
+    root = zarr.open_group(str(path), mode="r+", use_consolidated=False)
+    want = {name: root[name][:].copy() for name in ("inputs/reference", "gcc/mse", "uncoded/rel_acc")}
+    before = root["gcc/batch_latency_s"][:].copy()
+    root["inputs/status"][2] = 0
+    root["inputs/reference"][8:12] = np.nan
+    root["gcc/mse"][2] = np.nan
+    said = []
+    again = gd.run_pipeline(cfg, client=client, echo=said.append)
+    assert any("3 of 4 batches already done" in line for line in said), said
+    assert again.status == "complete"
+    root = zarr.open_group(str(path), mode="r")
+    for name, values in want.items():
+        np.testing.assert_array_equal(root[name][:], values, err_msg=name)
+    after = root["gcc/batch_latency_s"][:]
+    np.testing.assert_array_equal(np.delete(after, 2), np.delete(before, 2))  # the others were not recomputed
+    assert after[2] != before[2]
 
 
 def test_failed_batches_are_retried_on_resume(client, tmp_path):

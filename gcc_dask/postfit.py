@@ -1,0 +1,220 @@
+"""A fitted scikit-learn estimator's predictions, coded: :class:`CodedPostFit` (docs/own_model.rst).
+
+Like ``dask_ml.wrappers.ParallelPostFit``: ``fit`` is the estimator's own, and the post-fit methods run on a
+Dask cluster, but through :func:`gcc_dask.coded_map`, so that slow workers do not hold up a prediction job.
+scikit-learn is not a dependency of gcc-dask: any object with the scikit-learn methods works.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gcc_dask.errors import ConfigError
+
+__all__ = ["CodedPostFit"]
+
+_SCORES = ("auto", "decision_function", "predict_proba")
+
+
+def _is_dask(a: Any) -> bool:
+    return callable(getattr(a, "__dask_graph__", None))
+
+
+class CodedPostFit:
+    """Wrap a scikit-learn estimator: ``fit`` passes through, ``predict``, ``predict_proba``,
+    ``predict_log_proba``, ``decision_function`` and ``transform`` run coded on a Dask cluster.
+
+    The same types come back as from ``dask_ml.wrappers.ParallelPostFit``: NumPy for NumPy input, a dask array
+    (reading the run's store) for dask input, chunked along the samples as the input, with the dtypes of the
+    estimator's own methods (found, as ParallelPostFit finds its ``meta``, by calling the method on one row of
+    zeros: never on a row of X; ``predict`` of a classifier has the dtype of ``classes_``). Unlike
+    ParallelPostFit, a call runs its coded job at once (the dask array it returns only reads the results).
+
+    Decoding is linear, and a class label is not: ``predict`` of a classifier is computed from decoded
+    scores, the argmax (the sign, for one score per sample) mapped to ``classes_``. The scores are those the
+    estimator's own ``predict`` uses: ``decision_function`` when the estimator has one (linear models, SVMs,
+    gradient boosting), else ``predict_proba`` (trees, forests, neighbours, naive Bayes, MLPs); ``scores=``
+    chooses. ``predict`` of a regressor is decoded directly. The decoded values are estimates (stored in
+    float32), not the estimator's own outputs: how close they come depends on the scheme, N − S and how
+    smooth the method is along a group of similar rows (a linear ``decision_function`` decodes best); run
+    with ``run={"reference": True}`` to have ``last_result_.summary`` report RelAcc and the RMSE
+    (docs/own_model.rst, section 'scikit-learn').
+
+    Parameters
+    ----------
+    estimator : scikit-learn estimator
+        Fitted before a post-fit call (here with :meth:`fit`, or beforehand).
+    scores : {"auto", "decision_function", "predict_proba"}
+        What ``predict`` of a classifier decodes (see above).
+    schemes, client, out, performance_report, **config
+        As :func:`gcc_dask.coded_map` (e.g. ``code={"num_inputs": 8, "num_workers": 12}``). ``client`` is not
+        an estimator parameter (``get_params`` leaves it out, so a clone uses Dask's default client). ``out`` is
+        a folder: each call writes ``<method>.zarr`` in it, replacing that of the call before; by default every
+        call gets a temporary store.
+
+    Attributes
+    ----------
+    last_result_ : gcc_dask.CodedResult
+        The coded run of the last post-fit call (its store and summary).
+
+    Raises
+    ------
+    AttributeError
+        From a post-fit method the estimator lacks (as ParallelPostFit).
+    gcc_dask.errors.ConfigError
+        An unknown or invalid config keyword, or an unknown `scores`.
+    """
+
+    def __init__(self, estimator=None, *, scores: str = "auto", schemes=("gcc",), client=None, out=None,
+                 performance_report=None, **config: Any) -> None:
+        if scores not in _SCORES:
+            raise ConfigError(f"scores: got {scores!r}; expected one of {', '.join(_SCORES)}")
+        self.estimator, self.scores, self.schemes = estimator, scores, schemes
+        self.client, self.out, self.performance_report = client, out, performance_report
+        self.config = dict(config)
+
+    # ------------------------------------------------------------------------------ scikit-learn protocol
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """The constructor's arguments (``**config`` spread out), so that ``sklearn.base.clone`` works; not
+        ``client`` (a connection is not copied: a clone uses Dask's default client)."""
+        params = {"estimator": self.estimator, "scores": self.scores, "schemes": self.schemes,
+                  "out": self.out, "performance_report": self.performance_report, **self.config}
+        if deep and hasattr(self.estimator, "get_params"):
+            params.update({f"estimator__{k}": v for k, v in self.estimator.get_params(deep=True).items()})
+        return params
+
+    def set_params(self, **params: Any) -> CodedPostFit:
+        inner = {k.split("__", 1)[1]: v for k, v in params.items() if k.startswith("estimator__")}
+        if inner:
+            self.estimator.set_params(**inner)
+        for key, value in params.items():
+            if key.startswith("estimator__"):
+                continue
+            if key in ("estimator", "scores", "schemes", "client", "out", "performance_report"):
+                setattr(self, key, value)
+            else:
+                self.config[key] = value
+        return self
+
+    def __repr__(self) -> str:
+        extra = "".join(f", {k}={v!r}" for k, v in self.config.items())
+        return f"CodedPostFit(estimator={self.estimator!r}, scores={self.scores!r}{extra})"
+
+    @property
+    def _estimator_type(self) -> str | None:
+        return getattr(self.estimator, "_estimator_type", None)
+
+    def fit(self, X, y=None, **kwargs: Any) -> CodedPostFit:
+        """Fit the estimator (``estimator.fit(X, y, **kwargs)``, in this process) and copy its learned
+        attributes (``classes_``, ``coef_``, ...) onto the wrapper; returns the wrapper."""
+        fitted = self.estimator.fit(X, y, **kwargs)
+        self._copy_learned(fitted)
+        return self
+
+    def partial_fit(self, X, y=None, **kwargs: Any) -> CodedPostFit:
+        """``estimator.partial_fit(X, y, **kwargs)``, in this process; returns the wrapper."""
+        fitted = self.estimator.partial_fit(X, y, **kwargs)
+        self._copy_learned(fitted)
+        return self
+
+    def _copy_learned(self, fitted: Any) -> None:
+        for key, value in vars(fitted).items():
+            if key.endswith("_") and not key.startswith("_"):
+                setattr(self, key, value)
+
+    # ------------------------------------------------------------------------------------ post-fit
+    def _coded(self, method: str, X):
+        """The decoded outputs of ``estimator.<method>`` on X (float32; NumPy or dask like X)."""
+        from gcc_dask.coded import coded_map
+
+        fn = self._method(method)
+        out = None
+        if self.out is not None:
+            import os
+
+            out = os.path.join(os.fspath(self.out), f"{method}.zarr")
+        config = dict(self.config)
+        if out is not None:
+            config["store"] = {**config.get("store", {}), "overwrite": True}
+        result = coded_map(fn, X, schemes=self.schemes, client=self.client, out=out,
+                           performance_report=self.performance_report, **config)
+        self.last_result_ = result
+        return result.estimates
+
+    def _method(self, method: str):
+        if not hasattr(self.estimator, method):
+            raise AttributeError(f"The wrapped estimator '{self.estimator}' does not have a '{method}' method.")
+        return getattr(self.estimator, method)
+
+    def _dtype(self, method: str, X) -> np.dtype:
+        """The dtype of ``estimator.<method>`` on one row of zeros of X's shape and dtype (not X's data)."""
+        fn = self._method(method)
+        row = np.zeros((1, *X.shape[1:]), dtype=getattr(X, "dtype", np.float64))
+        try:
+            return np.asarray(fn(row)).dtype
+        except Exception:  # an estimator that refuses zeros: float64, as scikit-learn mostly returns
+            return np.dtype(np.float64)
+
+    def _decoded(self, method: str, X):
+        dtype = self._dtype(method, X)
+        return self._coded(method, X).astype(dtype if dtype.kind == "f" else np.float64)
+
+    def predict_proba(self, X):
+        """Class probabilities, decoded: ``(n, n_classes)`` (NumPy, or dask for dask input), in the dtype of the
+        estimator's own ``predict_proba``. Rows need not sum exactly to 1 (each probability is estimated)."""
+        return self._decoded("predict_proba", X)
+
+    def predict_log_proba(self, X):
+        """``log`` of :meth:`predict_proba` (NaN where a decoded probability is not positive)."""
+        proba = self.predict_proba(X)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.log(proba)
+
+    def decision_function(self, X):
+        """Decision scores, decoded: ``(n,)`` or ``(n, n_classes)``, in the estimator's own dtype."""
+        return self._decoded("decision_function", X)
+
+    def transform(self, X):
+        """``estimator.transform`` decoded: ``(n, n_components)``, in the estimator's own dtype."""
+        return self._decoded("transform", X)
+
+    def predict(self, X):
+        """Predictions: for a classifier, ``classes_`` at the argmax of the decoded scores (see the class
+        docs), shape ``(n,)`` with the dtype of ``classes_`` (``classes_[0]`` in the rows of a batch that could
+        not be decoded, counted as ``missing`` in ``last_result_.summary``); for a regressor, the decoded
+        ``predict``."""
+        classes = getattr(self.estimator, "classes_", None)
+        if classes is None:
+            return self._decoded("predict", X)
+        method = self.scores
+        if method == "auto":
+            method = "decision_function" if hasattr(self.estimator, "decision_function") else "predict_proba"
+        scores = self._coded(method, X)
+        classes = np.asarray(classes)
+        if _is_dask(scores):
+            return scores.map_blocks(_to_classes, classes, drop_axis=list(range(1, scores.ndim)),
+                                     dtype=classes.dtype)
+        return _to_classes(scores, classes)
+
+    def score(self, X, y) -> float:
+        """Accuracy of :meth:`predict` (a classifier) or R² (a regressor), on NumPy (dask input is computed)."""
+        pred = self.predict(X)
+        pred = pred.compute() if _is_dask(pred) else pred
+        y = np.asarray(y.compute() if _is_dask(y) else y)
+        if getattr(self.estimator, "classes_", None) is not None:
+            return float(np.mean(pred == y))
+        residual = float(np.sum((y - pred) ** 2))
+        total = float(np.sum((y - y.mean(axis=0)) ** 2))
+        return 1.0 - residual / total if total > 0 else float("nan")
+
+
+def _to_classes(scores: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    """The class of each row of decoded scores: the argmax, or for one score per row (a binary
+    ``decision_function``) ``classes[1]`` where it is positive, as scikit-learn's ``predict``."""
+    scores = np.asarray(scores)
+    if scores.ndim == 1:
+        return classes[(scores > 0).astype(np.intp)]
+    filled = np.where(np.isnan(scores), -np.inf, scores)  # an undecodable row: the first class
+    return classes[np.argmax(filled, axis=1)]

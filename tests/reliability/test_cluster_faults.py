@@ -1,0 +1,179 @@
+"""Faults of a real cluster beyond a worker's death: a frozen worker, and every worker killed and replaced.
+
+- A worker process stopped with SIGSTOP (frozen, or swapping hard) kept its connections open: nothing erred,
+  and the run stalled for as long as it was stopped (a batch whose reference, decode, score or record sat on
+  it, or whose shards the virtual clock waited for, held the window). It is now ended once it has sent no
+  heartbeat for ``cluster.unresponsive_after`` (docs/pipeline.rst, section 'Unresponsive workers'): batches
+  go on finishing while it is stopped, and its shards are erasures.
+- The shards of a batch are placed on workers (a loose restriction, docs/pipeline.rst, section 'Slots and
+  placement'); when no worker is left, the scheduler parks them as ``no-worker`` and later gives them only to
+  a worker their restriction names, never to a new one. The run used to wait forever after "N Dask
+  worker(s) back; the run goes on"; it now runs the batches in flight again on the new workers and
+  completes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import psutil
+import pytest
+import yaml
+import zarr
+
+import gcc_dask as gd
+from rel_helpers import cli, read_group, status, subprocess_env, synthetic_config
+
+pytestmark = pytest.mark.slow  # an external scheduler, four `dask worker` trees and a run: ~40-90 s on 2 busy cores
+
+
+def _kill_tree(proc) -> None:
+    try:
+        tree = psutil.Process(proc.pid)
+        victims = tree.children(recursive=True) + [tree]
+    except psutil.NoSuchProcess:
+        return
+    for p in victims:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    proc.wait()
+
+
+def test_every_worker_killed_and_replaced_the_run_goes_on(tmp_path):
+    env = subprocess_env()
+    sched_file = tmp_path / "scheduler.json"
+    procs = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--no-dashboard",
+                               "--scheduler-file", str(sched_file), "--port", "0"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)]
+
+    def workers(n=2):
+        return [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", "--scheduler-file",
+                                  str(sched_file), "--nthreads", "16", "--no-dashboard"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env) for _ in range(n)]
+
+    try:
+        deadline = time.monotonic() + 60
+        while not sched_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        first = workers()
+        procs += first
+        store, pipe = tmp_path / "run.zarr", tmp_path / "pipe.yaml"
+        batches = 60
+        cfg = synthetic_config(store, batches=batches, k=4, n=12, schemes=["gcc", "uncoded"],
+                               cluster={"scheduler_file": str(sched_file), "connect_timeout": "60s",
+                                        "processes": None, "n_workers": None, "threads_per_worker": None},
+                               stragglers={"shift": "50ms", "scale": "20ms"},
+                               cutoff={"stragglers": 4, "deadline": "1s"}, run={"max_batches_in_flight": 4})
+        pipe.write_text(yaml.safe_dump(cfg))
+        run = subprocess.Popen(cli("run", str(pipe), "--no-progress"), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=env)
+        procs.append(run)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and run.poll() is None:
+            try:
+                if (status(store, "gcc") > 0).sum() >= 5:
+                    break
+            except Exception:
+                pass
+            time.sleep(0.1)
+        assert run.poll() is None, run.communicate()
+        for w in first:  # every worker tree (nanny and worker process), at once
+            _kill_tree(w)
+        time.sleep(1.0)
+        procs += workers()
+        out, err = run.communicate(timeout=300)  # it used to wait forever here
+        assert run.returncode == 0, (run.returncode, out[-2000:], err)
+        assert "every Dask worker was replaced" in out, out
+        root = zarr.open_group(str(store), mode="r")
+        assert root.attrs["status"] == "complete"
+        for scheme in ("gcc", "uncoded", "inputs"):
+            assert (root[f"{scheme}/status"][:] > 0).all(), scheme
+        assert np.isfinite(root["inputs/reference"][:]).all()
+    finally:
+        for p in reversed(procs):
+            if p.poll() is None:
+                _kill_tree(p)
+
+
+SHARD_KEY = re.compile(r"^eval-b(\d+)-w(\d+)-(gcc|uncoded)-[0-9a-f]+$")
+
+
+def test_a_frozen_worker_is_ended_and_batches_go_on_finishing(tmp_path):
+    """One of 3 worker processes is SIGSTOPped for 12 s, mid-run, on the virtual clock (the case that waited
+    longest: the cutoff waits for every shard whose drawn latency is below it). Batches go on finishing while
+    it is stopped (none did: the same number of batches was done at the SIGSTOP and at the SIGCONT); the
+    shards it was running are erasures in the store; the run completes."""
+    import dask
+    from distributed import Client, LocalCluster
+
+    # shards sleep 300-700 ms (virtual clock), so that the stopped worker always holds running shards that
+    # the cutoffs of the batches in flight wait for
+    path = tmp_path / "frozen.zarr"
+    cfg = synthetic_config(path, batches=80, k=4, n=12, schemes=("gcc", "uncoded"),
+                           stragglers={"shift": "300ms", "scale": "100ms"},
+                           cutoff={"stragglers": 4, "deadline": "5s", "on_shortfall": "decode"},
+                           cluster={"unresponsive_after": "3s"}, run={"max_batches_in_flight": 4})
+    log: dict = {}
+    said: list[str] = []
+    stop = threading.Event()
+
+    def freeze(client):
+        while not stop.is_set() and (not path.exists() or _done(path) < 10):
+            time.sleep(0.05)
+        busy = {w: [str(k) for k in keys if SHARD_KEY.match(str(k))] for w, keys in client.processing().items()}
+        address = max(busy, key=lambda w: len(busy[w]))
+        pid = client.run(os.getpid, workers=[address])[address]
+        os.kill(pid, signal.SIGSTOP)
+        log.update(address=address, shards=busy[address], done_at_stop=_done(path))
+        stop.wait(12.0)
+        log["done_at_cont"] = _done(path)
+        try:
+            os.kill(pid, signal.SIGCONT)
+            log["still_alive"] = True
+        except ProcessLookupError:  # ended by the run: its nanny started another worker
+            log["still_alive"] = False
+
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        cluster = LocalCluster(n_workers=3, threads_per_worker=16, processes=True, dashboard_address=":0",
+                               silence_logs=50)
+    with cluster, Client(cluster) as client:
+        thread = threading.Thread(target=freeze, args=(client,), daemon=True)
+        thread.start()
+        try:
+            result = gd.run_pipeline(cfg, client=client, echo=said.append)
+        finally:
+            stop.set()
+            thread.join(timeout=60)
+    print({k: v for k, v in log.items() if k != "shards"}, len(log.get("shards", ())), "shards on it")
+    assert result.status == "complete"
+    ended = [line for line in said if "sent no heartbeat" in line]
+    assert len(ended) == 1 and f"Dask worker {log['address']} sent no heartbeat" in ended[0], said  # that one only
+    assert log["still_alive"] is False
+    # batches went on finishing while the worker was stopped
+    assert log["done_at_cont"] - log["done_at_stop"] >= 5, log
+    # the shards it was running are erasures (the only worker that died: every erasure of the run is one of
+    # its shards; a batch whose decode ran on it was run again from its shards, keeping the same set)
+    failed = {s: read_group(path, s, ("failed",))["failed"] for s in ("gcc", "uncoded")}
+    erased = [key for key in log["shards"] if failed[SHARD_KEY.match(key).group(3)][
+        int(SHARD_KEY.match(key).group(1)), int(SHARD_KEY.match(key).group(2))]]
+    print(f"{len(erased)} of the {len(log['shards'])} shards running on it at the SIGSTOP are erasures; "
+          f"{sum(int(f.sum()) for f in failed.values())} erasures in all")
+    assert erased, log["shards"]
+    for scheme in ("gcc", "uncoded"):
+        assert (status(path, scheme) > 0).all()
+
+
+def _done(path) -> int:
+    try:
+        return int(min((status(path, s) > 0).sum() for s in ("gcc", "uncoded")))
+    except Exception:  # being created
+        return 0

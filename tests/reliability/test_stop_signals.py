@@ -1,0 +1,125 @@
+"""SIGTERM and Ctrl-C of ``gcc-dask run`` on an embedded process cluster: one line, a documented exit status
+(130 for Ctrl-C, 143 for SIGTERM), the store marked ``interrupted``, every worker process ended, no leaked
+semaphores; the same command resumes. A Ctrl-C or SIGTERM while the cluster starts stops the run too (Ctrl-C
+used to be ignored there and the run went on to completion).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import psutil
+import pytest
+import yaml
+import zarr
+
+from rel_helpers import cli, status, subprocess_env, synthetic_config
+
+pytestmark = pytest.mark.slow  # gcc-dask subprocesses with 2-3 worker processes each: ~30-90 s on 2 busy cores
+
+LINES = {signal.SIGINT: "gcc-dask: interrupted; run the same command again to resume",
+         signal.SIGTERM: "gcc-dask: terminated (SIGTERM); run the same command again to resume"}
+CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+def _pipeline(tmp_path, batches=60):
+    store, pipe = tmp_path / "run.zarr", tmp_path / "pipe.yaml"
+    cfg = synthetic_config(store, batches=batches, k=4, n=8, schemes=["gcc", "uncoded"],
+                           cluster={"processes": True, "n_workers": 2, "threads_per_worker": 8},
+                           stragglers={"shift": "100ms", "scale": "50ms"}, run={"max_batches_in_flight": 2})
+    pipe.write_text(yaml.safe_dump(cfg))
+    return store, pipe
+
+
+def _start(pipe, env=None):
+    # its own session, as a terminal's foreground job: Ctrl-C goes to the whole process group
+    return subprocess.Popen(cli("run", str(pipe), "--no-progress"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env or subprocess_env(), start_new_session=True)
+
+
+def _send(proc, signum):
+    """Ctrl-C as a terminal sends it (to the process group); SIGTERM as a scheduler sends it (to the driver)."""
+    if signum == signal.SIGINT:
+        os.killpg(proc.pid, signum)
+    else:
+        os.kill(proc.pid, signum)
+
+
+def _workers(proc) -> list[psutil.Process]:
+    """The driver's worker processes (multiprocessing spawns them; its resource tracker is not one)."""
+    try:
+        kids = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    out = []
+    for kid in kids:
+        try:
+            if "spawn_main" in " ".join(kid.cmdline()):
+                out.append(kid)
+        except psutil.Error:
+            pass
+    return out
+
+
+def _finish(proc, workers):
+    try:
+        out, err = proc.communicate(timeout=120)  # a hang fails here
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    gone, alive = psutil.wait_procs(workers, timeout=30)
+    return out, err, alive
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_mid_run_stops_with_one_line_and_the_rerun_resumes(tmp_path, signum):
+    store, pipe = _pipeline(tmp_path)
+    proc = _start(pipe)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if (status(store, "gcc") > 0).sum() >= 3:
+                break
+        except Exception:  # not created yet
+            pass
+        time.sleep(0.1)
+    assert proc.poll() is None, proc.communicate()
+    workers = _workers(proc)
+    assert len(workers) >= 2
+    _send(proc, signum)
+    out, err, alive = _finish(proc, workers)
+    assert proc.returncode == CODES[signum], (proc.returncode, err)
+    # one line: no traceback, no worker's KeyboardInterrupt, no "leaked semaphore objects" warning
+    assert [line for line in err.splitlines() if line.strip()] == [LINES[signum]], err
+    assert zarr.open_group(str(store), mode="r").attrs["status"] == "interrupted"
+    assert not alive, alive  # the embedded cluster's worker processes ended with the driver
+    again = subprocess.run(cli("run", str(pipe), "--no-progress"), capture_output=True, text=True, timeout=300,
+                           env=subprocess_env())
+    assert again.returncode == 0, again.stderr
+    assert "resuming" in again.stdout and (status(store, "gcc") > 0).all()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_while_the_cluster_starts_stops_the_run(tmp_path, signum):
+    """Each worker takes 3 s to start (a preload), and the signal is sent once the first worker process is
+    there: the cluster is still starting. The run stops once it has started (and closes it) instead of going
+    on to completion; the workers, which start with both signals blocked, print nothing."""
+    store, pipe = _pipeline(tmp_path, batches=20)
+    env = {**subprocess_env(), "DASK_DISTRIBUTED__WORKER__PRELOAD": '["slow_start"]'}
+    proc = _start(pipe, env)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None and not _workers(proc):
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()
+    time.sleep(0.5)  # the worker is in its 3 s preload: the cluster has not started
+    workers = _workers(proc)
+    _send(proc, signum)
+    out, err, alive = _finish(proc, workers)
+    assert proc.returncode == CODES[signum], (proc.returncode, out[-2000:], err)
+    assert [line for line in err.splitlines() if line.strip()] == [LINES[signum]], err
+    assert not alive, alive
+    assert not store.exists()  # stopped before anything was computed

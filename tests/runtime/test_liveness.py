@@ -1,0 +1,86 @@
+"""Unresponsive workers (gcc_dask.runtime.liveness): the detection is a pure function of heartbeat samples."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from gcc_dask.runtime.liveness import MISSED_HEARTBEATS, HeartbeatWatch, heartbeat_interval
+
+
+def _info(**last_seen):
+    return {address: {"last_seen": t} for address, t in last_seen.items()}
+
+
+def test_a_worker_whose_heartbeat_stops_is_reported_once_after_the_limit():
+    watch = HeartbeatWatch(2.0)
+    assert watch.update(_info(a=9.0, b=9.0, c=9.0), now=-1.0) == []
+    assert watch.update(_info(a=10.0, b=10.0, c=10.0), now=0.0) == []
+    # a's heartbeat stops at scheduler time 10; b's and c's move on
+    assert watch.update(_info(a=10.0, b=11.0, c=11.0), now=1.0) == []
+    assert watch.update(_info(a=10.0, b=12.0, c=12.0), now=2.0) == []  # exactly 2 s: not beyond
+    assert watch.update(_info(a=10.0, b=12.5, c=12.5), now=2.5) == [("a", 2.5)]
+    assert watch.update(_info(a=10.0, b=13.0, c=13.0), now=3.0) == []  # reported once
+    assert watch.unresponsive == {"a"}
+    # once the scheduler forgets it (ended), it is no longer held
+    assert watch.update(_info(b=14.0, c=14.0), now=4.0) == [] and watch.unresponsive == set()
+
+
+def test_nothing_is_reported_when_no_heartbeat_moves():
+    """Every heartbeat late at once is the scheduler, the network or the driver, not one worker."""
+    watch = HeartbeatWatch(1.0)
+    watch.update(_info(a=1.0, b=1.0), now=0.0)
+    assert watch.update(_info(a=1.0, b=1.0), now=30.0) == []
+
+
+@pytest.mark.parametrize("after", [None, 0.1])
+def test_never_with_none_and_at_least_three_heartbeat_intervals(after):
+    watch = HeartbeatWatch(after)
+    floor = MISSED_HEARTBEATS * heartbeat_interval(2)
+    assert floor == pytest.approx(1.5)  # 3 x 0.5 s, the interval of a cluster of up to 10 workers
+    watch.update(_info(a=-1.0, b=-1.0), now=-1.0)
+    watch.update(_info(a=0.0, b=0.0), now=0.0)
+    watch.update(_info(a=0.0, b=1.0), now=1.0)
+    assert watch.update(_info(a=0.0, b=1.4), now=1.4) == []
+    got = watch.update(_info(a=0.0, b=1.6), now=1.6)
+    assert got == ([] if after is None else [("a", 1.6)])
+
+
+def test_a_single_worker_or_missing_heartbeat_times_are_never_reported():
+    watch = HeartbeatWatch(1.0)
+    watch.update(_info(a=0.0), now=0.0)
+    assert watch.update(_info(a=0.0), now=10.0) == []  # nothing else runs anyway
+    other = HeartbeatWatch(1.0)
+    other.update({"a": {}, "b": {"last_seen": 0.0}}, now=0.0)
+    assert other.update({"a": {}, "b": {"last_seen": 5.0}}, now=5.0) == []  # no last_seen: always moving
+
+
+def test_a_worker_that_never_sent_a_heartbeat_since_it_joined_is_left_alone():
+    """A worker that just joined sets up the run's plugin before its heartbeats start: ending it then would
+    end every replacement in turn. Once its heartbeat has moved, it is watched like the others."""
+    watch = HeartbeatWatch(1.0)
+    watch.update(_info(a=0.0, b=0.0), now=0.0)
+    assert watch.update(_info(a=0.0, b=5.0), now=5.0) == []  # a never moved since it was first seen
+    watch.update(_info(a=6.0, b=6.0), now=6.0)  # now it did
+    assert watch.update(_info(a=6.0, b=8.0), now=8.0) == [("a", 2.0)]
+
+
+def test_a_worker_without_a_nanny_is_removed_from_the_scheduler():
+    """end_worker on a worker without a nanny (threads in this process): the scheduler forgets it, and the
+    tasks that wait for it are no longer held by it (the nanny case is test_cluster_faults.py's)."""
+    from distributed import Client, LocalCluster
+
+    from gcc_dask.runtime.liveness import end_worker
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0",
+                      silence_logs=40) as cluster, Client(cluster) as client:
+        workers = client.scheduler_info()["workers"]
+        victim = sorted(workers)[0]
+        assert workers[victim]["nanny"] is None
+        assert end_worker(client, victim, None) == "the scheduler removed it"
+        deadline = time.monotonic() + 10
+        while victim in client.scheduler_info()["workers"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert set(client.scheduler_info()["workers"]) == set(workers) - {victim}
+        assert client.submit(lambda x: x + 1, 1, pure=False).result(timeout=10) == 2

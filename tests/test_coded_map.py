@@ -1,0 +1,241 @@
+"""coded_map: your own f on your own X (NumPy, dask, Zarr, DataArray) on a LocalCluster of processes.
+
+The runs inject seeded stragglers on the virtual clock, so which results each batch keeps depends on the seed
+alone and two runs of the same f, X and config give the same bits: that is how the estimates of coded_map are
+compared with run_pipeline's, and with each other across input types.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+
+import numpy as np
+import pytest
+
+import gcc_dask as gd
+from gcc_dask.errors import ConfigError, WorkloadError
+
+RNG = np.random.default_rng(7)
+X = RNG.uniform(-1, 1, size=(600, 4)).astype(np.float32)
+W = RNG.normal(size=(4, 3)).astype(np.float32)
+# small batches (K·B = 4·16 = 64 rows, 10 batches), S = 2 of N = 8 stragglers injected on the virtual clock
+CONFIG = {
+    "code": {"num_inputs": 4, "num_workers": 8, "block_size": 16},
+    "cutoff": {"stragglers": 2},
+    "stragglers": {"model": "shifted_exponential", "shift": 0.001, "scale": 0.002, "seed": 3},
+}
+
+
+def f(x):
+    """A smooth f: R^4 -> R^3, importable by the workers (they run this module's code by reference)."""
+    return np.tanh(x @ W)
+
+
+def marking(block, folder):
+    """Leave a file named after this process in `folder` (an instrumented dask block), then return the block."""
+    if block.size:
+        with open(os.path.join(folder, f"{os.getpid()}-{uuid.uuid4().hex[:8]}"), "w"):
+            pass
+    return block
+
+
+def test_lambda_on_numpy_matches_run_pipeline(process_client, tmp_path):
+    scale = np.float32(0.5)
+    g = lambda x: np.tanh(x @ W) * scale  # noqa: E731 - a lambda closing over a local, pickled by value
+    res = gd.coded_map(g, X, client=process_client, out=tmp_path / "cm.zarr", **CONFIG)
+    est = res.estimates
+    assert isinstance(est, np.ndarray) and est.shape == (600, 3) and est.dtype == np.float32
+    truth = g(X)
+    assert np.abs(est - truth).mean() < 0.01 and np.abs(est - truth).max() < 0.2
+    assert res.summary.loc["gcc", "mean_received"] == 6.0  # N - S = 8 - 2 results per batch
+
+    import xarray as xr
+
+    ran = gd.run_pipeline({"source": {"kind": "array", "array": X},
+                           "workload": {"kind": "callable", "function": g},
+                           "schemes": ["gcc"], "run": {"reference": False, "progress": False},
+                           "cluster": {"gpu": False}, **CONFIG},
+                          client=process_client, out=tmp_path / "rp.zarr")
+    stored = xr.open_zarr(ran.path, group="gcc").sortby("sample")["decoded"].values  # the README's reading
+    np.testing.assert_array_equal(est, stored)
+    ds = res.to_xarray()
+    assert ds["gcc"].dims == ("sample", "output") and ds.attrs["store"] == res.store
+    np.testing.assert_array_equal(ds["gcc"].values, est)
+
+
+def test_dask_array_is_read_on_the_workers_only(process_client, tmp_path):
+    import dask.array as da
+
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    dX = da.from_array(X, chunks=150).map_blocks(marking, str(marks), dtype=X.dtype, meta=np.empty((0, 4), X.dtype))
+    res = gd.coded_map(f, dX, client=process_client, out=tmp_path / "dask.zarr", **CONFIG)
+    pids = {name.split("-")[0] for name in os.listdir(marks)}
+    assert pids and str(os.getpid()) not in pids  # every block was computed in a worker process
+    est = res.estimates
+    assert isinstance(est, da.Array) and est.chunks == ((150,) * 4, (3,))  # X's chunks along the samples
+    values = est.compute(scheduler="sync")
+    plain = gd.coded_map(f, X, client=process_client, out=tmp_path / "numpy.zarr", **CONFIG).estimates
+    np.testing.assert_array_equal(values, plain)  # the same rows decoded from the same results
+
+
+def test_zarr_array_and_dataarray(process_client, tmp_path):
+    import dask.array as da
+    import xarray as xr
+    import zarr
+
+    z = zarr.open_array(str(tmp_path / "x.zarr"), mode="w", shape=X.shape, chunks=(200, 4), dtype="float32")
+    z[:] = X
+    res = gd.coded_map(f, z, client=process_client, out=tmp_path / "z.zarr", **CONFIG)
+    assert res.run.config.source.kind == "zarr"  # the workers read the files themselves
+    assert isinstance(res.estimates, da.Array) and res.estimates.chunks[0] == (200, 200, 200)
+    plain = gd.coded_map(f, X, client=process_client, out=tmp_path / "numpy.zarr", **CONFIG).estimates
+    np.testing.assert_array_equal(res.estimates.compute(scheduler="sync"), plain)
+
+    times = np.arange(600) * 0.25
+    arr = xr.DataArray(X, dims=("time", "feature"), coords={"time": times})
+    res = gd.coded_map(f, arr, client=process_client, out=tmp_path / "numpy.zarr", **CONFIG)  # resumed
+    assert res.run.wall_s == 0.0  # the same f, X and config: the store was complete, nothing ran again
+    ds = res.to_xarray()
+    assert ds["gcc"].dims == ("time", "output")
+    np.testing.assert_array_equal(ds["time"].values, times)
+    np.testing.assert_array_equal(ds["gcc"].values, plain)
+
+
+def test_sklearn_predict_proba(process_client, tmp_path):
+    from sklearn.linear_model import LogisticRegression
+
+    y = (X @ W).argmax(axis=1)
+    clf = LogisticRegression(max_iter=1000).fit(X, y)
+    res = gd.coded_map(clf.predict_proba, X, client=process_client, out=tmp_path / "sk.zarr",
+                       run={"reference": True}, **CONFIG)
+    truth = clf.predict_proba(X)
+    assert res.estimates.shape == truth.shape
+    assert np.abs(res.estimates - truth).mean() < 0.01
+    assert np.mean(res.estimates.argmax(1) == truth.argmax(1)) > 0.97
+    assert res.summary.loc["gcc", "rel_acc"] > 0.97  # the reference was computed: RelAcc is reported
+    np.testing.assert_allclose(res.reference, truth, atol=1e-6)
+
+
+def test_torch_module(process_client, tmp_path):
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+    res = gd.coded_map(module, X, client=process_client, out=tmp_path / "torch.zarr", **CONFIG)
+    assert res.run.config.workload.kind == "torch"
+    with torch.inference_mode():
+        truth = module(torch.from_numpy(X)).numpy()
+    assert res.estimates.shape == (600, 3)
+    assert np.abs(res.estimates - truth).mean() < 0.02
+    assert module.training  # the caller's module is left as it was (not switched to eval mode)
+
+
+class _CountingF:
+    """f that leaves a file per unpickling, named after the process: shows where it was loaded."""
+
+    def __init__(self, folder):
+        self.folder = folder
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        with open(os.path.join(self.folder, f"{os.getpid()}-{uuid.uuid4().hex[:8]}"), "w"):
+            pass
+
+    def __call__(self, x):
+        return f(x)
+
+
+def test_f_is_loaded_once_per_worker(process_client, tmp_path):
+    loads = tmp_path / "loads"
+    loads.mkdir()
+    gd.coded_map(_CountingF(str(loads)), X, client=process_client, out=tmp_path / "once.zarr", **CONFIG)
+    pids = [name.split("-")[0] for name in os.listdir(loads)]
+    workers = {str(pid) for pid in process_client.run(os.getpid).values()}
+    assert set(pids) <= workers and len(pids) == len(set(pids)) == len(workers)  # once in each worker, 10 batches
+
+
+def test_not_picklable_f_is_one_error_naming_it(process_client, tmp_path):
+    lock = threading.Lock()
+
+    def locked_f(x):
+        with lock:
+            return f(x)
+
+    with pytest.raises(WorkloadError) as err:
+        gd.coded_map(locked_f, X, client=process_client, out=tmp_path / "never.zarr", **CONFIG)
+    text = str(err.value)
+    assert "\n" not in text and "locked_f" in text and "cannot be pickled" in text and "lock" in text
+    assert not (tmp_path / "never.zarr").exists()
+
+
+@pytest.mark.parametrize(("config", "match"), [
+    ({"code": {"num_inputs": 4, "num_worker": 8}}, r"code\.num_worker: got unknown key 'num_worker'.*did you mean "
+                                                    r"'num_workers'"),
+    ({"cod": {"num_inputs": 4}}, r"cod: got unknown key 'cod'.*did you mean 'code'"),
+    ({"cutoff": {"stragglers": 16}}, r"cutoff\.stragglers: got 16"),
+    ({"source": {"kind": "mnist"}}, r"source: .*no source= keyword in coded_map \(the data are X\)"),
+    ({"code": 8}, r"code: got 8; expected a mapping"),
+], ids=["typo-in-section", "typo-section", "impossible-S", "source-keyword", "not-a-mapping"])
+def test_config_keywords_are_checked_as_yaml(config, match):
+    with pytest.raises(ConfigError, match=match) as err:
+        gd.coded_map(f, X, **config)
+    assert "\n" not in str(err.value)
+
+
+def test_bad_f_and_X():
+    with pytest.raises(WorkloadError, match=r"f: got 'model\.bin'; expected a callable"):
+        gd.coded_map("model.bin", X)
+    with pytest.raises(WorkloadError, match=r"f: got 'int'"):
+        gd.coded_map(3, X)
+
+
+def test_integer_X_is_refused_before_anything_runs(client, tmp_path):
+    with pytest.raises(gd.errors.SourceError, match="got int64 samples in .array.; expected real floating data"):
+        gd.coded_map(f, np.arange(40).reshape(10, 4), client=client, out=tmp_path / "int.zarr")
+
+
+def test_warns_when_the_scheduler_would_rerun_lost_shards(tmp_path):
+    from distributed import Client, LocalCluster
+
+    # Dask's default allowed-failures (3), and a scheduler reached over TCP as a separate one would be
+    with LocalCluster(n_workers=1, threads_per_worker=8, processes=False, protocol="tcp://", dashboard_address=":0") \
+            as cluster, Client(cluster, set_as_default=False) as c:
+        with pytest.warns(RuntimeWarning, match=r"re-runs a task lost with its worker up to 3 times.*"
+                                                r"ALLOWED_FAILURES=0") as caught:
+            gd.coded_map(f, X[:64], client=c, out=tmp_path / "warn.zarr", **CONFIG)
+    assert caught[0].filename == __file__  # attributed to the caller's line, not to gcc-dask's
+
+
+def test_no_warning_on_a_cluster_that_never_reruns(process_client, tmp_path, recwarn):
+    gd.coded_map(f, X[:64], client=process_client, out=tmp_path / "quiet.zarr", **CONFIG)  # allowed-failures 0
+    from distributed import Client, LocalCluster
+
+    # workers that are threads of this process cannot die alone: Dask's default is harmless there
+    with LocalCluster(n_workers=1, threads_per_worker=8, processes=False, dashboard_address=":0") as cluster, \
+            Client(cluster, set_as_default=False) as c:
+        gd.coded_map(f, X[:64], client=c, out=tmp_path / "inproc.zarr", **CONFIG)
+    assert not [w for w in recwarn if "allowed-failures" in str(w.message)]
+
+
+def test_default_client_and_temporary_store(client):
+    res = gd.coded_map(f, X[:64], **CONFIG)  # the session's client is Dask's default client
+    assert os.path.basename(res.store) == "coded-map.zarr" and os.path.isdir(res.store)
+    assert os.path.basename(os.path.dirname(res.store)).startswith("gcc-dask-")
+    assert res.estimates.shape == (64, 3)
+
+
+@pytest.mark.slow
+def test_a_script_without_a_main_guard_is_told_how_to_fix_it(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "no_guard.py"
+    script.write_text("import numpy as np\nimport gcc_dask as gd\n"
+                      "gd.coded_map(np.tanh, np.zeros((64, 2), 'float32'), cluster={'n_workers': 1})\n")
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert res.returncode != 0
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("gcc_dask.errors.ClusterError: cluster: got an embedded LocalCluster that cannot start")
+    assert 'in a script (no_guard.py), put the calls that start a cluster under `if __name__ == "__main__":`' in last
