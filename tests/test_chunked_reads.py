@@ -281,3 +281,23 @@ def test_the_chain_that_drops_visited_samples_is_the_same_chain(n):
     np.testing.assert_array_equal(got, _naive_chain(f))
     ties = np.repeat(np.arange(n // 2 + 1, dtype=np.float32), 2)[:n, None]  # pairs of equal samples
     np.testing.assert_array_equal(chain_order(ties), _naive_chain(ties))
+
+
+def test_a_dask_array_source_takes_through_a_workers_chunk_reader():
+    """A dask array is read block by block: through a worker's chunk reader each block of the samples is asked
+    for once; without one, as before (one selection)."""
+    import dask.array as da
+
+    x = np.random.default_rng(2).random((100, 3), dtype=np.float32)
+    src = make_source("array", array=da.from_array(x, chunks=30))
+    assert src.remote and src.chunks == 30
+    idx = np.array([95, 3, 31, 4, 61, 62, 0])
+    asked = []
+
+    def chunk(i):
+        asked.append(i)
+        return src.read_chunk(i)
+
+    np.testing.assert_array_equal(src.take(idx, chunk)[0], x[idx])
+    assert sorted(asked) == [0, 1, 2, 3]
+    np.testing.assert_array_equal(src.take(idx)[0], x[idx])
