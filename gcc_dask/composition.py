@@ -47,7 +47,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from gcc_dask.errors import ConfigError
+from gcc_dask.errors import ConfigError, SourceError
+from gcc_dask.limits import MAX_FIT_SAMPLES, MAX_WINDOW
 
 __all__ = [
     "POLICIES",
@@ -407,18 +408,47 @@ def window_bounds(num_samples: int, window: int, group_size: int, unit: int | No
     return [(s, min(s + w, num_samples)) for s in range(0, num_samples, w)]
 
 
+#: the largest squared feature norm the chain accepts: its distances ``||f_j||² - 2 f_j·f_cur`` then stay finite
+#: in float32
+_MAX_NORM2 = float(np.finfo(np.float32).max) / 4
+
+
+def _checked_features(source: Any, projection: Projection, x: np.ndarray, index: np.ndarray | int) -> np.ndarray:
+    """``projection.features(x)`` of samples `x` (dataset indices `index`, or ``index + arange(len(x))`` for an
+    int), refused with one :class:`~gcc_dask.errors.SourceError` line naming the source and a sample whose
+    features (or their squared norm, which the chain compares) overflow float32: such a sample cannot be
+    compared with the others, and the chain would not be a permutation. The one named holds the largest value
+    of those that overflow."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        f = projection.features(x)
+        f64 = f.astype(np.float64)
+        norm2 = np.einsum("ij,ij->i", f64, f64)
+    bad = ~np.isfinite(f).all(axis=1) | ~(norm2 <= _MAX_NORM2)
+    if bad.any():
+        with np.errstate(invalid="ignore"):
+            flat = np.abs(np.asarray(x, dtype=np.float64).reshape(x.shape[0], -1))
+        top = np.where(np.isfinite(flat), flat, 0.0).max(axis=1, initial=0.0)
+        i = int(np.flatnonzero(bad)[np.argmax(top[bad])])
+        at = int(index[i]) if isinstance(index, np.ndarray) else int(index) + i
+        raise SourceError(f"source: got values up to {top[i]:.3g} in sample {at} of "
+                          f"{getattr(source, 'name', 'the source')!r}, too large to compose (its principal-component "
+                          "features overflow float32); expected data on a scale the composition can compare: "
+                          "scale the data (standardise it, say), or set composition.policy: random or as_stored")
+    return f
+
+
 def _window_chain(source: Any, projection: Projection, bounds: tuple[int, int]) -> np.ndarray:
     """Read one window of `source`, project it and chain it: dataset indices in chain order (int64)."""
     start, stop = bounds
     x, _ = source.read(start, stop)
-    return start + chain_order(projection.features(x))
+    return start + chain_order(_checked_features(source, projection, x, start))
 
 
 def _window_pc1(source: Any, projection: Projection, bounds: tuple[int, int]) -> np.ndarray:
     """The first principal component of one window's samples, float64 of shape (stop - start,)."""
     start, stop = bounds
     x, _ = source.read(start, stop)
-    return projection.features(x)[:, 0]
+    return _checked_features(source, projection, x, start)[:, 0]
 
 
 def serial_map(func: Callable, items: Sequence, *shared: Any) -> list:
@@ -455,13 +485,14 @@ def compose(
     seed : int
         Seeds ``random`` and the randomized PCA.
     window : int
-        Samples per window of the ``similarity`` chain and of the ``pc1`` reads (>= 1; rounded up to a
-        multiple of :func:`window_unit`: K, or for a source with :attr:`~gcc_dask.sources.Source.chunks`
-        whole batches and, where they fit, whole chunks).
+        Samples per window of the ``similarity`` chain and of the ``pc1`` reads (1 to
+        :data:`~gcc_dask.limits.MAX_WINDOW`; rounded up to a multiple of :func:`window_unit`: K, or for a source
+        with :attr:`~gcc_dask.sources.Source.chunks` whole batches and, where they fit, whole chunks).
     dims : int
         Principal components compared (>= 1).
     fit_samples : int
-        Samples the principal components are fitted on, spread evenly over the source (>= 1).
+        Samples the principal components are fitted on, spread evenly over the source (1 to
+        :data:`~gcc_dask.limits.MAX_FIT_SAMPLES`).
     map_windows : callable, optional
         ``map_windows(func, items, *shared) -> [func(*shared, item) for item in items]``, e.g. running each
         window as a Dask task (the pipeline's :func:`gcc_dask.runtime.cluster.map_on_cluster`); default:
@@ -479,13 +510,19 @@ def compose(
     Raises
     ------
     ConfigError
-        An unknown policy or a parameter below 1.
+        An unknown policy, a parameter below 1, or a window or fit size above its bound.
+    SourceError
+        Samples too large to compare (their features overflow; the message names the source and the sample).
     """
     if policy not in POLICIES:
         raise ConfigError(f"composition.policy: got {policy!r}; expected one of {', '.join(POLICIES)}")
     for name, value in (("group_size", group_size), ("block_size", block_size), ("composition.window", window),
                         ("composition.dims", dims), ("composition.fit_samples", fit_samples)):
         _positive(name, value)
+    for name, value, limit in (("composition.window", window, MAX_WINDOW),
+                               ("composition.fit_samples", fit_samples, MAX_FIT_SAMPLES)):
+        if int(value) > limit:
+            raise ConfigError(f"{name}: got {value!r}; expected an integer from 1 to {limit:,} (samples read at once)")
     n = int(source.num_samples)
     if policy == "as_stored":
         return BatchLayout(n, group_size, block_size)
@@ -509,9 +546,13 @@ def _call(func: Callable[..., Any], *args: Any) -> Any:
 
 
 def _fit_on(source: Any, indices: np.ndarray, dims: int, seed: int) -> Projection:
-    """The projection fitted on the samples at `indices` (read with ``source.take``)."""
+    """The projection fitted on the samples at `indices` (read with ``source.take``); refused with one line when
+    an extreme sample among them spoils it for all (:func:`_checked_features`)."""
     x_fit, _ = source.take(indices)
-    return fit_projection(x_fit, dims=dims, seed=seed)
+    with np.errstate(over="ignore", invalid="ignore"):
+        projection = fit_projection(x_fit, dims=dims, seed=seed)
+    _checked_features(source, projection, x_fit, indices)
+    return projection
 
 
 def _fit_indices(n: int, fit_samples: int, runs: int = 32) -> np.ndarray:

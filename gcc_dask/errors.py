@@ -12,6 +12,7 @@ __all__ = [
     "NotEnoughResultsError",
     "InvalidInputError",
     "StoreError",
+    "WriteRefusedError",
     "ClusterError",
     "SourceError",
     "WorkloadError",
@@ -37,6 +38,12 @@ class NotEnoughResultsError(GccDaskError, ValueError):
 
 class StoreError(GccDaskError):
     """The results store cannot be created, reached, resumed or read."""
+
+
+class WriteRefusedError(StoreError):
+    """A write to a run store was refused, and nothing was written: the store is gone (removed or moved while
+    the run wrote it), or it carries another run's token (``--overwrite`` replaced it, or a resume took it over;
+    docs/store.rst, section 'Integrity'). The task of a run whose driver is gone drops such a write quietly."""
 
 
 class ClusterError(GccDaskError):

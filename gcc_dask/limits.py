@@ -17,11 +17,13 @@ from typing import Any
 __all__ = [
     "MAX_CODE_ENTRIES",
     "MAX_DURATION",
+    "MAX_FIT_SAMPLES",
     "MAX_INPUTS",
     "MAX_LOCAL_WORKERS",
     "MAX_SAMPLES",
     "MAX_SWEEP_ENTRIES",
     "MAX_TRIALS",
+    "MAX_WINDOW",
     "MAX_WORKERS",
     "parse_seconds",
 ]
@@ -35,6 +37,12 @@ MAX_CODE_ENTRIES = 2**26
 MAX_SAMPLES = 2**31
 #: Most worker processes of an embedded LocalCluster, per CPU core of the machine (at least 8 in all).
 MAX_LOCAL_WORKERS = 4
+#: Most samples of one window of the composition's similarity chain (``composition.window``): a window is read
+#: whole and chained in O(window) time per sample (8 times the default of 8,192).
+MAX_WINDOW = 65_536
+#: Most samples the composition's principal components are fitted on (``composition.fit_samples``): they are
+#: read whole, as float64 (65,536 MNIST digits are 411 MB; 16 times the default of 4,096).
+MAX_FIT_SAMPLES = 65_536
 #: Longest duration (s) any config key accepts: one day.
 MAX_DURATION = 86_400.0
 #: Most trials of a sweep, and most entries of one sweep result array (schemes x K x N x S x trials,

@@ -39,7 +39,7 @@ from gcc_dask.errors import (
 )
 from gcc_dask.runtime.cluster import (
     ClusterSpec, allowed_failures, check_gpu_workers, cluster_has_gpu, connect, map_on_cluster,
-    performance_report as perf_report, run_on_cluster, thread_slots,
+    performance_report as perf_report, remove_plugins, run_on_cluster, thread_slots,
 )
 from gcc_dask.runtime.cutoff import CutoffPolicy, Speculation
 from gcc_dask.runtime.executor import BatchRunner, SchemePlan
@@ -83,16 +83,23 @@ class RunResult:
 
 
 class StoreSink:
-    """Picklable writer the worker tasks call: ``sink(kind, batch, **arrays)`` with kind "inputs" or a scheme."""
+    """Picklable writer the worker tasks call: ``sink(kind, batch, **arrays)`` with kind "inputs" or a scheme.
 
-    def __init__(self, path: str) -> None:
+    With `token` (the run's :attr:`~gcc_dask.store.RunStore.token`) every write is refused unless the store
+    still carries it (:class:`~gcc_dask.errors.WriteRefusedError`)."""
+
+    def __init__(self, path: str, token: str | None = None) -> None:
         self.path = path
+        self.token = token
 
     def __call__(self, kind: str, batch: int, **arrays: Any) -> None:
+        token = getattr(self, "token", None)
         if kind == "inputs":
-            store_mod.write_inputs(self.path, batch, labels=arrays.get("labels"), reference=arrays.get("reference"))
+            store_mod.write_inputs(self.path, batch, labels=arrays.get("labels"), reference=arrays.get("reference"),
+                                   token=token)
         else:
-            store_mod.write_decoded(self.path, kind, batch, arrays["decoded"], filled=arrays.get("filled"))
+            store_mod.write_decoded(self.path, kind, batch, arrays["decoded"], filled=arrays.get("filled"),
+                                    token=token)
 
 
 class RecordBuffer:
@@ -295,8 +302,13 @@ def _check_reachable(client, path: str) -> None:
     """
     token = uuid.uuid4().hex
     mark = os.path.join(path, f".reachable-{token[:8]}")
-    with open(mark, "w") as fh:
-        fh.write(token)
+    try:
+        with open(mark, "w") as fh:
+            fh.write(token)
+    except OSError as e:  # a read-only or full file system: the run could not write its store either
+        raise StoreError(f"store.path: got {path!r}, which this driver cannot write into ({type(e).__name__}: "
+                         f"{e.strerror or e}); fix the file system (space, permissions, a read-only mount) and "
+                         "run the same command again") from None
 
     def _probe(mark=mark, token=token):
         try:
@@ -405,13 +417,14 @@ def _inputs_pending(store) -> np.ndarray:
 
 
 def _pending(store, schemes: Sequence[str], num_batches: int) -> list[tuple[int, list[str]]]:
-    """(batch, schemes) still to run: pending batches, and those failed by the environment (retried on resume,
-    see :meth:`~gcc_dask.store.RunStore.pending_batches`); a batch whose reference or labels are missing runs
-    again for every scheme (its records are rewritten with the metrics)."""
+    """(batch, schemes) still to run: pending batches, those failed by the environment (retried on resume, see
+    :meth:`~gcc_dask.store.RunStore.pending_batches`), and, for every scheme, the batches whose reference or
+    labels were never written or whose chunk of them is missing (:meth:`~gcc_dask.store.RunStore.missing_batches`;
+    their records are rewritten with the metrics)."""
     todo = {s: set(store.pending_batches(s, retry_failed=True).tolist()) for s in schemes}
-    for b in np.flatnonzero(_inputs_pending(store)).tolist():
-        for s in schemes:
-            todo[s].add(b)
+    lost_inputs = set(np.flatnonzero(_inputs_pending(store)).tolist())
+    lost_inputs |= set(store.missing_batches(store_mod.INPUTS).tolist())  # their labels/reference chunk is gone
+    todo = {s: batches | lost_inputs for s, batches in todo.items()}
     work = [(b, [s for s in schemes if b in todo[s]]) for b in range(num_batches)]
     return [(b, ss) for b, ss in work if ss]
 
@@ -461,9 +474,9 @@ def run_pipeline(
     """
     say = echo or (lambda _msg: None)
     cfg = config if isinstance(config, PipelineConfig) else load_config(config, overrides=overrides)
-    # '~' expanded here as the store does: the reachability probe, the workers' sink and the composition
-    # reader get the same absolute path
-    path = os.path.expanduser(os.fspath(out) if out is not None else cfg.store.path)
+    # the path the store itself takes ('~' expanded, absolute, '..' and links resolved: '~/nope/../s.zarr' is
+    # '~/s.zarr'): the reachability probe, the workers' sink, the composition reader and the summary all get it
+    path = store_mod.store_path(os.fspath(out) if out is not None else cfg.store.path)
     advice = None
     if "auto" in cfg.schemes:  # the estimator the advice chooses (recorded in the store, reused on resume)
         from gcc_dask.frontier.advise import resolve_auto
@@ -596,6 +609,14 @@ def _limit_note(cfg: PipelineConfig, store, num_batches: int) -> str:
             "run.limit_batches, or with a larger one, to go on")
 
 
+def _plugin_prefix(path: str) -> str:
+    """``gcc-dask-<8 hex digits of the store's path>-``: the start of the worker plugin names of every run of the
+    store at `path` (a run's plugin adds its token: ``gcc-dask-1a2b3c4d-<token>``)."""
+    import hashlib
+
+    return f"gcc-dask-{hashlib.sha256(os.path.abspath(path).encode()).hexdigest()[:8]}-"
+
+
 def _limited(cfg: PipelineConfig, num_batches: int) -> int:
     return num_batches if cfg.run.limit_batches is None else min(num_batches, cfg.run.limit_batches)
 
@@ -627,9 +648,18 @@ def _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, la
         say(f"note: a batch has up to N = {widest} shards but the cluster has {slots} worker threads, so some "
             "shards queue behind their own batch's stragglers and the cutoff waits for them; add threads "
             "(cluster.threads_per_worker) or workers (docs/pipeline.rst, section 'Slots and placement')")
+    # the earlier runs of this store whose driver died left their plugins (and maybe running tasks) on a cluster
+    # that outlives them: remove them, so that those tasks write nothing (their writes would be refused anyway:
+    # they carry another token than the store's)
+    prefix = _plugin_prefix(path)
+    stale = remove_plugins(c, prefix)
+    if stale:
+        say(f"removed from the cluster what {len(stale)} earlier run{'s' if len(stale) > 1 else ''} of this store "
+            f"left there (worker plugin{'s' if len(stale) > 1 else ''} {', '.join(stale)}): their tasks still "
+            "running write nothing")
     plugin = RunPlugin(
-        name=f"gcc-dask-{uuid.uuid4().hex[:8]}", workload=workload, codes=codes, source=source,
-        sink=StoreSink(os.path.abspath(path)), layout=layout, use_gpu=use_gpu,
+        name=f"{prefix}{uuid.uuid4().hex[:8]}", workload=workload, codes=codes, source=source,
+        sink=StoreSink(os.path.abspath(path), token=store.token), layout=layout, use_gpu=use_gpu,
         cache_batches=cfg.run.max_batches_in_flight, order_from=store_mod.SampleIndex(os.path.abspath(path)),
     )
     runner = BatchRunner(
@@ -653,11 +683,11 @@ def _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, la
         records.close()  # a record that cannot be written raises its StoreError here
     except GccDaskError:  # bad data, an unwritable store, every worker lost: stop, say so
         _close_quietly(records)
-        store.finish(status="failed")
+        _mark_quietly(store, "failed")
         raise
     except KeyboardInterrupt:
         _close_quietly(records)
-        store.finish(status="interrupted")
+        _mark_quietly(store, "interrupted")
         raise
     finally:
         _close_quietly(records)
@@ -671,6 +701,16 @@ def _close_quietly(records: RecordBuffer) -> None:
         records.close()
     except GccDaskError as e:
         logger.warning("records not written: %s", e)
+
+
+def _mark_quietly(store, status: str) -> None:
+    """Mark the store `status` while the run stops on another error; a store that cannot be marked (full, read
+    only, gone) is logged, not raised: the error that stopped the run is the one line the user sees, and a
+    store left ``running`` is resumed all the same."""
+    try:
+        store.finish(status=status)
+    except GccDaskError as e:
+        logger.warning("store not marked %s: %s", status, e)
 
 
 def _progress(total: int, enabled: bool, name: str):

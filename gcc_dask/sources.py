@@ -218,7 +218,7 @@ class Source(ABC):
         fresh = self._fresh_reads and isinstance(X, np.ndarray) and X.flags.writeable
         X = np.array(X, dtype=self.dtype, copy=not fresh).reshape((stop - start, *self.sample_shape))
         if y is not None:
-            y = np.array(y, dtype=np.int64, copy=True).reshape(stop - start)
+            y = _checked_labels(self.name, np.asarray(y).reshape(stop - start), int(start))
         return X, y
 
     @property
@@ -364,6 +364,39 @@ class Source(ABC):
     @abstractmethod
     def _read(self, start: int, stop: int) -> tuple[Any, Any]:
         """Samples ``start`` to ``stop`` and their labels (or None), unchecked."""
+
+
+def _checked_labels(name: str, labels: np.ndarray, offset: int = 0) -> np.ndarray:
+    """`labels` (1-D) as int64 class indices, or one :class:`SourceError` line naming the source, the first bad
+    sample (dataset index ``offset + i``) and its label: a label must be an integer >= 0 (the store keeps -1
+    for "unknown"); integral floats (``2.0``) are accepted, others (``1.5``) would be truncated and are not,
+    nor are booleans or non-numbers."""
+    labels = np.asarray(labels)
+    if labels.dtype.kind not in "iuf":  # strings, objects, bools: not class indices
+        raise SourceError(f"source.labels: got labels of dtype {labels.dtype} in {name!r}; expected integer class "
+                          "labels >= 0")
+    if labels.dtype.kind == "f":
+        with np.errstate(invalid="ignore"):
+            bad = ~np.isfinite(labels) | (labels != np.round(labels))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise SourceError(f"source.labels: got {labels[i].item()!r} ({labels.dtype}) as the label of sample "
+                              f"{offset + i} of {name!r}; expected integer class labels >= 0 (integral floats "
+                              "such as 2.0 are accepted; a fraction would be truncated)")
+    if labels.size and labels.min() < 0:
+        i = int(np.flatnonzero(labels < 0)[0])
+        raise SourceError(f"source.labels: got {labels[i].item()!r} as the label of sample {offset + i} of {name!r}; "
+                          "expected integer class labels >= 0 (the store keeps -1 for samples without a label)")
+    return labels.astype(np.int64)
+
+
+def _check_all_labels(name: str, labels: Any, block: int = 1 << 20) -> None:
+    """:func:`_checked_labels` over a whole label array (NumPy, a memory map or a Zarr array), one block of
+    `block` labels at a time, when the source is built: a bad label is refused before any run starts."""
+    if labels is None or hasattr(labels, "compute"):  # a dask array: checked on each read instead
+        return
+    for start in range(0, int(labels.shape[0]), block):
+        _checked_labels(name, np.asarray(labels[start:start + block]), start)
 
 
 # --------------------------------------------------------------------------------------------- MNIST
@@ -541,16 +574,6 @@ class FashionMnistSource(Source):
         return np.concatenate(xs), np.concatenate(ys)
 
 
-def _check_label_dtype(labels: Any) -> None:
-    """Labels are class indices: refuse floats (0.7 would be read as class 0), strings, bools, objects."""
-    if labels is None:
-        return
-    kind = np.dtype(labels.dtype)
-    if kind.kind not in "iu":
-        raise SourceError(f"source.labels: got labels of dtype {kind.name}; expected integer class labels "
-                          "(int or uint, one per sample): store them as integers, e.g. labels.astype('int64')")
-
-
 # ------------------------------------------------------------------------------ file-backed arrays
 class _ArrayFileSource(Source):
     """Common code of the Zarr and ``.npy`` sources: lazily opened handles, never pickled."""
@@ -562,7 +585,7 @@ class _ArrayFileSource(Source):
         if labels is not None and (labels.ndim != 1 or labels.shape[0] != arr.shape[0]):
             raise SourceError(f"source.labels: got shape {labels.shape} for the labels of {name!r}; expected "
                               f"({arr.shape[0]},), one per sample")
-        _check_label_dtype(labels)
+        _check_all_labels(name, labels)
         self._finish(name, arr.shape[0], arr.shape[1:], arr.dtype if dtype is None else dtype,
                      labels is not None, _check_limit(limit), params)
 
@@ -806,7 +829,7 @@ class ArraySource(Source):
             if labels.ndim != 1 or labels.shape[0] != data.shape[0]:
                 raise SourceError(f"source.labels: got shape {labels.shape}; expected "
                                   f"({data.shape[0]},), one per sample")
-            _check_label_dtype(labels)
+            _check_all_labels(str(name), labels)
         self.data, self.labels = data, labels
         #: read on the Dask workers only (a dask array), never on the driver
         self.remote = _is_dask(data) or _is_dask(labels)

@@ -271,6 +271,76 @@ def _one_line(exc: BaseException, limit: int = 300) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ ONNX
+#: the external data files of the ONNX models this process has read, by (path, size, inode, mtime, ctime)
+_EXTERNAL: dict[tuple, list[str]] = {}
+
+
+def _tensors(graph) -> Any:
+    """Every tensor of an ONNX graph and of its subgraphs: initializers (sparse ones too), tensor attributes."""
+    yield from graph.initializer
+    for sparse in graph.sparse_initializer:
+        yield sparse.values
+        yield sparse.indices
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t
+            yield from attr.tensors
+            if attr.HasField("g"):
+                yield from _tensors(attr.g)
+            for sub in attr.graphs:
+                yield from _tensors(sub)
+
+
+def onnx_external_files(path: str | os.PathLike) -> list[str]:
+    """The external data files of the ONNX model at `path` (``model.onnx`` + ``model.onnx.data``): the
+    absolute path of each file a tensor's ``location`` names, relative to the model's folder, once each, in
+    the order first named; empty for a model that holds its weights.
+
+    A model without the word ``location`` in it has no external data and is not parsed; one with it is
+    parsed without its weights (``onnx``). The answer is kept per process, by the file's size, inode,
+    modification and change times.
+
+    Raises
+    ------
+    WorkloadError
+        If a named file does not exist, or the model cannot be parsed.
+    """
+    path = os.fspath(path)
+    st = os.stat(path)
+    key = (os.path.abspath(path), st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+    if key in _EXTERNAL:
+        return list(_EXTERNAL[key])
+    with open(path, "rb") as fh:
+        data = fh.read()
+    files: list[str] = []
+    if b"location" in data:
+        import onnx
+
+        try:
+            model = onnx.load_model_from_string(data)
+        except Exception as e:
+            raise WorkloadError(f"cannot load ONNX model {path!r}: {type(e).__name__}: {e}") from None
+        folder = os.path.dirname(os.path.abspath(path))
+        graphs = [model.graph, *(g for f in model.functions for n in f.node for a in n.attribute
+                                 for g in ([a.g] if a.HasField("g") else []) + list(a.graphs))]
+        for graph in graphs:
+            for tensor in _tensors(graph):
+                if tensor.data_location != onnx.TensorProto.EXTERNAL:
+                    continue
+                location = {e.key: e.value for e in tensor.external_data}.get("location")
+                full = os.path.abspath(os.path.join(folder, location or ""))
+                if not location or not os.path.isfile(full):
+                    raise WorkloadError(
+                        f"ONNX model {path!r} keeps the weights of tensor {tensor.name!r} in the external data file "
+                        f"{location!r}, which does not exist at {full!r}; copy it next to the model (the path must "
+                        "be reachable from every Dask worker)")
+                if full not in files:
+                    files.append(full)
+    _EXTERNAL[key] = files
+    return list(files)
+
+
 @register_workload("onnx")
 class OnnxWorkload(Workload):
     """An ONNX model evaluated with ONNX Runtime.
@@ -280,7 +350,9 @@ class OnnxWorkload(Workload):
     ``intra_op_num_threads`` (default 1, as Dask already runs several shards at once per worker; 0:
     ONNX Runtime's default). The input is reshaped to the model's declared per-sample shape (e.g.
     (784,) -> (1, 28, 28)) and cast to its dtype; f returns the first output. CuPy input is copied to
-    the host and the result copied back.
+    the host and the result copied back. A model whose weights are in external data files (``model.onnx`` +
+    ``model.onnx.data``) counts them among its :meth:`files`: they are in the run's inputs digest and in the
+    workers' model cache key (:func:`load_workload`).
 
     A model exported with a fixed batch dimension b (input shape ``(b, ...)`` instead of ``(N, ...)``)
     is run in slices of b samples, the last one padded with zeros whose outputs are dropped: f still maps
@@ -289,6 +361,18 @@ class OnnxWorkload(Workload):
     """
 
     uses_files = True
+
+    def files(self) -> list[str]:
+        """The model file, then its external data files (:func:`onnx_external_files`).
+
+        Raises
+        ------
+        WorkloadError
+            If an external data file the model names does not exist.
+        """
+        if not os.path.isfile(self.path):
+            return [self.path]  # load() names the missing model
+        return [self.path, *onnx_external_files(self.path)]
 
     def __init__(self, path: str | os.PathLike, base_dir: str | os.PathLike | None = None,
                  providers: Sequence[str] | None = None, intra_op_num_threads: int = 1) -> None:

@@ -84,6 +84,10 @@ def test_pipeline_report_files_and_ratios(pipeline_report, tmp_path):
     memory = _rows(tmp_path / "pipeline_memory.csv")
     assert [int(r["samples"]) for r in memory] == [8, 80]
     assert all(_positive(r["driver_peak_mb"]) for r in memory)
+    checksums = _rows(tmp_path / "pipeline_checksums.csv")
+    assert [r["what"].split()[0] for r in checksums] == ["write", "read"]
+    assert all(_positive(r["zstd_ms"]) and _positive(r["zstd_crc32c_ms"]) and _positive(r["ratio"])
+               for r in checksums)
     targets = _rows(tmp_path / "pipeline_targets.csv")
     assert len(targets) >= 5 and all(_positive(t["measured"]) for t in targets)
 

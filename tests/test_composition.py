@@ -128,7 +128,9 @@ def test_non_finite_inputs_are_grouped_not_fatal():
     ({"policy": "nearest"}, "composition.policy: got 'nearest'"),
     ({"window": 0}, "composition.window: got 0"),
     ({"dims": -1}, "composition.dims: got -1"),
-], ids=["unknown-policy", "zero-window", "negative-dims"])
+    ({"window": 10**9}, r"composition.window: got 1000000000; expected an integer from 1 to 65,536"),
+    ({"fit_samples": 65_537}, r"composition.fit_samples: got 65537; expected an integer from 1 to 65,536"),
+], ids=["unknown-policy", "zero-window", "negative-dims", "window-1e9", "fit-samples-above-bound"])
 def test_compose_rejects(kwargs, match):
     x, _ = _clustered(n=16)
     with pytest.raises(ConfigError, match=match):
@@ -207,3 +209,26 @@ def test_take_rejects_out_of_range():
     src = make_source("array", array=np.zeros((4, 2)))
     with pytest.raises(InvalidInputError, match=r"expected indices in \[0, 4\)"):
         src.take([0, 4])
+
+
+@pytest.mark.parametrize("policy", ["similarity", "pc1"])
+@pytest.mark.parametrize("where", [0, 5], ids=["in-the-fit", "outside-the-fit"])
+def test_samples_too_large_to_compose_are_named_in_one_line(policy, where):
+    """A sample of 3e38 (near float32's largest) made the features overflow and the chain repeat samples: the
+    run ended on an internal "order: expected a permutation" after several warnings. Now one SourceError line
+    names the source and the sample, whether or not the sample is among those the projection is fitted on."""
+    import warnings
+
+    from gcc_dask.errors import SourceError
+
+    x, _ = _clustered(n=256)
+    x[where] = 3e38
+    src = make_source("array", array=x, name="huge")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no RuntimeWarning on the way
+        with pytest.raises(SourceError, match=rf"^source: got values up to 3e\+38 in sample {where} of 'huge', too "
+                                              r"large to compose .*composition.policy: random"):
+            compose(src, group_size=8, policy=policy, window=64, fit_samples=32)
+    x[where] = 1e3  # large but comparable: composed
+    order = compose(make_source("array", array=x), group_size=8, policy=policy, window=64, fit_samples=32).order
+    np.testing.assert_array_equal(np.sort(order), np.arange(256))

@@ -171,6 +171,11 @@ BAD = [
     ("encoder-1GiB", "code", {"num_inputs": 8192, "num_workers": 16384},
      "code.num_workers: got 16384; expected num_inputs * num_workers <= 67,108,864 for scheme 'gcc': here "
      "K = 8,192 and N = 16,384, so its (N, K) encoder matrix alone would take 1.0 GiB"),
+    ("window-1e9", "composition.window", 10**9,
+     "composition.window: got 1000000000; expected an integer from 1 to 65,536 (samples read and chained at once"),
+    ("fit-samples-1e9", "composition.fit_samples", 10**9,
+     "composition.fit_samples: got 1000000000; expected an integer from 1 to 65,536 (samples read at once, as "
+     "float64"),
     ("replication-1e6-copies", "replication.copies", 10**6,
      "replication.copies: got 1000000; expected a value with at most 65,536 workers for scheme 'replication'"),
     ("hang-delay-1e12", "stragglers.hang_delay", 1e12,

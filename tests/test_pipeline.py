@@ -199,3 +199,20 @@ def test_a_model_with_a_fixed_batch_dimension_runs_and_says_so(client, tmp_path)
         assert not root[f"{scheme}/failed"][:].any()
         assert np.isfinite(root[f"{scheme}/decoded"][:]).all()
     assert run.summary.loc["uncoded", "rel_acc"] == 1.0
+
+
+def test_a_store_path_through_a_missing_folder_is_written_and_read_at_one_place(client, tmp_path, monkeypatch):
+    """``~/nope/../s.zarr`` (``nope`` does not exist): the store is ``~/s.zarr``, as the store's own path rules
+    say (``..`` resolved), and the run's summary reads it there (it used to write ``~/s.zarr`` and then fail to
+    read the summary at the path as given, after a complete run)."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    cfg = {
+        "name": "dotdot", "source": {"kind": "synthetic", "num_samples": 16, "shape": [3]},
+        "workload": {"kind": "analytic", "name": "xsinx"},
+        "code": {"num_inputs": 4, "num_workers": 8, "block_size": 2}, "schemes": ["gcc"],
+        "cutoff": {"stragglers": 2}, "store": {"path": "~/nope/../s.zarr"}, "run": {"progress": False},
+    }
+    res = gd.run_pipeline(cfg, client=client)
+    assert res.status == "complete" and res.path == str(tmp_path / "s.zarr")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.zarr"]
+    assert res.summary.loc["gcc", "batches"] == 2

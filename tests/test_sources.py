@@ -256,7 +256,8 @@ def test_file_source_errors(tmp_path):
 @pytest.mark.parametrize("labels", [np.arange(4) * 0.5, np.array(["a", "b", "c", "d"]), np.ones(4, bool)],
                          ids=["float", "str", "bool"])
 def test_labels_that_are_not_integers_are_refused(tmp_path, kind, labels):
-    """Labels are class indices: floats (0.5 read as class 0) and the like are one line naming the dtype."""
+    """Labels are class indices: a fraction (0.5 would be read as class 0), strings and booleans are one line
+    naming the source and the first bad label or the dtype."""
     import zarr
 
     x = np.zeros((4, 3), np.float32)
@@ -271,8 +272,8 @@ def test_labels_that_are_not_integers_are_refused(tmp_path, kind, labels):
         args = {"path": tmp_path / "d.zarr", "array": "x", "labels": "y"}
     else:
         args = {"array": x, "labels": labels}
-    with pytest.raises(SourceError, match=rf"^source\.labels: got labels of dtype {labels.dtype.name}; "
-                                          r"expected integer class labels"):
+    with pytest.raises(SourceError, match=r"^source\.labels: got (0\.5 \(float64\) as the label of sample 1|labels of "
+                                          r"dtype (<U1|bool)) .*; expected integer class labels >= 0"):
         make_source(kind, **args)
 
 
@@ -329,3 +330,31 @@ def test_mnist_source_pickles_small():
     assert len(pickle.dumps(src)) < 1000
     assert np.array_equal(clone.read(0, 10)[0], src.read(0, 10)[0])
     assert clone.params == {"kind": "mnist", "split": "train", "limit": 100}
+
+
+@pytest.mark.parametrize(("labels", "match"), [
+    (np.array([0, 1, 1.5, 2]), r"got 1\.5 \(float64\) as the label of sample 2 of 'x'; expected integer class labels"),
+    (np.array([0, -1, 2, 3]), r"got -1 as the label of sample 1 of 'x'; expected integer class labels >= 0"),
+    (np.array([0, np.nan, 2, 3]), r"got nan \(float64\) as the label of sample 1 of 'x'"),
+    (np.array(["a", "b", "c", "d"]), r"got labels of dtype <U1 in 'x'; expected integer class labels"),
+], ids=["fraction", "negative", "nan", "strings"])
+def test_bad_labels_are_refused_when_the_source_is_built(labels, match):
+    """Labels used to be cast to int64 on read: 1.5 became 1, and -1 (the store's "unknown") passed."""
+    with pytest.raises(SourceError, match=match):
+        make_source("array", array=np.zeros((4, 2), np.float32), labels=labels, name="x")
+
+
+def test_integral_float_labels_are_read_as_integers_and_lazy_labels_are_checked_on_read(tmp_path):
+    da = pytest.importorskip("dask.array")
+    src = make_source("array", array=np.zeros((4, 2), np.float32), labels=np.array([0.0, 1.0, 2.0, 3.0]))
+    _, y = src.read(0, 4)
+    assert y.dtype == np.int64 and y.tolist() == [0, 1, 2, 3]
+    lazy = make_source("array", array=np.zeros((4, 2), np.float32), labels=da.from_array(np.array([0, 1, -2, 3])),
+                       name="lazy")
+    assert lazy.read(0, 2)[1].tolist() == [0, 1]
+    with pytest.raises(SourceError, match=r"got -2 as the label of sample 2 of 'lazy'"):
+        lazy.read(1, 4)
+    np.save(tmp_path / "x.npy", np.zeros((4, 2), np.float32))
+    np.save(tmp_path / "y.npy", np.array([1, 2, 3, -4]))
+    with pytest.raises(SourceError, match=r"got -4 as the label of sample 3 of 'npy:.*x\.npy'"):
+        make_source("npy", path=tmp_path / "x.npy", labels=tmp_path / "y.npy")

@@ -324,3 +324,53 @@ def test_the_cache_tells_workload_classes_apart(tmp_path, monkeypatch):
     plain = wl.load_workload(make_workload("onnx", path=MODEL))
     assert wl.load_workload(Probabilities(MODEL)) is not plain
     assert wl.load_workload(Duck(2))(None)[0] == 2 and wl.load_workload(Duck(3))(None)[0] == 3
+
+
+# ------------------------------------------------------------------------------ ONNX external weights
+def _external_model(folder: Path, scale: float) -> Path:
+    """A (n, 6) -> (n, 3) MatMul whose weights live in ``model.onnx.data`` (ONNX external data)."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.arange(18, dtype=np.float32).reshape(6, 3) / 10 * scale
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "mm",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])],
+                              [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save_model(model, str(folder / "model.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="model.onnx.data", size_threshold=0)
+    return folder / "model.onnx"
+
+
+def _rewrite_weights(folder: Path, scale: float) -> None:
+    """New weights written into ``model.onnx.data`` in place, ``model.onnx`` untouched (a retrained export)."""
+    w = np.arange(18, dtype=np.float32).reshape(6, 3) / 10 * scale
+    with open(folder / "model.onnx.data", "r+b") as fh:
+        fh.write(w.tobytes())
+
+
+def test_onnx_external_weights_are_among_the_model_files_and_reloaded_when_they_change(tmp_path):
+    """The weights file was in neither the run's inputs digest nor the model cache key: a changed ``.data``
+    file was missed by a resume, and a process that had loaded the model kept the old weights."""
+    from gcc_dask._digest import files_digest
+    from gcc_dask.workloads import load_workload
+
+    path = _external_model(tmp_path, 1.0)
+    wl = make_workload("onnx", path=path)
+    assert wl.files() == [str(path), str(tmp_path / "model.onnx.data")]
+    x = np.ones((2, 6), np.float32)
+    before = files_digest(wl.files())
+    np.testing.assert_allclose(load_workload(wl)(x), x @ (np.arange(18).reshape(6, 3) / 10), rtol=1e-6)
+    _rewrite_weights(tmp_path, 30.0)
+    assert files_digest(wl.files()) != before
+    np.testing.assert_allclose(load_workload(wl)(x), x @ (np.arange(18).reshape(6, 3) / 10 * 30), rtol=1e-6)
+    assert make_workload("onnx", path=MODEL).files() == [str(MODEL)]  # weights inside the model: just the model
+
+
+def test_onnx_missing_external_weights_are_one_line(tmp_path):
+    path = _external_model(tmp_path, 1.0)
+    (tmp_path / "model.onnx.data").unlink()
+    with pytest.raises(WorkloadError, match=r"keeps the weights of tensor 'w' in the external data file "
+                                            r"'model.onnx.data', which does not exist at"):
+        make_workload("onnx", path=path).files()

@@ -126,25 +126,12 @@ def corrupt_chunk(path: str | os.PathLike) -> tuple[str, tuple[int, ...], BaseEx
     return None
 
 
-def _chunk_rows(arr: Any, index: tuple[int, ...], batch_size: Any) -> str:
-    """``"sample 24-31, batch 3"``: what a chunk covers, by dimension name (batches where they are known)."""
-    dims = arr.metadata.dimension_names or tuple(f"dim_{i}" for i in range(len(index)))
-    parts = []
-    for dim, i, c, size in zip(dims, index, arr.chunks, arr.shape):
-        lo, hi = i * c, min((i + 1) * c, size) - 1
-        if dim != "batch":
-            parts.append(f"{dim} {lo}" if lo == hi else f"{dim} {lo}-{hi}")
-        k = batch_size if dim == "sample" and isinstance(batch_size, int) and batch_size > 0 else None
-        if dim == "batch" or k:
-            b_lo, b_hi = (lo // k, hi // k) if k else (lo, hi)
-            parts.append(f"batch {b_lo}" if b_lo == b_hi else f"batches {b_lo}-{b_hi}")
-    return ", ".join(parts)
-
-
 def corrupt_chunk_error(path: str | os.PathLike) -> StoreError | None:
     """A :class:`StoreError` naming the store, the array and the chunk (and its batch) that cannot be read,
     or None when every chunk reads (then the error being handled is not about damaged data)."""
     import zarr
+
+    from gcc_dask.store.integrity import chunk_span
 
     path = Path(os.fspath(path)).expanduser().absolute()
     try:
@@ -163,20 +150,38 @@ def corrupt_chunk_error(path: str | os.PathLike) -> StoreError | None:
     cause = (str(exc).splitlines() or [""])[0]
     return StoreError(
         f"store path: got {str(path)!r}; its array {name!r} has a damaged chunk {key} "
-        f"({_chunk_rows(arr, index, batch_size)}) that cannot be read ({type(exc).__name__}: {cause}): restore "
+        f"({chunk_span(arr, index, batch_size)}) that cannot be read ({type(exc).__name__}: {cause}): restore "
         f"{str(path / name / key)!r} from a copy, or rerun into a new store"
     )
 
 
+def _check_run_structure(store: Any) -> None:
+    """For a run store: every group and array of its layout has readable metadata (one StoreError line naming
+    the first that has not, :func:`gcc_dask.store.check_structure`); other paths pass (the reader names them)."""
+    from gcc_dask.store import check_structure
+
+    if not isinstance(store, (str, os.PathLike)):
+        return
+    try:
+        attrs = root_attrs(store)
+    except StoreError:
+        return
+    if attrs.get(RUN_MARKER) is not None:
+        check_structure(Path(os.fspath(store)).expanduser().absolute(), attrs)
+
+
 def names_corrupt_chunks(func: _F) -> _F:
     """Decorate a reader whose first argument is a store path: an error while it reads (a codec error such as
-    ``RuntimeError: Zstd decompression error`` names nothing) becomes a :class:`StoreError` naming the store,
-    array and chunk when a chunk of the store cannot be read; any other error passes through unchanged."""
+    ``RuntimeError: Zstd decompression error``, or a checksum that does not match, names nothing) becomes a
+    :class:`StoreError` naming the store, array and chunk when a chunk of the store cannot be read; any other
+    error passes through unchanged. A run store whose layout has a group or array with missing or unreadable
+    metadata is refused before the reader runs (one line naming it), instead of being read without it."""
 
     first = next(iter(inspect.signature(func).parameters))
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
+        _check_run_structure(args[0] if args else kwargs.get(first))
         try:
             return func(*args, **kwargs)
         except GccDaskError:

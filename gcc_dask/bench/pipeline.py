@@ -1,9 +1,9 @@
 """End-to-end benchmarks of the pipeline on a Dask LocalCluster.
 
-Seven sections, each a table of :class:`~gcc_dask.bench.report.BenchReport` (``throughput`` and ``scale`` are
+Eight sections, each a table of :class:`~gcc_dask.bench.report.BenchReport` (``throughput`` and ``scale`` are
 described in :mod:`gcc_dask.bench.throughput`, ``tail`` (tail latency against compute spent, with a figure, on
-a cluster of 4 processes) in :mod:`gcc_dask.bench.tail`; the other four use one sample per shard,
-``block_size: 1``):
+a cluster of 4 processes) in :mod:`gcc_dask.bench.tail`, ``checksums`` in :mod:`gcc_dask.bench.store`; the other
+four use one sample per shard, ``block_size: 1``):
 
 ``stragglers``
     LeNet-5 on MNIST, K = 8, shifted-exponential latencies with hang probability 0.05 and hangs of 20x
@@ -41,7 +41,7 @@ from gcc_dask.errors import WorkloadError
 
 __all__ = ["run_pipeline_bench", "noop_f", "pool_f", "MemorySampler", "SECTIONS"]
 
-SECTIONS = ("throughput", "scale", "tail", "stragglers", "orchestration", "scaling", "memory")
+SECTIONS = ("throughput", "scale", "tail", "stragglers", "orchestration", "scaling", "memory", "checksums")
 #: the block size of the throughput and scale sections (the pipeline's default ``code.block_size``)
 BLOCK = 512
 K = 8
@@ -439,6 +439,13 @@ def run_pipeline_bench(*, quick: bool = False, client=None, sections: tuple[str,
         if "memory" in sections:
             say("pipeline bench: memory")
             table, tg = _memory(client, tmp, quick, say)
+            tables.append(table)
+            targets += tg
+        if "checksums" in sections:  # the store's codecs alone: no cluster
+            from gcc_dask.bench.store import checksum_section
+
+            say("pipeline bench: checksums")
+            table, tg = checksum_section(tmp, quick, say)
             tables.append(table)
             targets += tg
     finally:

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from gcc_dask.errors import ConfigError
-from gcc_dask.limits import MAX_CODE_ENTRIES, MAX_INPUTS, MAX_WORKERS, parse_seconds
+from gcc_dask.limits import MAX_CODE_ENTRIES, MAX_FIT_SAMPLES, MAX_INPUTS, MAX_WINDOW, MAX_WORKERS, parse_seconds
 
 #: Every scheme name a config may list (kept equal to ``gcc_dask.coding.list_codes()`` by a test).
 SCHEMES: tuple[str, ...] = ("bacc", "bspline", "gcc", "lcc", "letcc", "replication", "speculative", "uncoded")
@@ -157,6 +157,11 @@ Points = Annotated[str | dict[str, list[float]], BeforeValidator(_points)]
 InputCount = Annotated[int, Field(ge=1), AfterValidator(_at_most(MAX_INPUTS, "inputs per batch"))]
 WorkerCount = Annotated[int, Field(ge=1), AfterValidator(
     _at_most(MAX_WORKERS, "one Dask task per worker per batch; no cluster runs more"))]
+#: The composition's window and fit sizes, bounded by ``gcc_dask.limits`` (65,536 samples each).
+WindowSize = Annotated[int, Field(ge=1), AfterValidator(
+    _at_most(MAX_WINDOW, "samples read and chained at once; larger windows cost time per sample"))]
+FitSamples = Annotated[int, Field(ge=1), AfterValidator(
+    _at_most(MAX_FIT_SAMPLES, "samples read at once, as float64, to fit the principal components"))]
 
 
 class _Section(BaseModel):

@@ -26,10 +26,12 @@ from .fields import (
     _FINGERPRINT_EXCLUDE,
     SCHEMES,
     Duration,
+    FitSamples,
     InputCount,
     OptionalDuration,
     PathStr,
     PosInt,
+    WindowSize,
     WorkerCount,
     _as_list,
     _Invalid,
@@ -298,19 +300,20 @@ class CompositionConfig(_Section):
     window
         Samples per window of the ``similarity`` chain (rounded up to a multiple of K): each window is read,
         projected and chained on its own (a Dask task each when there are several), so a large source is
-        never loaded whole. Larger windows group better and cost O(window) more per sample.
+        never loaded whole. Larger windows group better and cost O(window) more per sample. At most 65,536.
     dims
         Principal components the samples are compared on.
     fit_samples
-        Samples the principal components are fitted on, spread evenly over the source.
+        Samples the principal components are fitted on, spread evenly over the source (read at once, as
+        float64). At most 65,536.
     seed
         Seeds ``random`` and the randomized PCA.
     """
 
     policy: Literal["as_stored", "random", "pc1", "similarity"] = "similarity"
-    window: PosInt = 8192
+    window: WindowSize = 8192
     dims: PosInt = 32
-    fit_samples: PosInt = 4096
+    fit_samples: FitSamples = 4096
     seed: Annotated[int, Field(ge=0)] = 0
 
 

@@ -246,18 +246,124 @@ def gpu_available() -> tuple[bool, str]:
         return False, f"{type(e).__name__}: {e}".splitlines()[0][:120]
 
 
-def map_on_cluster(client, func, items, *shared):
+#: times a task of :func:`map_on_cluster` is submitted when its worker dies under it (``KilledWorker``: the
+#: embedded cluster never re-runs a lost task itself, ``allowed-failures: 0``)
+MAP_ATTEMPTS = 3
+
+
+class _Raised:
+    """A :class:`~gcc_dask.errors.GccDaskError` a task of :func:`map_on_cluster` met, returned as its value: the
+    driver raises it with its one line, and the worker logs no "Compute Failed" block for a user's error."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def _returning_errors(func, *args):
+    from gcc_dask.errors import GccDaskError
+
+    try:
+        return func(*args)
+    except GccDaskError as e:
+        return _Raised(e)
+
+
+def map_on_cluster(client, func, items, *shared, attempts: int = MAP_ATTEMPTS):
     """``[func(*shared, item) for item in items]`` as Dask tasks, one per item, in item order.
 
-    The ``shared`` arguments (a source, a projection) are scattered once and passed to every task by
-    reference, never pickled per task. Used by :func:`gcc_dask.composition.compose` for its windows.
+    The ``shared`` arguments (a source, a projection) are scattered once per attempt, to every worker, and
+    passed to every task by reference, never pickled per task. A task lost with its worker (``KilledWorker``)
+    is submitted again, at most `attempts` times in all (the tasks are pure functions of their inputs); a
+    :class:`~gcc_dask.errors.GccDaskError` raised by `func` is raised here, as it is. Used by
+    :func:`gcc_dask.composition.compose` for its windows.
+
+    Raises
+    ------
+    ClusterError
+        If an item's task was lost with its worker `attempts` times.
     """
-    futures = client.scatter(list(shared), hash=False) if shared else []
-    tasks = client.map(func, *([f] * len(items) for f in futures), list(items), pure=False)
+    import functools
+
+    from distributed import KilledWorker, wait
+    from distributed.comm import CommClosedError
+
+    items = list(items)
+    if not items:
+        return []
+    results: list = [None] * len(items)
+    todo = list(range(len(items)))
+    call = functools.partial(_returning_errors, func)
+    for attempt in range(1, attempts + 1):
+        futures, tasks, lost = [], [], []
+        try:
+            try:
+                futures = client.scatter(list(shared), hash=False, broadcast=True) if shared else []
+            except (OSError, CommClosedError) as e:  # a worker died while it received them: try again
+                logger.info("scattering to the workers failed (%s); attempt %d of %d", e, attempt, attempts)
+                lost = todo
+                continue
+            tasks = client.map(call, *([f] * len(todo) for f in futures), [items[i] for i in todo], pure=False)
+            wait(tasks)
+            for i, task in zip(todo, tasks):
+                if task.status == "finished":
+                    value = task.result()
+                    if isinstance(value, _Raised):
+                        raise value.error
+                    results[i] = value
+                    continue
+                error = task.exception() if task.status == "error" else None
+                if error is not None and not isinstance(error, KilledWorker):
+                    raise error
+                lost.append(i)  # died with its worker (or was dropped with it)
+        finally:
+            client.cancel([*tasks, *futures])
+        if not lost:
+            return results
+        logger.info("%d of %d tasks were lost with their workers (attempt %d of %d); submitting them again",
+                    len(lost), len(items), attempt, attempts)
+        todo = lost
+    raise ClusterError(f"cluster: {len(todo)} of {len(items)} tasks of {getattr(func, '__name__', func)!r} were "
+                       f"lost with their workers {attempts} times in a row; check the workers' memory and logs, "
+                       "then run the same command again")
+
+
+def remove_plugins(client, prefix: str) -> list[str]:
+    """Unregister every worker plugin whose name starts with `prefix`, on the scheduler (so that new workers do
+    not get it) and on the workers (their :meth:`teardown` runs); the names removed.
+
+    A run on a store removes the plugins of earlier runs on the same store whose driver died without removing
+    them (``gcc-dask-<store>-``, :func:`gcc_dask.pipeline.run_pipeline`): their tasks still running then write
+    nothing. Nothing else holds such a name: one driver at a time writes a store (its lock).
+    """
+    def on_workers(dask_worker, prefix=prefix):
+        return [n for n in dask_worker.plugins if n.startswith(prefix)]
+
+    def on_scheduler(dask_scheduler, prefix=prefix):
+        return [n for n in dask_scheduler.worker_plugins if n.startswith(prefix)]
+
+    async def remove_here(dask_worker, names):
+        for n in names:
+            if n in dask_worker.plugins:
+                await dask_worker.plugin_remove(n)
+
     try:
-        return client.gather(tasks)
-    finally:
-        client.cancel([*tasks, *futures])
+        registered = set(client.run_on_scheduler(on_scheduler))
+        everywhere = registered | {n for names in client.run(on_workers).values() for n in names}
+    except Exception:  # pragma: no cover - a scheduler that cannot answer: nothing to clean up here
+        logger.debug("could not list the worker plugins", exc_info=True)
+        return []
+    for name in sorted(registered):
+        try:
+            client.unregister_worker_plugin(name)
+        except Exception:  # pragma: no cover - removed meanwhile
+            logger.debug("could not unregister plugin %s", name, exc_info=True)
+    left = sorted(everywhere - registered)
+    if left:  # installed on workers only (their scheduler forgot it): remove them there
+        try:
+            client.run(remove_here, names=left)
+        except Exception:  # pragma: no cover
+            logger.debug("could not remove plugins %s from the workers", left, exc_info=True)
+    return sorted(everywhere)
 
 
 def thread_slots(client) -> int:

@@ -24,7 +24,7 @@ from distributed import WorkerPlugin, get_worker
 from distributed.worker import thread_state
 
 from gcc_dask import metrics
-from gcc_dask.errors import GccDaskError, StoreError
+from gcc_dask.errors import GccDaskError, StoreError, WriteRefusedError
 from gcc_dask.workloads import load_workload
 
 logger = logging.getLogger(__name__)
@@ -75,6 +75,7 @@ class RunPlugin(WorkerPlugin):
         self.use_gpu = use_gpu
         self.cache_batches = max(1, int(cache_batches))
         self.fn: Callable | None = None
+        self.closed = False
         self._sleepers: dict[str, threading.Event] = {}
         self._batches: OrderedDict[int, dict[str, _Slot]] = OrderedDict()
         self._batches_lock = threading.Lock()
@@ -88,6 +89,9 @@ class RunPlugin(WorkerPlugin):
         logging.getLogger("distributed.worker").addFilter(self._quiet)
 
     def teardown(self, worker) -> None:
+        """Unregistered (the run ended, or a new run on the same store removed it): from now on the run's tasks
+        still running on this worker write nothing (:func:`_write`)."""
+        self.closed = True
         quiet = getattr(self, "_quiet", None)
         if quiet is not None:
             logging.getLogger("distributed.worker").removeFilter(quiet)
@@ -107,6 +111,7 @@ class RunPlugin(WorkerPlugin):
     def __getstate__(self):
         state = dict(self.__dict__)
         state["fn"] = None  # never ship a loaded model
+        state["closed"] = False
         state.pop("_quiet", None)
         state["_sleepers"] = {}
         state["_batches"] = OrderedDict()
@@ -250,9 +255,22 @@ def is_storage_error(exc: BaseException) -> bool:
 
 def _write(p: "RunPlugin", kind: str, batch: int, **arrays: Any) -> None:
     """``p.sink(...)``, turning a file-system failure (``OSError``) into one :class:`StoreError` line naming what
-    failed."""
+    failed.
+
+    An orphan writes nothing: a task whose plugin was torn down (its run ended, or a new run on the same store
+    removed it) returns without writing, and a write the store refuses (:class:`WriteRefusedError`: another
+    run's token, or no store) is dropped quietly when the task was cancelled (its driver is gone). A live run
+    whose write is refused stops with that error's one line."""
+    if p.closed:
+        logger.debug("not writing %s of batch %s: the run's plugin was removed", kind, batch)
+        return
     try:
         p.sink(kind, batch, **arrays)
+    except WriteRefusedError as e:
+        if p.closed or is_cancelled():
+            logger.info("an orphaned task of an ended run did not write %s of batch %s: %s", kind, batch, e)
+            return
+        raise
     except OSError as e:
         where = getattr(p.sink, "path", "the store")
         arrays_text = ", ".join(f"{kind}/{name}" for name in arrays)

@@ -4,7 +4,8 @@ Layout::
 
     run.zarr/
       attrs: gcc_dask_version, created, finished, status, config, config_fingerprint, git_sha,
-             versions, seed (+ num_samples, batch_size, num_batches, output_shape, schemes, ...)
+             versions, seed, run_token, integrity (+ num_samples, batch_size, num_batches, output_shape,
+             schemes, ...)
       inputs/labels          (sample,)            int64   -1 where unknown
       inputs/reference       (sample, output)     float   f(x_k) computed uncoded; NaN until written
       inputs/status          (batch,)             int8    1 once the batch's inputs are written
@@ -30,27 +31,42 @@ one-row chunks back costs ~1 ms each (a 5,000-sample run took 58 s to summarise 
 crash never leaves a batch that looks done but is not. Only the driver creates the store or edits
 attributes; metadata is consolidated once, by :meth:`RunStore.finish`.
 
-Modules, imported one way: :mod:`.layout` (format, statuses, array creation) ← :mod:`.writes` (worker writes,
-the driver's records) ← :mod:`.run_store` (:class:`RunStore`); :mod:`.readers` (xarray views) needs only
-:mod:`.layout`.
+Integrity (docs/store.rst, section 'Integrity'). Every chunk carries a ``crc32c`` checksum and is written even
+when it holds only fill values, so a flipped byte is an error naming the array and its batch, and a done batch
+whose chunk is missing is run again by a resume (:mod:`.integrity`). Every write of a run carries the run's
+token (``run_token``, new at every create and resume) and is refused
+(:class:`~gcc_dask.errors.WriteRefusedError`) when the store no longer carries it or is gone: the tasks of a
+killed driver never write into the store that replaced it, and a store moved away mid-run is not recreated as
+a skeleton. ``--overwrite`` builds the new store aside and swaps it in with two renames.
+
+Modules, imported one way: :mod:`.layout` (format, statuses, array creation, codecs) ← :mod:`.integrity`
+(structure and chunk checks), :mod:`.writes` (worker writes, the driver's records) ← :mod:`.run_store`
+(:class:`RunStore`); :mod:`.readers` (xarray views) needs only :mod:`.layout`.
 """
 
+from gcc_dask.errors import WriteRefusedError
+
+from .integrity import check_structure
 from .layout import BATCH_CHUNK, DONE_STATUSES, INPUTS, STORE_FORMAT, BatchStatus
 from .lock import StoreLock
-from .readers import check_writable, open_run, open_scheme, read_in_dataset_order
-from .run_store import RunStore, SampleIndex
+from .readers import check_writable, open_run, open_scheme, read_in_dataset_order, store_path
+from .run_store import RunStore, SampleIndex, remove_leftovers
 from .writes import write_batch, write_decoded, write_inputs
 
 __all__ = [
     "BatchStatus",
     "DONE_STATUSES",
+    "WriteRefusedError",
     "RunStore",
     "SampleIndex",
     "StoreLock",
+    "check_structure",
     "check_writable",
     "open_run",
     "open_scheme",
     "read_in_dataset_order",
+    "remove_leftovers",
+    "store_path",
     "write_batch",
     "write_decoded",
     "write_inputs",

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import math
 import os
-import shutil
 import sys
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -24,6 +23,10 @@ INPUTS = "inputs"
 _MARKER = "gcc_dask_store"
 #: batches per chunk of the driver-written per-batch arrays of a scheme
 BATCH_CHUNK = 1024
+#: root attribute of a store whose chunks carry a checksum and are all written (fill values included), with
+#: what :mod:`.integrity` may rely on; absent in stores made before (they are read and resumed as before)
+INTEGRITY_ATTR = "integrity"
+INTEGRITY = {"checksum": "crc32c", "empty_chunks": "written"}
 
 
 class BatchStatus(IntEnum):
@@ -275,6 +278,43 @@ class Concurrently:
                 f.result()
 
 
+def codecs() -> tuple[Any, ...]:
+    """The bytes-to-bytes codecs of every array of a new store: Zarr's default ``zstd`` (level 0), then a
+    ``crc32c`` checksum of the compressed chunk, which a read verifies (a flipped byte is a ``ValueError``
+    instead of wrong numbers; docs/store.rst, section 'Integrity')."""
+    from zarr.codecs import Crc32cCodec, ZstdCodec
+
+    return (ZstdCodec(level=0, checksum=False), Crc32cCodec())
+
+
+class _Checksummed:
+    """A zarr group whose ``create_array`` gives each array the store's :func:`codecs` and writes every chunk,
+    fill values included (``write_empty_chunks``: a written batch always has its chunk), and whose
+    ``create_group`` returns such a group. Every array of a new store is made through one: an array added
+    to the layout gets the same codecs without saying so."""
+
+    def __init__(self, group: Any) -> None:
+        self._group = group
+
+    def create_group(self, name: str, **kwargs: Any) -> _Checksummed:
+        return _Checksummed(self._group.create_group(name, **kwargs))
+
+    def create_array(self, name: str, **kwargs: Any) -> Any:
+        kwargs.setdefault("compressors", codecs())
+        kwargs.setdefault("config", {"write_empty_chunks": True})
+        return self._group.create_array(name, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._group, name)
+
+
+def writable(arr: Any) -> Any:
+    """`arr` set to write every chunk, fill values included (zarr's runtime ``write_empty_chunks``): a batch's
+    chunk exists once it is written, so that a missing one means a lost write (:mod:`.integrity`)."""
+    with_config = getattr(arr, "with_config", None)
+    return with_config({"write_empty_chunks": True}) if with_config is not None else arr
+
+
 def _create_arrays(run: Concurrently, root: Any, schemes: Mapping[str, int], n: int, k: int,
                    num_batches: int, output_shape: tuple[int, ...], dtype: np.dtype, has_labels: bool,
                    has_reference: bool, scheme_attrs: Mapping[str, Mapping[str, Any]],
@@ -287,8 +327,10 @@ def _create_arrays(run: Concurrently, root: Any, schemes: Mapping[str, int], n: 
 
     `sample_index` (n,) is the dataset index of each slot (the composition; default the identity); `groups`
     the (group, position) of each slot (default: slot s is position ``s % group_size`` of group
-    ``s // group_size``). `worker_points` gives each scheme's β (N,).
+    ``s // group_size``). `worker_points` gives each scheme's β (N,). Every array gets the store's
+    :func:`codecs` (`root` is wrapped in :class:`_Checksummed`).
     """
+    root = _Checksummed(root)
     out_dims = _output_dims(output_shape)
     sample_spec = ((n, *output_shape), (k, *output_shape), ("sample", *out_dims))
     slots = np.arange(n, dtype=np.int64)
@@ -361,12 +403,3 @@ def _create_arrays(run: Concurrently, root: Any, schemes: Mapping[str, int], n: 
         batch_array(group, "n_failed", "int32", -1)
         batch_array(group, "n_backups", "int32", -1)
         batch_array(group, "status", "int8", 0)
-
-
-def _remove_store(path: Path) -> None:
-    """Delete `path` only if it is a gcc-dask store or an empty directory."""
-    if path.is_dir() and not any(path.iterdir()):
-        path.rmdir()
-        return
-    _open_root(path)  # raises StoreError for anything that is not ours
-    shutil.rmtree(path)

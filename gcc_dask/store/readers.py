@@ -12,6 +12,18 @@ from .layout import INPUTS, _is_consolidated, _local, _open_root
 
 
 # ---------------------------------------------------------------------------------------- readers
+def store_path(path: str | os.PathLike) -> str:
+    """The absolute path a store at `path` is written to and read from: ``~`` expanded, symbolic links and
+    ``..`` resolved (``"~/nope/../s.zarr"`` is ``"<home>/s.zarr"``, whether or not ``nope`` exists).
+
+    Raises
+    ------
+    StoreError
+        For a URL (only local and shared-filesystem paths are supported).
+    """
+    return str(_local(path))
+
+
 def open_scheme(path: str | os.PathLike, scheme: str, *, inputs: bool = False, **kwargs: Any):
     """Open one scheme group as an :class:`xarray.Dataset` (lazy, dask-backed).
 

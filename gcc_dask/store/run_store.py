@@ -12,13 +12,16 @@ from typing import Any
 import numpy as np
 
 from gcc_dask.composition import permutation_or_raise
-from gcc_dask.errors import InvalidInputError, StoreError
+from gcc_dask.errors import InvalidInputError, StoreError, WriteRefusedError
 
+from .integrity import _DECODED_WRITTEN, _DECODED_WRITTEN_ALL, check_structure, missing_batches, read_checked
 from .layout import (
     BatchStatus,
     _MARKER,
     DONE_STATUSES,
     INPUTS,
+    INTEGRITY,
+    INTEGRITY_ATTR,
     STORE_FORMAT,
     _batch_rows,
     _check_layout,
@@ -28,11 +31,63 @@ from .layout import (
     _local,
     _now,
     _open_root,
-    _remove_store,
+    _root_meta,
     _versions,
     _zarr,
 )
-from .writes import _write_records, write_batch, write_inputs
+from .writes import TOKEN_ATTR, _naming_failures, _write_records, write_batch, write_inputs
+
+#: hidden folders next to a store ``NAME``: a new store being built (``.NAME.creating-*``) and an old one being
+#: removed after ``--overwrite`` replaced it (``.NAME.replaced-*``); what a killed driver leaves of them is
+#: removed by the next :meth:`RunStore.create` or :meth:`RunStore.resume` of that store
+_ASIDE = ("creating", "replaced")
+
+
+def _aside(path, what: str):
+    return path.parent / f".{path.name}.{what}-{uuid.uuid4().hex[:8]}"
+
+
+def remove_leftovers(path: str | os.PathLike) -> list[str]:
+    """Remove the hidden folders that an interrupted creation or replacement of the store at `path` left next
+    to it (``.NAME.creating-*``, ``.NAME.replaced-*``); the names removed. Call it while holding the store's
+    :class:`~gcc_dask.store.StoreLock` (the pipeline does): another driver's store being built is one of them.
+    """
+    path = _local(path)
+    removed = []
+    try:
+        siblings = list(path.parent.iterdir())
+    except OSError:
+        return removed
+    for p in siblings:
+        if p.is_dir() and not p.is_symlink() and any(p.name.startswith(f".{path.name}.{w}-") for w in _ASIDE):
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p.name)
+    return removed
+
+
+def _check_replaceable(path) -> None:
+    """`path` may be replaced: an empty directory or a gcc-dask store (other directories are never deleted)."""
+    if path.is_dir() and not any(path.iterdir()):
+        return
+    _open_root(path)  # raises StoreError for anything that is not ours
+
+
+def _swap_in(tmp, path) -> None:
+    """Put the complete store `tmp` at `path`, replacing what is there: the old store is renamed aside first,
+    then `tmp` renamed into place (two renames: at every instant `path` holds the old store, nothing, or the
+    new one, never a half-deleted one), then the old one removed."""
+    old = None
+    if path.exists():
+        old = _aside(path, "replaced")
+        os.rename(path, old)
+    try:
+        os.rename(tmp, path)
+    except BaseException:
+        if old is not None and not path.exists():
+            os.rename(old, path)  # put the old store back
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 # ----------------------------------------------------------------------------------------- RunStore
@@ -69,6 +124,7 @@ class RunStore:
         self.path = _local(path)
         self.resumed = resumed
         self._root = _root if _root is not None else _open_root(self.path)
+        self._token = self._root.attrs.get(TOKEN_ATTR)
 
     def __repr__(self) -> str:
         return (f"RunStore({str(self.path)!r}, status={self.attrs.get('status')!r}, "
@@ -127,6 +183,11 @@ class RunStore:
         inputs_digest : str, optional
             A digest of the model and data files the run reads; a resume with another digest is refused.
 
+        The store is built in a hidden folder next to `path` and renamed into place; with `overwrite`, the old
+        store is renamed aside first and removed once the new one is in place, so that a driver killed at any
+        moment leaves the old store, or the new one, at `path`. What such a kill leaves aside is removed
+        (:func:`remove_leftovers`). The store gets a new :attr:`token`.
+
         Raises
         ------
         StoreError
@@ -138,17 +199,16 @@ class RunStore:
         path = _local(path)
         output_shape = tuple(int(s) for s in output_shape)
         _check_layout(schemes, num_samples, batch_size, output_shape)
-        if path.is_dir() and not any(path.iterdir()):
-            path.rmdir()  # an empty directory (e.g. made by mkdtemp) is as good as nothing
         k, n = int(batch_size), int(num_samples)
         num_batches = -(-n // k)
         if sample_index is not None:  # checked before an existing store is replaced
             sample_index = permutation_or_raise("sample_index", sample_index, n, InvalidInputError)
         if path.exists():
-            if not overwrite:
+            if not overwrite and not (path.is_dir() and not any(path.iterdir())):
                 raise StoreError(f"store path: got {str(path)!r}; it already exists (resume it, or pass "
                                  "--overwrite / store.overwrite: true to start over)")
-            _remove_store(path)
+            _check_replaceable(path)  # an empty directory (e.g. made by mkdtemp) is as good as nothing
+        remove_leftovers(path)
         root_attrs = {
             _MARKER: STORE_FORMAT,
             "gcc_dask_version": _versions().get("gcc-dask", "unknown"),
@@ -171,11 +231,13 @@ class RunStore:
             "has_reference": bool(has_reference),
             "dtype": np.dtype(dtype).name,
             "resumed_at": [],
+            INTEGRITY_ATTR: dict(INTEGRITY),
+            TOKEN_ATTR: uuid.uuid4().hex,
             **dict(attrs or {}),
         }
         # built next to its final place and renamed into it: a reader (or a resume after a crash) sees the
         # whole layout or no store at all, never a root whose groups or arrays are still missing
-        tmp = path.parent / f".{path.name}.creating-{uuid.uuid4().hex[:8]}"
+        tmp = _aside(path, "creating")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             root = _zarr().open_group(str(tmp), mode="w-", attributes=root_attrs)
@@ -183,7 +245,7 @@ class RunStore:
                 _create_arrays(run, root, schemes, n, k, num_batches, output_shape, np.dtype(dtype),
                                has_labels, has_reference, scheme_attrs or {}, sample_index=sample_index,
                                group_size=group_size, worker_points=worker_points, groups=groups)
-            os.rename(tmp, path)
+            _swap_in(tmp, path)
         except (OSError, PermissionError) as exc:
             shutil.rmtree(tmp, ignore_errors=True)
             raise StoreError(f"store path: got {str(path)!r}; cannot create the store there ({exc})") from None
@@ -206,17 +268,21 @@ class RunStore:
         arguments of :meth:`create` as `expected` (``num_samples``, ``batch_size``, ``output_shape``,
         ``schemes``, ``has_labels``, ``has_reference``, ``dtype``; others are ignored) and checks them
         against the store, and `inputs_digest` (when given) against the digest of the model and data files
-        the store was made with. The returned store has ``resumed=True``. With ``config_resolved`` (the new
-        run's resolved config) among `expected`, a refusal names the keys that differ from the stored
-        config, except those under a dotted prefix in ``config_ignore``.
+        the store was made with. The returned store has ``resumed=True`` and a new :attr:`token` (the writes
+        of an earlier run still under way are refused). With ``config_resolved`` (the new run's resolved
+        config) among `expected`, a refusal names the keys that differ from the stored config, except those
+        under a dotted prefix in ``config_ignore``. What an interrupted creation or replacement left next to
+        the store is removed (:func:`remove_leftovers`).
 
         Raises
         ------
         StoreError
             If `path` holds a store from a different config (another fingerprint) or with another
-            layout, or something that is not a gcc-dask store.
+            layout, something that is not a gcc-dask store, or a damaged one (a group or array whose
+            metadata is missing or unreadable, named in the message: :func:`~.integrity.check_structure`).
         """
         path = _local(path)
+        remove_leftovers(path)
         if overwrite or not path.exists() or (path.is_dir() and not any(path.iterdir())):
             return None
         store = cls(path)
@@ -245,7 +311,9 @@ class RunStore:
                 raise StoreError(f"store path: got {str(path)!r} with {key}={store.attrs.get(key)!r}; this "
                                  f"run needs {key}={value!r} (the input data changed?); pass --overwrite "
                                  "to replace it")
-        store.update_attrs(status="running", finished=None,
+        check_structure(path, store.attrs)
+        store._token = None  # the update below is this run's first write: it takes the store over
+        store.update_attrs(status="running", finished=None, **{TOKEN_ATTR: uuid.uuid4().hex},
                            resumed_at=[*store.attrs.get("resumed_at", []), _now()])
         store.resumed = True
         return store
@@ -269,6 +337,15 @@ class RunStore:
         return cls.create(path, fingerprint=fingerprint, overwrite=overwrite, **create_kwargs)
 
     # ------------------------------------------------------------------------------------ queries
+    @property
+    def token(self) -> str | None:
+        """The identity of the run that writes this store: a new random hex string at every :meth:`create`
+        and :meth:`resume`, stored as the root attribute ``run_token``. Writes that carry another one
+        (``write_decoded(..., token=)``, the workers' writes of a run) are refused, so that the tasks of a
+        killed driver never write into the store of the run that replaced or resumed it. None for a store
+        made before tokens existed."""
+        return self._token
+
     @property
     def attrs(self) -> dict[str, Any]:
         """The root attributes (a copy)."""
@@ -298,7 +375,9 @@ class RunStore:
     def sample_index(self) -> np.ndarray:
         """The stored composition: the dataset index of the sample in each slot, int64 of shape (num_samples,)."""
         try:
-            index = np.asarray(self._root[INPUTS]["sample"][:], dtype=np.int64)
+            index = np.asarray(self._read(INPUTS, "sample"), dtype=np.int64)
+        except StoreError:
+            raise
         except Exception as e:
             raise StoreError(f"store: cannot read the stored composition ({INPUTS}/sample) of {str(self.path)!r}: "
                              f"{type(e).__name__}: {e}") from None
@@ -310,15 +389,40 @@ class RunStore:
         return _batch_rows(self._root.attrs, batch)
 
     def batch_status(self, scheme: str) -> np.ndarray:
-        """Status of every batch of `scheme` (or ``"inputs"``): int8 array of shape (num_batches,)."""
-        return np.asarray(self._group(scheme)["status"][:], dtype=np.int8)
+        """Status of every batch of `scheme` (or ``"inputs"``): int8 array of shape (num_batches,).
+
+        Raises
+        ------
+        StoreError
+            If the array cannot be read (a damaged chunk is named with its batches).
+        """
+        return np.asarray(self._read(scheme, "status"), dtype=np.int8)
 
     def batch_values(self, scheme: str, name: str) -> np.ndarray:
         """A per-batch array of `scheme` (``cutoff_s``, ``mse``, ...), shape (num_batches,)."""
-        return np.asarray(self._group(scheme)[name][:])
+        return np.asarray(self._read(scheme, name))
+
+    def missing_batches(self, scheme: str) -> np.ndarray:
+        """Batches of `scheme` (or ``"inputs"``) marked done whose chunk of a sample array is missing (a chunk
+        file deleted, or lost with a disk): int64, ascending. Their rows would read back as fill values.
+
+        A scheme's ``decoded`` chunk is checked for decoded batches (status 1, 2; also 3 in a store that writes
+        every chunk, :data:`~.layout.INTEGRITY`), the inputs' ``labels`` and ``reference`` for batches whose
+        inputs are written (those stores only). A failed batch (status 4) may have no chunk.
+        """
+        status = self.batch_status(scheme)
+        full = self.attrs.get(INTEGRITY_ATTR, {}).get("empty_chunks") == "written"
+        if scheme == INPUTS:
+            if not full:
+                return np.zeros(0, dtype=np.int64)
+            names = [n for n in ("labels", "reference") if self.attrs.get(f"has_{n}")]
+            return missing_batches(self.path, INPUTS, names, status, (1,), self.batch_size)
+        return missing_batches(self.path, scheme, ("decoded",), status,
+                               _DECODED_WRITTEN_ALL if full else _DECODED_WRITTEN, self.batch_size)
 
     def pending_batches(self, scheme: str, retry_failed: bool = False) -> np.ndarray:
-        """Indices (int64, ascending) of the batches of `scheme` that are not done (status 0).
+        """Indices (int64, ascending) of the batches of `scheme` that are not done (status 0), and of those
+        marked done whose chunks are missing (:meth:`missing_batches`), which a resume runs again.
 
         With ``retry_failed``, also the batches that failed for a reason of the environment (status 4 with no
         cutoff recorded: a lost decode, a worker error), which a resume runs again; a batch failed by the cutoff
@@ -328,6 +432,7 @@ class RunStore:
         todo = ~np.isin(status, list(DONE_STATUSES))
         if retry_failed and scheme != INPUTS:
             todo |= (status == int(BatchStatus.FAILED)) & np.isnan(self.batch_values(scheme, "cutoff_s"))
+        todo[self.missing_batches(scheme)] = True
         return np.flatnonzero(todo).astype(np.int64)
 
     def read_batch(self, scheme: str, batch: int) -> dict[str, np.ndarray]:
@@ -338,32 +443,79 @@ class RunStore:
         for name, arr in group.arrays():
             dims = arr.metadata.dimension_names or ()
             if dims and dims[0] == "sample":
-                out[name] = arr[start:stop]
+                out[name] = read_checked(self.path, f"{scheme}/{name}", arr, (slice(start, stop),), self.batch_size)
             else:
-                out[name] = arr[batch]
+                out[name] = read_checked(self.path, f"{scheme}/{name}", arr, (slice(batch, batch + 1),),
+                                         self.batch_size)[0]
         return out
 
     def _group(self, scheme: str):
         if scheme != INPUTS and scheme not in self.schemes:
             raise StoreError(f"scheme: got {scheme!r}; expected one of {sorted(self.schemes)} or 'inputs'")
-        return self._root[scheme]
+        try:
+            return self._root[scheme]
+        except Exception:  # a group folder or zarr.json gone or damaged: name it
+            check_structure(self.path, self.attrs)
+            raise
+
+    def _read(self, scheme: str, name: str) -> np.ndarray:
+        """A whole array of `scheme`, a damaged chunk or metadata named in one StoreError line."""
+        group = self._group(scheme)
+        try:
+            arr = group[name]
+        except Exception:
+            check_structure(self.path, self.attrs)
+            raise
+        return read_checked(self.path, f"{scheme}/{name}", arr, (slice(None),), self.batch_size)
 
     # ------------------------------------------------------------------------------ driver edits
+    def _check_owned(self) -> None:
+        """Before a driver write: the store is still at :attr:`path` and still this run's (:attr:`token`).
+
+        Raises
+        ------
+        WriteRefusedError
+            If it was removed or moved (zarr would otherwise write a skeleton of a store there), or another
+            run took it over.
+        """
+        meta = _root_meta(self.path)
+        if meta is None:
+            raise WriteRefusedError(f"store path: got {str(self.path)!r}; the store is gone (removed or moved while "
+                               "this run was writing it): nothing was written; run the same command again to "
+                               "start a new store there")
+        now = (meta.get("attributes") or {}).get(TOKEN_ATTR)
+        if self._token is not None and now != self._token:
+            raise WriteRefusedError(f"store path: got {str(self.path)!r}, which another run now writes (its token "
+                               f"{str(now)[:8]}, this run's {self._token[:8]}): nothing was written")
+
     def update_attrs(self, **attrs: Any) -> None:
-        """Set root attributes (driver only; JSON-able values)."""
-        self._root.attrs.update(attrs)
+        """Set root attributes (driver only; JSON-able values).
+
+        Raises
+        ------
+        StoreError
+            If the store is gone or another run's (:class:`WriteRefusedError`), or its ``zarr.json`` cannot be
+            written (a full disk, a read-only file system: one line naming the store).
+        """
+        self._check_owned()
+        with _naming_failures(self.path, "the root attributes (zarr.json)", None):
+            self._root.attrs.update(attrs)
+        if TOKEN_ATTR in attrs:
+            self._token = attrs[TOKEN_ATTR]
 
     def set_scheme_attrs(self, scheme: str, **attrs: Any) -> None:
         """Set attributes of a scheme group (driver only; JSON-able values)."""
-        self._group(scheme).attrs.update(attrs)
+        self._check_owned()
+        with _naming_failures(self.path, f"the attributes of {scheme} ({scheme}/zarr.json)", None):
+            self._group(scheme).attrs.update(attrs)
 
     def write_inputs(self, batch: int, labels: Any = None, reference: Any = None) -> None:
-        """Write one batch of inputs (see :func:`write_inputs`)."""
-        write_inputs(self.path, batch, labels=labels, reference=reference)
+        """Write one batch of inputs (see :func:`write_inputs`), as this run (:attr:`token`)."""
+        write_inputs(self.path, batch, labels=labels, reference=reference, token=self._token)
 
     def write_batch(self, scheme: str, batch: int, **kwargs: Any) -> None:
-        """Write one batch of `scheme` (see :func:`write_batch`)."""
-        write_batch(self.path, scheme, batch, **kwargs)
+        """Write one batch of `scheme` (see :func:`write_batch`), as this run (:attr:`token`)."""
+        write_batch(self.path, scheme, batch, token=self._token, **kwargs)
 
     def write_records(self, scheme: str, records: Iterable[Mapping[str, Any]]) -> None:
         """Write many batches' per-batch records of `scheme` at once (driver only), ``status`` last.
@@ -375,15 +527,22 @@ class RunStore:
         """
         records = list(records)
         if records:
-            _write_records(self.path, scheme, records)
+            _write_records(self.path, scheme, records, token=self._token)
 
     def finish(self, status: str = "complete") -> None:
-        """Mark the run finished (``status``, ``finished`` attrs) and consolidate the metadata once."""
+        """Mark the run finished (``status``, ``finished`` attrs) and consolidate the metadata once.
+
+        Raises
+        ------
+        StoreError
+            As :meth:`update_attrs`.
+        """
         if status not in ("complete", "incomplete", "failed", "interrupted", "cancelled"):
             raise InvalidInputError(f"status: got {status!r}; expected 'complete', 'incomplete', 'failed', "
                                     "'interrupted' or 'cancelled'")
         self.update_attrs(status=status, finished=_now())
-        with warnings.catch_warnings():
+        self._check_owned()
+        with _naming_failures(self.path, "the consolidated metadata (zarr.json)", None), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "consolidated metadata is not part of the v3 spec"
             _zarr().consolidate_metadata(str(self.path))
         self._root = _open_root(self.path)

@@ -4,26 +4,33 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import threading
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from gcc_dask.errors import InvalidInputError, StoreError
+from gcc_dask.errors import InvalidInputError, StoreError, WriteRefusedError
 
-from .layout import _BATCH_FLOATS, DONE_STATUSES, INPUTS, _batch_rows, _local, _open_root, _rows, _vector
+from .layout import (_BATCH_FLOATS, DONE_STATUSES, INPUTS, _batch_rows, _local, _open_root, _rows, _vector,
+                     writable)
+
+#: root attribute holding the identity of the driver session that writes the store (a new one at every
+#: create and resume): a write that carries another one is refused (:class:`WriteRefusedError`)
+TOKEN_ATTR = "run_token"
 
 _RECORD_LOCK = threading.Lock()  # per-batch records have one writer process; serialise its threads
-_HANDLES: dict[tuple[str, int], dict[str, Any]] = {}
+_HANDLES: dict[tuple[str, Any], dict[str, Any]] = {}
 
 
 # ------------------------------------------------------------------------------------ worker writes
 def write_batch(path: str | os.PathLike, scheme: str, batch: int, *, decoded: Any, received_mask: Any,
                 latency_s: Any, cutoff_s: float, status: int, mse: float = math.nan,
                 rel_acc: float = math.nan, batch_latency_s: float = math.nan,
-                error_estimate: float = math.nan, failed_mask: Any = None) -> None:
+                error_estimate: float = math.nan, failed_mask: Any = None, token: str | None = None) -> None:
     """Write one batch's results for `scheme`: its ``decoded`` rows, then its record, ``status`` last.
 
     The per-batch arrays are shared by :data:`BATCH_CHUNK` batches, so this is safe from many threads of
@@ -53,42 +60,100 @@ def write_batch(path: str | os.PathLike, scheme: str, batch: int, *, decoded: An
         Per-batch metrics (NaN when unknown); ``batch_latency_s`` = batch start to decode done, s.
     failed_mask : array of bool, shape (N,), optional
         Shards that raised or whose worker died (erasures). Default: none failed.
+    token : str, optional
+        The writing run's identity (:attr:`RunStore.token`); when given, the write is refused unless the
+        store still carries it.
 
     Raises
     ------
     StoreError
-        If the store or the scheme group does not exist.
+        If the store or the scheme group does not exist, or a file cannot be written (naming the array).
+    WriteRefusedError
+        If `token` is not the store's.
     InvalidInputError
         If `batch`, `status` or an array shape is out of range.
     """
-    write_decoded(path, scheme, batch, decoded)
+    write_decoded(path, scheme, batch, decoded, token=token)
     record = {"batch": batch, "received_mask": received_mask, "latency_s": latency_s, "cutoff_s": cutoff_s,
               "status": status, "mse": mse, "rel_acc": rel_acc, "batch_latency_s": batch_latency_s,
               "error_estimate": error_estimate, "failed_mask": failed_mask}
-    _write_records(_local(path), scheme, [record])
+    _write_records(_local(path), scheme, [record], token=token)
 
 
-def _handles(path: Path) -> dict[str, Any]:
-    """The store's root, attrs and arrays, opened once per process (re-opened when zarr.json changes)."""
+#: where this process can name an open folder by its file descriptor (Linux): the writes' handles then follow
+#: the folder they opened, whatever is renamed or removed at its path afterwards (:func:`_open_for_writes`)
+_FD_PATHS = Path("/proc/self/fd")
+
+
+def _open_for_writes(path: Path) -> Any:
+    """The store's root group, opened for writes through a file descriptor of its folder where the system has
+    one (``/proc/self/fd/N``): a write through it lands in the store that was opened, or fails, and never
+    creates anything at `path` once that store has been moved, removed or replaced (``--overwrite`` renames the
+    old store aside first). Elsewhere, by its path. Raises StoreError for anything but a gcc-dask store."""
+    root = _open_root(path)  # names what is wrong with `path`
+    if not _FD_PATHS.is_dir():
+        return root
     try:
-        stamp = (path / "zarr.json").stat().st_mtime_ns
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     except OSError:
-        stamp = -1
+        return root
+    try:
+        by_fd = _zarr_group(f"{_FD_PATHS}/{fd}")
+        weakref.finalize(by_fd.store, os.close, fd)  # closed when nothing writes through it any more
+    except Exception:
+        os.close(fd)
+        return root
+    return by_fd
+
+
+def _zarr_group(where: str) -> Any:
+    import zarr
+
+    return zarr.open_group(where, mode="r+", use_consolidated=False)
+
+
+def _handles(path: Path, token: str | None = None) -> dict[str, Any]:
+    """The store's root, attrs and arrays, opened once per process (:func:`_open_for_writes`; opened again when
+    the ``zarr.json`` at `path` changes: zarr replaces that file on every edit, and a store created anew at the
+    same path has its own).
+
+    With `token`, the store at `path` must carry it (checked on every call, right before the caller writes): a
+    store removed, moved, or replaced by another run raises :class:`~gcc_dask.errors.WriteRefusedError`, and
+    nothing is written (zarr would otherwise create the folders of the chunk, a skeleton of a store where there
+    is none)."""
+    try:
+        st = (path / "zarr.json").stat()
+        stamp = (st.st_ino, st.st_mtime_ns)
+    except OSError:
+        if token is not None:
+            raise WriteRefusedError(f"store path: got {str(path)!r}; the store is gone (removed or moved while "
+                                    "this run was writing it): nothing was written; run the same command again "
+                                    "to start a new store there") from None
+        stamp = None
     key = (str(path), stamp)
     cached = _HANDLES.get(key)
     if cached is None:
-        root = _open_root(path)
-        cached = {"root": root, "attrs": dict(root.attrs), "arrays": {}}
+        root = _open_for_writes(path)
+        cached = {"root": root, "attrs": dict(root.attrs), "arrays": {}, "path": path}
         if len(_HANDLES) > 32:
             _HANDLES.clear()
         _HANDLES[key] = cached
+    if token is not None and cached["attrs"].get(TOKEN_ATTR) != token:
+        raise WriteRefusedError(f"store path: got {str(path)!r}, which another run now writes (its token "
+                                f"{str(cached['attrs'].get(TOKEN_ATTR))[:8]}, this run's {str(token)[:8]}; it was "
+                                "replaced with --overwrite or resumed): nothing was written")
     return cached
 
 
 def _array(handles: dict[str, Any], group: str, name: str):
     arrays = handles["arrays"]
     if (group, name) not in arrays:
-        arrays[(group, name)] = handles["root"][group][name]
+        try:
+            arrays[(group, name)] = writable(handles["root"][group][name])
+        except Exception as e:  # a group or array whose metadata is gone or damaged
+            raise StoreError(f"store path: got {str(handles['path'])!r}; cannot open its "
+                             f"array {group}/{name} to write it ({type(e).__name__}: {e}); the store is damaged: "
+                             "pass --overwrite to start over") from None
     return arrays[(group, name)]
 
 
@@ -110,7 +175,8 @@ def _scheme_checked(attrs: Mapping[str, Any], scheme: str) -> None:
         raise StoreError(f"scheme: got {scheme!r}; expected one of the store's schemes {sorted(attrs['schemes'])}")
 
 
-def write_decoded(path: str | os.PathLike, scheme: str, batch: int, decoded: Any, filled: Any = None) -> None:
+def write_decoded(path: str | os.PathLike, scheme: str, batch: int, decoded: Any, filled: Any = None, *,
+                  token: str | None = None) -> None:
     """Write one batch's estimates ``<scheme>/decoded`` (its own chunk only); safe on Dask workers.
 
     Parameters
@@ -120,25 +186,33 @@ def write_decoded(path: str | os.PathLike, scheme: str, batch: int, decoded: Any
     filled : array of bool, shape (n,), optional
         The samples whose estimate a fill took from other samples' results (``<scheme>/filled``); None: none
         (the array keeps its fill value, False).
+    token : str, optional
+        The writing run's identity (:attr:`RunStore.token`): when given, the write is refused unless the
+        store still carries it (checked right before the chunk is written).
 
     Raises
     ------
     StoreError, InvalidInputError
         Unknown store or scheme; batch out of range; wrong shape.
+    WriteRefusedError
+        The store is gone, or carries another run's token.
     """
-    h = _handles(_local(path))
-    attrs = h["attrs"]
+    path = _local(path)
+    attrs = _handles(path, token)["attrs"]
     _scheme_checked(attrs, scheme)
     start, stop = _batch_rows(attrs, batch)
     rows = _rows("decoded", decoded, start, stop, int(attrs["batch_size"]), tuple(attrs["output_shape"]))
+    h = _handles(path, token)  # the token checked right before the write
     out = _array(h, scheme, "decoded")
-    out[start:stop] = rows.astype(out.dtype, copy=False)
+    with _naming_failures(path, f"{scheme}/decoded", np.array([batch])):
+        out[start:stop] = rows.astype(out.dtype, copy=False)
     if filled is not None:
-        _array(h, scheme, "filled")[start:stop] = _vector("filled", filled, stop - start, bool)
+        with _naming_failures(path, f"{scheme}/filled", np.array([batch])):
+            _array(h, scheme, "filled")[start:stop] = _vector("filled", filled, stop - start, bool)
 
 
-def _write_records(path: Path, scheme: str, records: list[Mapping[str, Any]]) -> None:
-    h = _handles(path)
+def _write_records(path: Path, scheme: str, records: list[Mapping[str, Any]], token: str | None = None) -> None:
+    h = _handles(path, token)
     attrs = h["attrs"]
     _scheme_checked(attrs, scheme)
     n_workers = int(attrs["schemes"][scheme])
@@ -166,10 +240,42 @@ def _write_records(path: Path, scheme: str, records: list[Mapping[str, Any]]) ->
         columns[name] = np.array([math.nan if r.get(name) is None else float(r[name]) for r in records])
     order = np.argsort(idx)
     idx = idx[order]
+    status = np.array([int(r["status"]) for r in records], np.int8)[order]
     with _RECORD_LOCK:
-        for name, values in columns.items():
-            _array(h, scheme, name).oindex[idx] = values[order]
-        _write_status(_array(h, scheme, "status"), idx, np.array([int(r["status"]) for r in records], np.int8)[order])
+        h = _handles(path, token)
+        for name, values in [*columns.items(), ("status", None)]:
+            with _naming_failures(path, f"{scheme}/{name}", idx):
+                if name == "status":  # last
+                    _write_status(_array(h, scheme, "status"), idx, status)
+                else:
+                    _array(h, scheme, name).oindex[idx] = values[order]
+
+
+class _naming_failures:
+    """``with _naming_failures(path, "gcc/status", batches):`` turns a file-system failure of the write inside
+    (``OSError``: a full disk, a read-only mount, a file where a chunk folder should be) into one
+    :class:`StoreError` line naming the store, the array and the batches."""
+
+    def __init__(self, path: Path, name: str, batches: np.ndarray | None) -> None:
+        self.path, self.name, self.batches = path, name, batches
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is not None and issubclass(exc_type, OSError):
+            b = self.batches
+            which = "" if b is None else f" of batch {int(b[0])}" if b.size == 1 else \
+                f" of batches {int(b.min())}-{int(b.max())}"
+            # the file named by the store's path, not by the descriptor the write went through (_open_for_writes)
+            why = _FD_PATH_RE.sub(str(self.path).replace("\\", "\\\\"), f"{exc_type.__name__}: {exc}")
+            raise StoreError(f"store: cannot write {self.name}{which} to {str(self.path)!r} ({why}); fix the "
+                             "store's file system (space, permissions) and run the same command again to "
+                             "resume") from None
+
+
+#: ``/proc/self/fd/N``, as it appears in the errors of a write through :func:`_open_for_writes`
+_FD_PATH_RE = re.compile(r"/proc/self/fd/\d+")
 
 
 def _write_status(status: Any, index: Any, values: np.ndarray) -> None:
@@ -177,7 +283,8 @@ def _write_status(status: Any, index: Any, values: np.ndarray) -> None:
     status.oindex[np.atleast_1d(np.asarray(index, dtype=np.int64))] = np.atleast_1d(values).astype(np.int8)
 
 
-def write_inputs(path: str | os.PathLike, batch: int, *, labels: Any = None, reference: Any = None) -> None:
+def write_inputs(path: str | os.PathLike, batch: int, *, labels: Any = None, reference: Any = None,
+                 token: str | None = None) -> None:
     """Write one batch of ``inputs/labels`` and ``inputs/reference``, then ``inputs/status`` (last).
 
     Parameters
@@ -186,11 +293,20 @@ def write_inputs(path: str | os.PathLike, batch: int, *, labels: Any = None, ref
         Ground-truth labels; required when the store has labels.
     reference : array of shape ``(n, *output_shape)`` or ``(K, *output_shape)``, optional
         f(x_k) computed uncoded; required when the store has a reference.
+    token : str, optional
+        The writing run's identity (:attr:`RunStore.token`): when given, each array's write is refused unless
+        the store still carries it.
+
+    Raises
+    ------
+    WriteRefusedError
+        The store is gone, or carries another run's token.
     """
-    h = _handles(_local(path))
-    attrs = h["attrs"]
+    path = _local(path)
+    attrs = _handles(path, token)["attrs"]
     start, stop = _batch_rows(attrs, batch)
     k, tail = int(attrs["batch_size"]), tuple(attrs["output_shape"])
+    rows = {}
     for name, value, shape_tail in (("labels", labels, ()), ("reference", reference, tail)):
         present = bool(attrs[f"has_{name}"])
         if present and value is None:
@@ -198,7 +314,10 @@ def write_inputs(path: str | os.PathLike, batch: int, *, labels: Any = None, ref
         if not present and value is not None:
             raise InvalidInputError(f"{name}: got an array; expected None (store made without {name})")
         if present:
-            rows = _rows(name, value, start, stop, k, shape_tail)
-            out = _array(h, INPUTS, name)
-            out[start:stop] = rows.astype(out.dtype, copy=False)
-    _write_status(_array(h, INPUTS, "status"), batch, np.array([1], np.int8))
+            rows[name] = _rows(name, value, start, stop, k, shape_tail)
+    for name, values in rows.items():
+        out = _array(_handles(path, token), INPUTS, name)  # the token checked right before each write
+        with _naming_failures(path, f"{INPUTS}/{name}", np.array([batch])):
+            out[start:stop] = values.astype(out.dtype, copy=False)
+    with _naming_failures(path, f"{INPUTS}/status", np.array([batch])):
+        _write_status(_array(_handles(path, token), INPUTS, "status"), batch, np.array([1], np.int8))

@@ -57,6 +57,32 @@ def picky(X):
     return X * np.sin(X)
 
 
+def gated(X, gate: str):
+    """f(x) = x sin x; a call on more than one sample (the uncoded reference of a batch) first leaves a file
+    ``started-*`` in the folder `gate`, waits (up to 120 s) until a file ``release`` appears there, and leaves a
+    file ``finished-*`` once it returns: the test decides when a killed driver's reference tasks finish."""
+    import time
+    import uuid
+
+    X = np.asarray(X)
+    if X.shape[0] > 1:
+        mark = uuid.uuid4().hex
+        Path(gate, f"started-{mark}").write_text("")
+        deadline = time.monotonic() + 120
+        while not Path(gate, "release").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        out = X * np.sin(X)
+        Path(gate, f"finished-{mark}").write_text("")
+        return out
+    return X * np.sin(X)
+
+
+def xcosx(X):
+    """f(x) = x cos x (another model than :func:`gated`'s, of the same output shape)."""
+    X = np.asarray(X)
+    return X * np.cos(X)
+
+
 # ------------------------------------------------------------------------------------------ configs
 def synthetic_config(path, *, batches: int, k: int = 4, n: int = 8, schemes=("gcc",), shape=(6,), block: int = 1,
                      composition: str = "as_stored", **sections):

@@ -98,6 +98,14 @@ def _npy(tmp_path, name, array) -> str:
     return str(path)
 
 
+def _images(huge: int | None = None) -> np.ndarray:
+    """16 random 28x28 images, one of them (`huge`) set to 3e38, near float32's largest value."""
+    x = np.random.default_rng(1).random((16, 1, 28, 28)).astype(np.float32)
+    if huge is not None:
+        x[huge] = 3e38
+    return x
+
+
 # --------------------------------------------------------------------------- rejected before running
 CASES = {
     "wrong-type": (lambda t: {"code": {"num_inputs": "four", "num_workers": 8}},
@@ -125,16 +133,22 @@ CASES = {
                             ["source: got NaN or Inf in sample 0 (run.nan_policy: raise); expected finite data"]),
     "absurd-sample-shape": (lambda t: {"source": {"kind": "synthetic", "num_samples": 4, "shape": [10**20]}},
                             ["source: got 'synthetic[seed=0]', whose sample 0 cannot be read (ValueError: Maximum allowed size"]),
-    "float-labels": (lambda t: {"source": {"kind": "npy", "path": _npy(t, "x.npy", np.zeros((16, 1, 28, 28),
-                                                                                            np.float32)),
-                                           "labels": _npy(t, "y.npy", np.arange(16) / 3)}},
-                     ["source.labels: got labels of dtype float64; expected integer class labels"]),
     "integer-samples": (lambda t: {"source": {"kind": "npy", "path": _npy(t, "i.npy", np.zeros((16, 784), np.int64))}},
                         ["source: got int64 samples in", "; expected real floating data"]),
     "not-a-npy-file": (lambda t: {"source": {"kind": "npy", "path": _folder_with_a_file(t / "d") + "/todo.txt"}},
                        ["source: got", "todo.txt', which cannot be read as a .npy file"]),
     "not-an-onnx-model": (lambda t: {"workload": {"kind": "onnx", "path": _bytes(t / "m.onnx", b"not a model")}},
                           ["workload.path: got", "m.onnx', which ONNX Runtime cannot load", "expected an ONNX model"]),
+    "label-with-a-fraction": (lambda t: {"source": {"kind": "npy", "path": _npy(t, "x.npy", _images()),
+                                                    "labels": _npy(t, "y.npy", np.arange(16) / 2)}},
+                              ["source.labels: got 0.5 (float64) as the label of sample 1 of 'npy:", "; expected integer "
+                               "class labels >= 0"]),
+    "negative-label": (lambda t: {"source": {"kind": "npy", "path": _npy(t, "x.npy", _images()),
+                                             "labels": _npy(t, "y.npy", np.arange(16) - 3)}},
+                       ["source.labels: got -3 as the label of sample 0 of 'npy:", "; expected integer class labels >= 0"]),
+    "sample-too-large-to-compose": (lambda t: {"source": {"kind": "npy", "path": _npy(t, "x.npy", _images(huge=9))},
+                                               "composition": {"policy": "similarity", "window": 4}},
+                                    ["source: got values up to 3e+38 in sample 9 of 'npy:", "too large to compose"]),
     "store-path-is-a-file": (lambda t: {"store": {"path": _npy(t, "f.npy", np.zeros(3))}},
                              ["store path: got", "f.npy", "not a Zarr v3 store"]),
     "store-path-is-not-a-run": (lambda t: {"store": {"path": _folder_with_a_file(t / "notes")}},

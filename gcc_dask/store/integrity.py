@@ -1,0 +1,221 @@
+"""What a resume and a reader trust, checked: the layout's metadata, the chunks of done batches, damaged chunks.
+
+A store made by this version checksums every chunk (``crc32c`` after ``zstd``, :data:`~.layout.CODECS`) and
+writes every chunk, even one that holds only fill values (``write_empty_chunks``), so that a batch whose status
+is written has a chunk in each of its sample arrays. Three checks use that (docs/store.rst, section
+'Integrity'):
+
+- :func:`check_structure`: every group and array of the layout has a readable ``zarr.json`` (a deleted or
+  garbled one, or a folder replaced by a file, is one :class:`~gcc_dask.errors.StoreError` line naming it);
+- :func:`missing_batches`: the done batches whose chunk of a sample array (``decoded``, ``labels``,
+  ``reference``) is gone, which a resume runs again instead of reading them back as fill values;
+- :func:`damaged_chunk_error`: after a read failed (a checksum that does not match, a chunk that does not
+  decompress), the one line naming the array, the chunk file and the batches it holds.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gcc_dask.errors import StoreError
+
+from .layout import _BATCH_FLOATS, INPUTS, INTEGRITY_ATTR
+
+__all__ = ["check_structure", "chunk_span", "damaged_chunk_error", "missing_batches", "read_checked"]
+
+#: coordinate arrays, written whole when the store is created (and never again)
+COORDINATES = ("sample", "group", "position", "batch", "worker", "worker_point")
+#: arrays of every scheme group and of the inputs group, whatever the run (coordinates included)
+SCHEME_ARRAYS = ("decoded", "received", "failed", "latency_s", *_BATCH_FLOATS, "n_received", "n_failed", "status",
+                 "sample", "group", "position", "batch", "worker", "worker_point")
+INPUT_ARRAYS = ("sample", "group", "position", "batch", "status")
+#: statuses whose batch wrote its ``decoded`` chunk in every store version (a decoded batch has finite rows,
+#: which zarr always writes); in a store that writes empty chunks, an undecodable batch's NaN chunk as well
+_DECODED_WRITTEN = (1, 2)
+_DECODED_WRITTEN_ALL = (1, 2, 3)
+
+
+def _node(path: Path, rel: str, node_type: str, chunks: bool = False) -> str | None:
+    """Why the node `rel` of the store at `path` is unusable (missing, not JSON, another node type; with
+    `chunks`, a 1-D array one of whose chunk files is missing), or None."""
+    meta_path = path / rel / "zarr.json"
+    if (path / rel).exists() and not (path / rel).is_dir():
+        return f"{rel} is a file, expected a Zarr {node_type} folder"
+    try:
+        meta = json.loads(meta_path.read_text())
+    except FileNotFoundError:
+        return f"{rel}/zarr.json is missing"
+    except (OSError, ValueError) as e:
+        return f"{rel}/zarr.json cannot be read ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+    if not isinstance(meta, dict) or meta.get("node_type") != node_type:
+        return f"{rel}/zarr.json is not the metadata of a Zarr {node_type}"
+    if chunks and len(meta.get("shape", ())) == 1:
+        try:
+            size, chunk = meta["shape"][0], meta["chunk_grid"]["configuration"]["chunk_shape"][0]
+            sep = (meta["chunk_key_encoding"].get("configuration") or {}).get("separator", "/")
+        except (KeyError, IndexError, TypeError, AttributeError):
+            return f"{rel}/zarr.json is not the metadata of a Zarr {node_type}"
+        for i in range(-(-int(size) // int(chunk))):
+            if not (path / rel / f"c{sep}{i}").is_file():
+                return f"{rel} has lost its chunk c{sep}{i} (values written when the store was created)"
+    return None
+
+
+def check_structure(path: str | os.PathLike, attrs: Mapping[str, Any]) -> None:
+    """Check that every group and array of a run store's layout has a readable ``zarr.json``.
+
+    Reads the metadata files directly (a few dozen small JSON files, no Zarr call). Arrays added to the
+    layout later than this list are not required, so an older store still opens. In a store that writes
+    every chunk (the ``integrity`` root attribute), the chunks of the coordinate arrays (the composition
+    ``sample``, ``group``, ``position``, the ``batch``, ``worker`` and ``worker_point`` indices), written
+    once when the store was created, must all be there.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The run store.
+    attrs : mapping
+        Its root attributes (``schemes``, ``has_labels``, ``has_reference``, ``output_shape``).
+
+    Raises
+    ------
+    StoreError
+        Naming the first group or array that is missing or damaged, and what to do.
+    """
+    path = Path(path)
+    out_dims = ("output",) if len(attrs.get("output_shape") or [0]) == 1 else \
+        tuple(f"output_{i}" for i in range(len(attrs["output_shape"])))
+    inputs = [*INPUT_ARRAYS, *out_dims, *(["labels"] if attrs.get("has_labels") else []),
+              *(["reference"] if attrs.get("has_reference") else [])]
+    nodes = [(INPUTS, inputs)] + [(str(s), [*SCHEME_ARRAYS, *out_dims]) for s in (attrs.get("schemes") or {})]
+    written = (attrs.get(INTEGRITY_ATTR) or {}).get("empty_chunks") == "written"
+    for group, arrays in nodes:
+        why = _node(path, group, "group") or next(
+            (w for w in (_node(path, f"{group}/{a}", "array", written and (a in COORDINATES or a in out_dims))
+                         for a in arrays) if w), None)
+        if why:
+            raise StoreError(f"store path: got {str(path)!r}; the store is damaged: {why}; restore it from a "
+                             "copy, or pass --overwrite (store.overwrite: true) to start over")
+
+
+def missing_batches(path: str | os.PathLike, group: str, names: Iterable[str], status: np.ndarray,
+                    done: Iterable[int], batch_size: int) -> np.ndarray:
+    """The batches whose status is in `done` but whose chunk of a sample array in `names` is missing.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The run store.
+    group : str
+        ``"inputs"`` or a scheme.
+    names : iterable of str
+        Arrays of `group` along ``sample`` (one chunk of ``batch_size`` rows per batch), e.g. ``("decoded",)``.
+    status : array of int8, shape (num_batches,)
+        The group's batch statuses.
+    done : iterable of int
+        The statuses whose batches must have their chunks.
+    batch_size : int
+        Rows per batch (K·B).
+
+    Returns
+    -------
+    array of int64
+        Ascending batch indices (one file-system ``stat`` per done batch and array).
+    """
+    path = Path(path)
+    candidates = np.flatnonzero(np.isin(status, list(done)))
+    missing: set[int] = set()
+    for name in names:
+        folder = path / group / name
+        try:
+            meta = json.loads((folder / "zarr.json").read_text())
+        except (OSError, ValueError):
+            continue  # check_structure names it
+        chunks = meta["chunk_grid"]["configuration"]["chunk_shape"]
+        if chunks[0] != batch_size:
+            continue  # not one chunk per batch: nothing to check batch by batch
+        encoding = meta.get("chunk_key_encoding", {})
+        sep = (encoding.get("configuration") or {}).get("separator", "/")
+        prefix = "c" + sep if encoding.get("name", "default") == "default" else ""
+        tail = sep.join("0" for _ in chunks[1:])
+        for b in candidates:
+            key = prefix + str(int(b)) + (sep + tail if tail else "")
+            if not (folder / key).is_file():
+                missing.add(int(b))
+    return np.asarray(sorted(missing), dtype=np.int64)
+
+
+def chunk_span(arr: Any, index: tuple[int, ...], batch_size: Any) -> str:
+    """``"sample 24-31, batch 3"``: what chunk `index` of `arr` covers, by dimension name (batches where known)."""
+    dims = arr.metadata.dimension_names or tuple(f"dim_{i}" for i in range(len(index)))
+    parts = []
+    for dim, i, c, size in zip(dims, index, arr.chunks, arr.shape):
+        lo, hi = i * c, min((i + 1) * c, size) - 1
+        if dim != "batch":
+            parts.append(f"{dim} {lo}" if lo == hi else f"{dim} {lo}-{hi}")
+        k = batch_size if dim == "sample" and isinstance(batch_size, int) and batch_size > 0 else None
+        if dim == "batch" or k:
+            b_lo, b_hi = (lo // k, hi // k) if k else (lo, hi)
+            parts.append(f"batch {b_lo}" if b_lo == b_hi else f"batches {b_lo}-{b_hi}")
+    return ", ".join(parts)
+
+
+#: arrays whose damaged chunk a rerun recomputes once the chunk file is deleted: a sample array of a done batch
+#: is rerun when its chunk is missing (:func:`missing_batches`), a deleted status chunk makes its batches pending
+_RECOMPUTED = ("decoded", "labels", "reference", "status")
+
+
+def damaged_chunk_error(path: str | os.PathLike, name: str, arr: Any, batch_size: Any = None,
+                        region: tuple[slice, ...] | None = None) -> StoreError | None:
+    """After a read of `arr` (the array `name`, e.g. ``"gcc/decoded"``) failed: a StoreError naming its first
+    chunk that cannot be read (within `region`, default all), or None when every chunk reads."""
+    region = region or tuple(slice(0, s) for s in arr.shape)
+    ranges = [range(r.start // c, -(-min(r.stop, s) // c)) for r, c, s in zip(region, arr.chunks, arr.shape)]
+    for index in itertools.product(*ranges):
+        chunk = tuple(slice(i * c, min((i + 1) * c, s)) for i, c, s in zip(index, arr.chunks, arr.shape))
+        try:
+            arr[chunk]
+        except Exception as exc:  # a checksum mismatch, a codec error, an unreadable file: this chunk
+            key = arr.metadata.encode_chunk_key(index)
+            file = Path(path) / name / key
+            cause = (str(exc).splitlines() or [""])[0][:200]
+            fix = (f"delete {str(file)!r} and run the same command to recompute "
+                   f"{'those batches' if name.endswith('status') else 'the batch'}, or restore it from a copy"
+                   if name.rsplit("/", 1)[-1] in _RECOMPUTED else
+                   f"restore {str(file)!r} from a copy, or pass --overwrite (store.overwrite: true) to start over")
+            return StoreError(f"store path: got {str(path)!r}; its array {name!r} has a damaged chunk {key} "
+                              f"({chunk_span(arr, index, batch_size)}) that cannot be read ({type(exc).__name__}: "
+                              f"{cause}): {fix}")
+    return None
+
+
+def read_checked(path: str | os.PathLike, name: str, arr: Any, selection: Any = Ellipsis,
+                 batch_size: Any = None) -> np.ndarray:
+    """``arr[selection]``, or the :func:`damaged_chunk_error` line when a chunk cannot be read.
+
+    Raises
+    ------
+    StoreError
+        Naming the array, the chunk file and its batches (or, when no single chunk is to blame, the array
+        and the error).
+    """
+    try:
+        return arr[selection]
+    except Exception as exc:
+        region = selection if isinstance(selection, tuple) and all(isinstance(s, slice) for s in selection) \
+            else (selection,) if isinstance(selection, slice) else None
+        if region is not None:
+            region = tuple(slice(s.start or 0, s.stop if s.stop is not None else n)
+                           for s, n in zip(region, arr.shape)) + tuple(slice(0, n) for n in arr.shape[len(region):])
+        error = damaged_chunk_error(path, name, arr, batch_size, region)
+        if error is None:
+            error = StoreError(f"store path: got {str(path)!r}; cannot read its array {name!r} "
+                               f"({type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]})")
+        raise error from None

@@ -1,0 +1,278 @@
+"""The store's integrity: checksummed chunks, done batches whose chunks are gone, damaged metadata, the run's
+token on every write, a store moved away mid-run, and ``--overwrite`` by two renames (docs/store.rst, section
+'Integrity'). Each case failed before its fix: a flipped byte read back as a wrong number, a deleted chunk as
+fill values of a batch still counted done, damaged metadata was a traceback, a write of another run landed,
+a moved store was recreated as a skeleton, and an overwrite deleted the old store in place."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+import zarr
+
+from gcc_dask.analysis.summary import summarize_run
+from gcc_dask.errors import StoreError, WriteRefusedError
+from gcc_dask.store import BatchStatus, RunStore, check_structure, remove_leftovers, write_decoded, write_inputs
+from gcc_dask.store import run_store as run_store_mod
+
+K = 8
+SCHEMES = {"gcc": 16, "uncoded": 8}
+LAYOUT = dict(config_resolved={"name": "t"}, fingerprint="f" * 64, schemes=SCHEMES, num_samples=30, batch_size=K,
+              output_shape=(10,), has_labels=True, has_reference=True, seed=7)
+
+
+def make(path, **kw):
+    return RunStore.create(path, **{**LAYOUT, **kw})
+
+
+def record(batch, n=16, status=BatchStatus.DECODED):
+    return {"batch": batch, "received_mask": np.arange(n) < n - 2, "latency_s": np.linspace(0.1, 0.2, n),
+            "cutoff_s": 0.3, "status": int(status)}
+
+
+def filled(path):
+    """A store whose 4 batches are all done, for both schemes and the inputs (distinct values per batch)."""
+    st = make(path)
+    for b in range(st.num_batches):
+        lo, hi = st.batch_rows(b)
+        write_inputs(path, b, labels=np.full(hi - lo, b), reference=np.full((hi - lo, 10), 10.0 + b, np.float32))
+        for scheme, n in SCHEMES.items():
+            write_decoded(path, scheme, b, np.full((hi - lo, 10), float(b), np.float32))
+    for scheme, n in SCHEMES.items():
+        st.write_records(scheme, [record(b, n) for b in range(st.num_batches)])
+    return st
+
+
+def flip_byte(file, at=None):
+    raw = bytearray(file.read_bytes())
+    raw[len(raw) // 2 if at is None else at] ^= 0x10
+    file.write_bytes(bytes(raw))
+
+
+# ----------------------------------------------------------------------------------- checksums
+def test_every_array_is_checksummed_and_writes_empty_chunks(tmp_path):
+    path = tmp_path / "run.zarr"
+    st = make(path)
+    metas = [json.loads(p.read_text()) for p in path.rglob("zarr.json") if p.parent != path]
+    arrays = [m for m in metas if m["node_type"] == "array"]
+    assert len(arrays) > 30
+    for meta in arrays:
+        assert [c["name"] for c in meta["codecs"]][-2:] == ["zstd", "crc32c"], meta
+    assert st.attrs["integrity"] == {"checksum": "crc32c", "empty_chunks": "written"}
+    # an undecodable batch's all-NaN rows are a chunk of their own (zarr would otherwise skip it)
+    write_decoded(path, "gcc", 1, np.full((K, 10), np.nan, np.float32))
+    assert (path / "gcc" / "decoded" / "c" / "1" / "0").is_file()
+
+
+def test_a_flipped_byte_in_a_chunk_is_named_with_its_batch(tmp_path):
+    path = tmp_path / "run.zarr"
+    filled(path)
+    np.testing.assert_array_equal(RunStore.open(path).read_batch("gcc", 2)["decoded"], 2.0)
+    flip_byte(path / "gcc" / "decoded" / "c" / "2" / "0")
+    want = r"its array 'gcc/decoded' has a damaged chunk c/2/0 \(sample 16-23, batch 2, output 0-9\).*checksum"
+    with pytest.raises(StoreError, match=want) as e:
+        RunStore.open(path).read_batch("gcc", 2)
+    assert "\n" not in str(e.value) and "delete" in str(e.value)  # one line, and how to recompute the batch
+    with pytest.raises(StoreError, match=want):
+        summarize_run(str(path))
+    np.testing.assert_array_equal(RunStore.open(path).read_batch("gcc", 1)["decoded"], 1.0)  # the others read
+
+
+def test_a_flipped_byte_in_a_status_chunk_stops_a_resume_with_one_line(tmp_path):
+    path = tmp_path / "run.zarr"
+    filled(path)
+    flip_byte(path / "uncoded" / "status" / "c" / "0", at=0)
+    store = RunStore.resume(path, **LAYOUT)
+    assert store.pending_batches("gcc").tolist() == []
+    with pytest.raises(StoreError, match=r"'uncoded/status' has a damaged chunk c/0 \(batches 0-3\).*delete"):
+        store.pending_batches("uncoded")
+
+
+# ----------------------------------------------------------------------- chunks of done batches
+def test_a_done_batch_whose_chunk_is_missing_is_pending_again(tmp_path):
+    path = tmp_path / "run.zarr"
+    st = filled(path)
+    assert st.pending_batches("gcc").tolist() == [] and st.missing_batches("inputs").tolist() == []
+    (path / "gcc" / "decoded" / "c" / "2" / "0").unlink()
+    (path / "inputs" / "labels" / "c" / "3").unlink()
+    st = RunStore.open(path)
+    assert st.batch_status("gcc")[2] == BatchStatus.DECODED  # still marked done...
+    assert st.missing_batches("gcc").tolist() == [2]
+    assert st.pending_batches("gcc", retry_failed=True).tolist() == [2]  # ...but run again
+    assert st.pending_batches("uncoded").tolist() == []
+    assert st.missing_batches("inputs").tolist() == [3]
+
+
+def test_a_failed_batch_without_a_chunk_is_not_missing(tmp_path):
+    path = tmp_path / "run.zarr"
+    st = make(path)
+    st.write_records("gcc", [record(0, status=BatchStatus.FAILED)])  # built on the driver: no decoded rows
+    assert st.missing_batches("gcc").tolist() == []
+
+
+@pytest.mark.parametrize(("damage", "match"), [
+    (lambda p: (p / "gcc" / "zarr.json").unlink(), r"gcc/zarr\.json is missing"),
+    (lambda p: (p / "gcc" / "status" / "zarr.json").write_text("not json"), r"gcc/status/zarr\.json cannot be read"),
+    (lambda p: (shutil.rmtree(p / "uncoded"), (p / "uncoded").write_text("x")), r"uncoded is a file"),
+    (lambda p: (p / "inputs" / "group" / "c" / "0").unlink(), r"inputs/group has lost its chunk c/0"),
+    (lambda p: shutil.rmtree(p / "inputs" / "reference"), r"inputs/reference/zarr\.json is missing"),
+], ids=["group-zarr-json-deleted", "array-zarr-json-not-json", "group-folder-is-a-file",
+        "coordinate-chunk-deleted", "array-folder-deleted"])
+def test_damaged_metadata_is_one_line_for_a_resume_and_a_reader(tmp_path, damage, match):
+    path = tmp_path / "run.zarr"
+    filled(path)
+    damage(path)
+    with pytest.raises(StoreError, match=r"the store is damaged: " + match) as e:
+        RunStore.resume(path, **LAYOUT)
+    assert "\n" not in str(e.value) and "--overwrite" in str(e.value)
+    with pytest.raises(StoreError, match=match):
+        summarize_run(str(path))
+
+
+def test_check_structure_passes_a_whole_store(tmp_path):
+    st = filled(tmp_path / "run.zarr")
+    check_structure(st.path, st.attrs)  # no error
+
+
+# ------------------------------------------------------------------------------- the run's token
+def test_a_write_with_another_runs_token_is_refused_and_writes_nothing(tmp_path):
+    path = tmp_path / "run.zarr"
+    st = make(path)
+    old = st.token
+    assert isinstance(old, str) and len(old) == 32
+    write_decoded(path, "gcc", 0, np.ones((K, 10), np.float32), token=old)
+    resumed = RunStore.resume(path, **LAYOUT)
+    assert resumed.token not in (None, old) and resumed.attrs["run_token"] == resumed.token
+    with pytest.raises(WriteRefusedError, match="another run now writes"):
+        write_decoded(path, "gcc", 1, np.ones((K, 10), np.float32), token=old)
+    with pytest.raises(WriteRefusedError):
+        write_inputs(path, 1, labels=np.ones(K), reference=np.ones((K, 10)), token=old)
+    assert not (path / "gcc" / "decoded" / "c" / "1").exists()
+    assert not (path / "inputs" / "labels" / "c" / "1").exists()
+    assert RunStore.open(path).batch_status("inputs")[1] == 0
+    write_decoded(path, "gcc", 1, np.ones((K, 10), np.float32), token=resumed.token)  # the new run writes
+    assert (path / "gcc" / "decoded" / "c" / "1" / "0").is_file()
+
+
+def test_an_overwrite_gives_a_new_token_and_refuses_the_old_runs_writes(tmp_path):
+    path = tmp_path / "run.zarr"
+    old = make(path).token
+    new = make(path, overwrite=True).token
+    assert new != old
+    with pytest.raises(WriteRefusedError):
+        write_decoded(path, "gcc", 0, np.ones((K, 10), np.float32), token=old)
+    with pytest.raises(WriteRefusedError):
+        run_store_mod._write_records(path, "gcc", [record(0)], token=old)
+    assert RunStore.open(path).batch_status("gcc")[0] == 0
+
+
+# ------------------------------------------------------------------------- a store moved mid-run
+def test_writes_to_a_store_moved_away_are_refused_and_recreate_nothing(tmp_path):
+    path = tmp_path / "run.zarr"
+    st = make(path)
+    write_decoded(path, "gcc", 0, np.ones((K, 10), np.float32), token=st.token)
+    path.rename(tmp_path / "moved.zarr")
+    with pytest.raises(WriteRefusedError, match="the store is gone"):
+        write_decoded(path, "gcc", 1, np.ones((K, 10), np.float32), token=st.token)
+    with pytest.raises(WriteRefusedError, match="the store is gone"):
+        st.write_records("gcc", [record(0)])
+    with pytest.raises(WriteRefusedError, match="the store is gone"):
+        st.finish("failed")
+    assert not path.exists()  # no skeleton of a store (zarr creates the folders of what it writes)
+
+
+def test_a_write_under_way_when_the_store_moves_lands_in_the_moved_store(tmp_path):
+    """The workers' handles follow the folder they opened (a file descriptor): a write that passed its checks
+    just before the store was moved (or replaced, or removed) never creates anything at the old path."""
+    from gcc_dask.store.writes import _array, _handles
+
+    path = tmp_path / "run.zarr"
+    st = make(path)
+    decoded = _array(_handles(path, st.token), "gcc", "decoded")  # checked, about to write
+    path.rename(tmp_path / "moved.zarr")
+    decoded[0:K] = np.full((K, 10), 5.0, np.float32)
+    assert not path.exists()
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "moved.zarr" / "gcc" / "decoded"))[0:K], 5.0)
+
+
+# ------------------------------------------------------------------------------ replacing a store
+def test_an_overwrite_swaps_the_store_in_with_renames(tmp_path, monkeypatch):
+    path = tmp_path / "run.zarr"
+    filled(path)
+    renames = []
+    real = os.rename
+    monkeypatch.setattr(run_store_mod.os, "rename", lambda a, b: (renames.append((str(a), str(b))), real(a, b)))
+    new = make(path, overwrite=True)
+    names = [(os.path.basename(a), os.path.basename(b)) for a, b in renames]
+    assert names[0][0] == "run.zarr" and names[0][1].startswith(".run.zarr.replaced-")
+    assert names[1][0].startswith(".run.zarr.creating-") and names[1][1] == "run.zarr"
+    assert new.batch_status("gcc").tolist() == [0, 0, 0, 0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.zarr"]  # the old store is gone
+
+
+def test_a_swap_that_fails_puts_the_old_store_back(tmp_path, monkeypatch):
+    path = tmp_path / "run.zarr"
+    filled(path)
+    real = os.rename
+
+    def second_fails(a, b):
+        if os.path.basename(str(a)).startswith(".run.zarr.creating-"):
+            raise PermissionError(13, "Permission denied")
+        real(a, b)
+
+    monkeypatch.setattr(run_store_mod.os, "rename", second_fails)
+    with pytest.raises(StoreError, match="cannot create the store there"):
+        make(path, overwrite=True)
+    assert RunStore.open(path).batch_status("gcc").tolist() == [1, 1, 1, 1]  # the old store, whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.zarr"]
+
+
+def test_leftovers_of_an_interrupted_replacement_are_removed(tmp_path):
+    path = tmp_path / "run.zarr"
+    for name in (".run.zarr.creating-0a1b2c3d", ".run.zarr.replaced-4e5f6a7b"):
+        (tmp_path / name / "gcc").mkdir(parents=True)
+    (tmp_path / ".run.zarr.lock").write_text("{}")
+    (tmp_path / ".other.zarr.creating-00000000").mkdir()
+    assert RunStore.resume(path, **LAYOUT) is None  # nothing to resume...
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".other.zarr.creating-00000000", ".run.zarr.lock"]
+    assert remove_leftovers(path) == []
+
+
+def test_an_overwrite_never_deletes_what_is_not_a_store(tmp_path):
+    path = tmp_path / "run.zarr"
+    path.mkdir()
+    (path / "thesis.tex").write_text("mine")
+    with pytest.raises(StoreError, match="expected a gcc-dask run store"):
+        make(path, overwrite=True)
+    assert (path / "thesis.tex").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.zarr"]
+
+
+# ------------------------------------------------------------------------- driver write failures
+def test_a_driver_write_that_fails_is_one_line_naming_the_array_and_batches(tmp_path, monkeypatch):
+    import errno
+
+    from zarr.storage import LocalStore
+
+    path = tmp_path / "run.zarr"
+    st = make(path)
+    real = LocalStore.set
+
+    async def full(self, key, value, *args, **kwargs):
+        if "/status/" in key or key.endswith("zarr.json"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return await real(self, key, value, *args, **kwargs)
+
+    monkeypatch.setattr(LocalStore, "set", full)
+    with pytest.raises(StoreError, match=r"^store: cannot write gcc/status of batches 0-2 to .*run\.zarr.* "
+                                         r"No space left on device.*run the same command again") as e:
+        st.write_records("gcc", [record(b) for b in range(3)])
+    assert "\n" not in str(e.value)
+    with pytest.raises(StoreError, match=r"cannot write the root attributes \(zarr\.json\)"):
+        st.finish("failed")
+    monkeypatch.setattr(LocalStore, "set", real)
+    assert RunStore.open(path).batch_status("gcc").tolist() == [0, 0, 0, 0]  # no batch marked done
