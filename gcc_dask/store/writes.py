@@ -158,14 +158,14 @@ def _array(handles: dict[str, Any], group: str, name: str):
 
 
 def _present(handles: dict[str, Any], group: str, name: str) -> bool:
-    """Whether the store has array ``group/name`` (cached with the handles)."""
+    """Whether the store has array ``group/name`` (cached with the handles): a store made before the array
+    existed is written without it."""
     key = ("present", group, name)
     arrays = handles["arrays"]
     if key not in arrays:
         try:
-            _array(handles, group, name)
-            arrays[key] = True
-        except KeyError:
+            arrays[key] = name in handles["root"][group]
+        except KeyError:  # no such group: :func:`_array` names what is damaged when it is written
             arrays[key] = False
     return arrays[key]
 
