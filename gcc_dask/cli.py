@@ -224,7 +224,7 @@ def report(store, out, no_recompute) -> None:
 @click.option("--gpu/--no-gpu", default=None,
               help="coding: also benchmark CuPy (default: when a GPU is usable; --gpu requires one).")
 @click.option("--section", "sections", multiple=True,
-              type=click.Choice(["throughput", "scale", "stragglers", "orchestration", "scaling", "memory",
+              type=click.Choice(["throughput", "scale", "tail", "stragglers", "orchestration", "scaling", "memory",
                                  "checksums"]),
               help="pipeline: run only these sections (repeatable; default all).")
 @_user_errors

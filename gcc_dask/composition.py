@@ -31,7 +31,9 @@ Policies (:func:`compose`), all deterministic for a seed and all blind to labels
     (mixtures of neighbours on the chain) stay near the data. The chain runs within *windows* of consecutive
     samples (cost O(window · n · dims)) whose chains are concatenated, so a large source is never loaded
     whole: each window is read, projected and chained on its own (a Dask task each, when the pipeline
-    passes a ``map_windows``).
+    passes a ``map_windows``). With a chunked source (a compressed Zarr array) the windows hold whole
+    batches and whole chunks (:func:`window_unit`), so a batch's samples come from the few chunks of its
+    window.
 
 A policy's sequence (groups as consecutive runs) is put into slots by :meth:`BatchLayout.from_sequence`.
 Pure NumPy: nothing here imports Dask, Zarr or the coding schemes.
@@ -39,6 +41,7 @@ Pure NumPy: nothing here imports Dask, Zarr or the coding schemes.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -56,6 +59,7 @@ __all__ = [
     "fit_projection",
     "serial_map",
     "window_bounds",
+    "window_unit",
 ]
 
 POLICIES = ("as_stored", "random", "pc1", "similarity")
@@ -329,7 +333,8 @@ def chain_order(features: np.ndarray) -> np.ndarray:
 
     Starts at the sample with the smallest first feature (an extreme of the first principal component) and
     repeatedly steps to the nearest sample not visited yet (squared Euclidean distance; ties to the lowest
-    index). O(n² · dims) time, O(n · dims) memory.
+    index). O(n² · dims) time, O(n · dims) memory: the visited samples are dropped from the search whenever
+    they make up a quarter of it, which saves about 40% of the work of searching all n at every step.
 
     Parameters
     ----------
@@ -344,24 +349,62 @@ def chain_order(features: np.ndarray) -> np.ndarray:
     order = np.empty(n, dtype=np.int64)
     if n == 0:
         return order
+    ids = np.arange(n, dtype=np.int64)  # the sample of each row still searched (ascending: ties stay lowest)
     left = np.einsum("ij,ij->i", f, f)  # ||f_i||²; inf once visited
-    cur = int(np.argmin(f[:, 0])) if f.shape[1] else 0
+    cur = int(np.argmin(f[:, 0])) if f.shape[1] else 0  # a row of the arrays searched
     two_f = 2.0 * f
+    visited = 0  # rows of the arrays searched that are visited already
     for i in range(n):
-        order[i] = cur
+        order[i] = ids[cur]
         left[cur] = np.inf
-        if i + 1 < n:
-            # ||f_j - f_cur||² - ||f_cur||² = ||f_j||² - 2 f_j·f_cur: the same argmin
-            cur = int(np.argmin(left - two_f @ f[cur]))
+        visited += 1
+        if i + 1 == n:
+            break
+        here = two_f[cur] * np.float32(0.5)  # f_cur exactly (halving is exact in binary floating point)
+        if 4 * visited >= ids.size and ids.size > 64:
+            keep = np.isfinite(left)
+            ids, left, two_f = ids[keep], left[keep], two_f[keep]
+            visited = 0
+        # ||f_j - f_cur||² - ||f_cur||² = ||f_j||² - 2 f_j·f_cur: the same argmin
+        cur = int(np.argmin(left - two_f @ here))
     return order
 
 
-def window_bounds(num_samples: int, window: int, group_size: int) -> list[tuple[int, int]]:
-    """``[start, stop)`` of the chain's windows: `window` rounded up to a multiple of K, the last one short.
+def window_unit(group_size: int, block_size: int = 1, chunks: int | None = None, window: int = 0) -> int:
+    """What the windows of :func:`compose` are a multiple of: K for a source without chunks; for a chunked
+    source (:attr:`gcc_dask.sources.Source.chunks` = c) whole batches of K·B samples and, when the least common
+    multiple of K·B and c is no longer than `window` (or one batch), whole chunks too.
 
-    A group never straddles two windows (windows hold whole groups).
+    Windows that hold whole batches give every batch its samples from one window; windows that hold whole
+    chunks too keep a chunk's samples in one window, so a worker reads a batch's chunks once and no batch of
+    another window needs them (docs/pipeline.rst, section 'Reads that follow the chunks').
+
+    Examples
+    --------
+    >>> window_unit(8, 512, chunks=512, window=8192)
+    4096
+    >>> window_unit(8, 512, chunks=1000, window=8192)  # lcm(4096, 1000) = 512,000 samples: batches only
+    4096
+    >>> window_unit(8, 512)
+    8
     """
-    w = max(group_size, -(-int(window) // group_size) * group_size)
+    k = _positive("group_size", group_size)
+    if chunks is None:
+        return k
+    batch = k * _positive("block_size", block_size)
+    both = math.lcm(batch, _positive("chunks", chunks))
+    return both if both <= max(int(window), batch) else batch
+
+
+def window_bounds(num_samples: int, window: int, group_size: int, unit: int | None = None) -> list[tuple[int, int]]:
+    """``[start, stop)`` of the chain's windows: `window` rounded up to a multiple of `unit` (default K; see
+    :func:`window_unit`), the last one short.
+
+    A group never straddles two windows (windows hold whole groups; with a chunked source whole batches and,
+    where it fits, whole chunks).
+    """
+    u = group_size if unit is None else int(unit)
+    w = max(u, -(-int(window) // u) * u)
     return [(s, min(s + w, num_samples)) for s in range(0, num_samples, w)]
 
 
@@ -443,7 +486,8 @@ def compose(
         Seeds ``random`` and the randomized PCA.
     window : int
         Samples per window of the ``similarity`` chain and of the ``pc1`` reads (1 to
-        :data:`~gcc_dask.limits.MAX_WINDOW`; rounded up to a multiple of K).
+        :data:`~gcc_dask.limits.MAX_WINDOW`; rounded up to a multiple of :func:`window_unit`: K, or for a source
+        with :attr:`~gcc_dask.sources.Source.chunks` whole batches and, where they fit, whole chunks).
     dims : int
         Principal components compared (>= 1).
     fit_samples : int
@@ -486,7 +530,8 @@ def compose(
         sequence = np.random.default_rng([int(seed), 0x5EED]).permutation(n).astype(np.int64)
         return BatchLayout.from_sequence(sequence, group_size, block_size)
     projection = (run_task or _call)(_fit_on, source, _fit_indices(n, int(fit_samples)), int(dims), int(seed))
-    bounds = window_bounds(n, window, group_size)
+    bounds = window_bounds(n, window, group_size,
+                           window_unit(group_size, block_size, getattr(source, "chunks", None), window))
     run = map_windows or serial_map
     if policy == "pc1":
         pc1 = np.concatenate(run(_window_pc1, bounds, source, projection))
@@ -521,6 +566,6 @@ def _fit_indices(n: int, fit_samples: int, runs: int = 32) -> np.ndarray:
     return np.unique((starts[:, None] + np.arange(length)[None, :]).ravel())
 
 
-def num_windows(num_samples: int, window: int, group_size: int) -> int:
-    """How many windows :func:`compose` reads for `num_samples` samples."""
-    return len(window_bounds(num_samples, window, group_size))
+def num_windows(num_samples: int, window: int, group_size: int, unit: int | None = None) -> int:
+    """How many windows :func:`compose` reads for `num_samples` samples (`unit` as in :func:`window_bounds`)."""
+    return len(window_bounds(num_samples, window, group_size, unit))

@@ -31,7 +31,7 @@ from gcc_dask._digest import files_digest
 from gcc_dask.analysis.summary import summarize_run
 from gcc_dask.coding import make_code
 from gcc_dask.coding.points import spread_order
-from gcc_dask.composition import BatchLayout, compose, num_windows
+from gcc_dask.composition import BatchLayout, compose, num_windows, window_unit
 from gcc_dask.config import FINGERPRINT_IGNORED, PipelineConfig, load_config
 from gcc_dask.limits import MAX_SAMPLES
 from gcc_dask.errors import (
@@ -41,7 +41,7 @@ from gcc_dask.runtime.cluster import (
     ClusterSpec, allowed_failures, check_gpu_workers, cluster_has_gpu, connect, map_on_cluster,
     performance_report as perf_report, remove_plugins, run_on_cluster, thread_slots,
 )
-from gcc_dask.runtime.cutoff import CutoffPolicy
+from gcc_dask.runtime.cutoff import CutoffPolicy, Speculation
 from gcc_dask.runtime.executor import BatchRunner, SchemePlan
 from gcc_dask.runtime.tasks import RunPlugin
 from gcc_dask.sources import make_source
@@ -182,7 +182,9 @@ def build_plans(cfg: PipelineConfig, codes: Mapping[str, Any]) -> list[SchemePla
     the adaptive rule): every such scheme stops at the same rule. The others wait for their recovery
     condition, as users run them today: ``uncoded`` (``stop: all``, the default) for all K results,
     ``replication`` with ``stop: recovery`` for one copy of every input, ``lcc`` for its recovery threshold;
-    a failed shard still ends the wait (its output is then missing, or filled).
+    a failed shard still ends the wait (its output is then missing, or filled). ``speculative`` waits for one
+    copy of every input too, and its plan carries the ``speculation`` rule for its backup copies (in index
+    order: the K originals first).
     """
     c = cfg.cutoff
     plans = []
@@ -201,10 +203,14 @@ def build_plans(cfg: PipelineConfig, codes: Mapping[str, Any]) -> list[SchemePla
                 deadline=c.deadline, quantile=c.quantile, multiplier=c.multiplier, min_runtime=c.min_runtime,
                 on_shortfall=c.on_shortfall,
             )
-        order = None
-        if cfg.cutoff.spares == "lazy" and (cfg.stragglers.model == "none" or cfg.stragglers.clock == "wall"):
+        order = speculation = None
+        if cfg.code_of(name) == "speculative":
+            rule = cfg.section_for(name)
+            speculation = Speculation(quantile=rule.quantile, multiplier=rule.multiplier,
+                                      min_runtime=rule.min_runtime)
+        elif cfg.cutoff.spares == "lazy" and (cfg.stragglers.model == "none" or cfg.stragglers.clock == "wall"):
             order = tuple(int(w) for w in spread_order(code.data_points, code.worker_points))
-        plans.append(SchemePlan(name=name, num_workers=n, policy=policy, order=order))
+        plans.append(SchemePlan(name=name, num_workers=n, policy=policy, order=order, speculation=speculation))
     return plans
 
 
@@ -351,14 +357,42 @@ def _layout(cfg: PipelineConfig, num_samples: int, order) -> BatchLayout:
     return BatchLayout(num_samples, cfg.code.num_inputs, cfg.code.block_size, order)
 
 
+def composition_blind(cfg: PipelineConfig, scheme: str) -> bool:
+    """True when the estimates of the scheme labelled `scheme` do not depend on which samples are coded
+    together: ``speculative``, and a selection scheme (``uncoded``, ``replication``, full or partial) that
+    fills nothing (its ``fill: none``). Its shards evaluate f on the samples themselves, so any composition
+    gives the same estimates."""
+    code = cfg.code_of(scheme)
+    if code == "speculative":
+        return True
+    if code not in ("uncoded", "replication"):
+        return False
+    return cfg.section_for(scheme).fill == "none"
+
+
+def composition_policy(cfg: PipelineConfig) -> str:
+    """The composition the run uses: ``composition.policy``, or ``as_stored`` when every scheme of the run is
+    :func:`composition_blind` (composing would cost a pass over the data, and, from a chunked source, reads of
+    a batch's samples spread over its window's chunks, for the same estimates; docs/pipeline.rst, section
+    'Reads that follow the chunks')."""
+    if all(composition_blind(cfg, s) for s in cfg.schemes):
+        return "as_stored"
+    return cfg.composition.policy
+
+
 def _compose(cfg: PipelineConfig, source, client, say) -> BatchLayout:
     """The run's composition and batch layout, with the windows of a large source as Dask tasks."""
     comp = cfg.composition
-    windows = num_windows(source.num_samples, comp.window, cfg.code.num_inputs) \
-        if comp.policy in ("similarity", "pc1") else 1
-    if comp.policy in ("similarity", "pc1"):
-        say(f"composing {source.num_samples:,} samples into groups of {cfg.code.num_inputs} ({comp.policy}, "
+    policy = composition_policy(cfg)
+    unit = window_unit(cfg.code.num_inputs, cfg.code.block_size, source.chunks, comp.window)
+    windows = num_windows(source.num_samples, comp.window, cfg.code.num_inputs, unit) \
+        if policy in ("similarity", "pc1") else 1
+    if policy in ("similarity", "pc1"):
+        say(f"composing {source.num_samples:,} samples into groups of {cfg.code.num_inputs} ({policy}, "
             f"{windows} window{'s' if windows != 1 else ''})")
+    elif policy != comp.policy:
+        say(f"composition: as_stored (the estimates of {', '.join(cfg.schemes)} do not depend on it; "
+            f"composition.policy {comp.policy} applies to the approximate schemes and fills)")
     mapper = run_task = None
     remote = getattr(source, "remote", False)  # a dask array: read on the workers only
     if windows > 1 or remote:
@@ -367,7 +401,7 @@ def _compose(cfg: PipelineConfig, source, client, say) -> BatchLayout:
     if remote:
         def run_task(func, *args):
             return run_on_cluster(client, func, *args)
-    return compose(source, group_size=cfg.code.num_inputs, block_size=cfg.code.block_size, policy=comp.policy,
+    return compose(source, group_size=cfg.code.num_inputs, block_size=cfg.code.block_size, policy=policy,
                    seed=comp.seed, window=comp.window, dims=comp.dims, fit_samples=comp.fit_samples,
                    map_windows=mapper, run_task=run_task)
 
@@ -522,7 +556,7 @@ def _run_stored(cfg, path, source, workload, output_shape, connected, say, warn,
         seed=cfg.seed,
         scheme_attrs={s: {"code": codes[s].params, "code_name": codes[s].name, "num_workers": codes[s].num_workers}
                       for s in cfg.schemes},
-        attrs={"block_size": block, "composition": cfg.composition.policy,
+        attrs={"block_size": block, "composition": composition_policy(cfg),
                **({"advice": advice} if advice is not None else {})},
     )
     with StoreLock(path):

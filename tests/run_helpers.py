@@ -46,3 +46,19 @@ def counted_sin(x):
         CALLS["n"] += 1
     return np.sin(np.asarray(x, dtype=np.float64))
 
+
+
+def slow_on(x, address: str = "", seconds: float = 1.0):
+    """f(x) = tanh(x), but `seconds` late on the Dask worker at `address` (a persistently slow worker); the
+    delay is a cooperative sleep, so a cancelled copy frees its thread."""
+    from distributed import get_worker
+
+    from gcc_dask.runtime.tasks import cooperative_sleep
+
+    try:
+        here = get_worker().address
+    except ValueError:  # called outside a task (the driver's check on one sample)
+        here = None
+    if here == address:
+        cooperative_sleep(seconds)
+    return np.tanh(np.asarray(x, dtype=np.float64))

@@ -64,7 +64,7 @@ def test_coding_report_files_and_ratios(coding_report, tmp_path):
 def test_pipeline_report_files_and_ratios(pipeline_report, tmp_path):
     paths = write_report(pipeline_report, tmp_path)
     assert {p.name for p in paths} == {"pipeline.md", "pipeline_targets.csv", "pipeline_machine.csv",
-                                       *(f"pipeline_{s}.csv" for s in SECTIONS)}
+                                       "pipeline_tail.png", *(f"pipeline_{s}.csv" for s in SECTIONS)}
     strag = _rows(tmp_path / "pipeline_stragglers.csv")
     assert {(r["scheme"], r["N"]) for r in strag} == {("gcc", "16"), ("bacc", "16"), ("replication", "16"),
                                                       ("uncoded", "8"), ("gcc", "12"), ("bacc", "12")}
@@ -90,6 +90,38 @@ def test_pipeline_report_files_and_ratios(pipeline_report, tmp_path):
                for r in checksums)
     targets = _rows(tmp_path / "pipeline_targets.csv")
     assert len(targets) >= 5 and all(_positive(t["measured"]) for t in targets)
+
+
+def test_tail_section_rows_targets_and_figure(pipeline_report, tmp_path):
+    """The tail section in quick mode: every scenario has the plain map, the hedged map and the pipeline's
+    contenders, with consistent figures; speculative equals uncoded; the figure is a PNG."""
+    from gcc_dask.bench.tail import QUICK_CONTENDERS, SCENARIOS
+
+    write_report(pipeline_report, tmp_path)
+    rows = _rows(tmp_path / "pipeline_tail.csv")
+    want = ["plain client.map", "plain map + backups (as_completed)", *(f"pipeline {c}" for c in QUICK_CONTENDERS)]
+    assert [(r["scenario"], r["contender"]) for r in rows] == [(s, c) for s in SCENARIOS for c in want]
+    for r in rows:
+        p50, p99, p999 = (float(r[c]) for c in ("batch_p50_s", "batch_p99_s", "batch_p999_s"))
+        assert 0 < p50 <= p99 <= p999, r
+        for col in ("samples_per_s", "vs_plain_map", "compute_s", "compute_vs_plain"):
+            assert _positive(r[col]), (col, r)
+        assert int(r["backups"]) >= 0 and 0.0 <= float(r["rel_acc"]) <= 1.0
+        exact = r["contender"] in ("plain client.map", "plain map + backups (as_completed)", "pipeline uncoded",
+                                   "pipeline speculative")
+        if exact:
+            assert float(r["rel_acc"]) == 1.0, r  # the exact contenders reproduce f's argmax
+        if r["contender"] == "plain client.map":
+            assert float(r["compute_vs_plain"]) == 1.0 and int(r["backups"]) == 0
+        if r["contender"] in ("pipeline uncoded", "pipeline gcc-16"):
+            assert int(r["backups"]) == 0  # only speculative launches backups
+    hangs = {r["contender"]: r for r in rows if r["scenario"].startswith("b")}
+    assert int(hangs["pipeline speculative"]["backups"]) > 0  # hangs are drawn: some shards are late
+    by_name = {t.name: t for t in pipeline_report.targets}
+    same = by_name["speculative estimates identical to uncoded's (scenarios where both ran)"]
+    assert same.measured == 1.0 and same.passed
+    assert (tmp_path / "pipeline_tail.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "![tail](pipeline_tail.png)" in (tmp_path / "pipeline.md").read_text()
 
 
 def test_best_times_interleaves_and_repeats():

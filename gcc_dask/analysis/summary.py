@@ -82,7 +82,9 @@ def summarize_run(path: str) -> pd.DataFrame:
     Columns: ``code`` (the registered code the scheme runs), ``num_workers`` (its N), ``rel_acc``,
     ``accuracy``, ``accuracy_uncoded``, ``rmse``, ``latency_p50_s``, ``latency_p99_s``, ``cutoff_p50_s``,
     ``cutoff_p99_s``, ``samples_per_s``, ``batches``, ``decoded``, ``undecodable``, ``failed``, ``pending``,
-    ``missing``, ``filled``, ``mean_received``. Sample-level metrics pool every decoded sample of the run;
+    ``missing``, ``filled``, ``mean_received``, ``mean_backups`` (the backup copies a ``speculative`` batch
+    launched, on average; 0 for the other schemes, NaN for a store without the count). Sample-level metrics
+    pool every decoded sample of the run;
     samples without an estimate (NaN rows: an undecodable batch, or a replicated input whose copies all
     straggled, without a fill) are counted in ``missing``, count as wrong in ``rel_acc``/``accuracy`` and are
     left out of ``rmse``; samples whose estimate a fill took from their neighbours' results are counted in
@@ -134,6 +136,8 @@ def summarize_run(path: str) -> pd.DataFrame:
         row["pending"] = int((status == 0).sum())
         received = group["received"][...][done_batches]
         row["mean_received"] = float(received.sum(axis=1).mean()) if received.size else np.nan
+        backups = group["n_backups"][...][done_batches] if "n_backups" in group else np.array([])
+        row["mean_backups"] = float(backups.mean()) if backups.size else np.nan
         rows.append(row)
     return pd.DataFrame(rows).set_index("scheme")
 

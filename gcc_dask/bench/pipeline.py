@@ -1,8 +1,9 @@
 """End-to-end benchmarks of the pipeline on a Dask LocalCluster.
 
-Seven sections, each a table of :class:`~gcc_dask.bench.report.BenchReport` (``throughput`` and ``scale`` are
-described in :mod:`gcc_dask.bench.throughput`, ``checksums`` in :mod:`gcc_dask.bench.store`; the other four use
-one sample per shard, ``block_size: 1``):
+Eight sections, each a table of :class:`~gcc_dask.bench.report.BenchReport` (``throughput`` and ``scale`` are
+described in :mod:`gcc_dask.bench.throughput`, ``tail`` (tail latency against compute spent, with a figure, on
+a cluster of 4 processes) in :mod:`gcc_dask.bench.tail`, ``checksums`` in :mod:`gcc_dask.bench.store`; the other
+four use one sample per shard, ``block_size: 1``):
 
 ``stragglers``
     LeNet-5 on MNIST, K = 8, shifted-exponential latencies with hang probability 0.05 and hangs of 20x
@@ -34,12 +35,13 @@ from typing import Callable
 import numpy as np
 
 from gcc_dask.bench.report import BenchReport, Table, Target, machine_info
+from gcc_dask.bench.tail import tail_section
 from gcc_dask.bench.throughput import scale_section, throughput_section
 from gcc_dask.errors import WorkloadError
 
 __all__ = ["run_pipeline_bench", "noop_f", "pool_f", "MemorySampler", "SECTIONS"]
 
-SECTIONS = ("throughput", "scale", "stragglers", "orchestration", "scaling", "memory", "checksums")
+SECTIONS = ("throughput", "scale", "tail", "stragglers", "orchestration", "scaling", "memory", "checksums")
 #: the block size of the throughput and scale sections (the pipeline's default ``code.block_size``)
 BLOCK = 512
 K = 8
@@ -411,6 +413,15 @@ def run_pipeline_bench(*, quick: bool = False, client=None, sections: tuple[str,
                 out = fn(c, tmp, quick, say, _lenet_path(), BLOCK)
             tables.append(out[0])
             targets += out[1]
+        figures: dict[str, bytes] = {}
+        if "tail" in sections:
+            say("pipeline bench: tail")
+            # a cluster of its own (4 processes x 8 threads), unless the given one's workers can be signalled
+            table, tg, nt, figs = tail_section(client, tmp, quick, say, _lenet_path(), BLOCK)
+            tables.append(table)
+            targets += tg
+            notes += nt
+            figures.update(figs)
         for name, fn in (("stragglers", _stragglers), ("orchestration", _orchestration), ("scaling", _scaling)):
             if name not in sections:
                 continue
@@ -442,4 +453,4 @@ def run_pipeline_bench(*, quick: bool = False, client=None, sections: tuple[str,
     info = machine_info({"cluster": "given client" if client is not None else
                          "a LocalCluster per section, 2 worker processes x 16 threads"})
     return BenchReport(bench="pipeline", command=command, quick=quick, tables=tables, targets=targets, info=info,
-                       wall_s=time.perf_counter() - t0, notes=notes)
+                       wall_s=time.perf_counter() - t0, notes=notes, figures=figures)

@@ -8,6 +8,7 @@ A :class:`BenchReport` is what :func:`gcc_dask.bench.coding.run_coding_bench` an
     coding_<table>.csv      one per table, the raw figures
     coding_targets.csv      name, measured, op, limit, unit, passed, detail
     coding_machine.csv      key, value: CPU, cores, memory, BLAS kernel, versions, environment
+    coding_<figure>.png     one per figure, when the bench draws any (the pipeline bench's ``tail``)
 
 Every figure that is compared with a target is a ratio or a quantity measured in the same process and
 run as its baseline, so the machine's speed cancels out of the verdict as far as it can.
@@ -78,6 +79,8 @@ class BenchReport:
     info: dict[str, str] = field(default_factory=dict)
     wall_s: float = math.nan
     notes: list[str] = field(default_factory=list)
+    #: figures as PNG bytes, by name: written as ``<bench>_<name>.png`` and shown in the Markdown
+    figures: dict[str, bytes] = field(default_factory=dict)
 
     def table(self, name: str) -> Table:
         """The table called ``name`` (KeyError if absent)."""
@@ -173,6 +176,8 @@ def to_markdown(report: BenchReport) -> str:
             out += [table.notes, ""]
         cols = table.columns
         out += [_markdown_table(cols, [[row.get(c, "") for c in cols] for row in table.rows]), ""]
+    if report.figures:
+        out += ["## Figures", ""] + [f"![{name}]({report.bench}_{name}.png)" for name in report.figures] + [""]
     if report.notes:
         out += ["## Notes", ""] + [f"- {n}" for n in report.notes] + [""]
     out += ["## Machine", "", _markdown_table(["key", "value"], [[k, v] for k, v in report.info.items()]), ""]
@@ -198,6 +203,10 @@ def write_report(report: BenchReport, out_dir: str | os.PathLike) -> list[Path]:
         cols = table.columns
         path = out / f"{b}_{table.name}.csv"
         _write_csv(path, cols, [[row.get(c, "") for c in cols] for row in table.rows])
+        paths.append(path)
+    for name, png in report.figures.items():
+        path = out / f"{b}_{name}.png"
+        path.write_bytes(png)
         paths.append(path)
     path = out / f"{b}_targets.csv"
     _write_csv(path, ["target", "measured", "op", "limit", "unit", "passed", "detail"],

@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import math
 import shutil
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -34,7 +35,7 @@ import numpy as np
 
 from gcc_dask.bench.report import Table, Target
 
-__all__ = ["plain_chunk", "write_dataset", "throughput_section", "scale_section"]
+__all__ = ["plain_chunk", "task_seconds", "write_dataset", "throughput_section", "scale_section"]
 
 K = 8
 N = 16
@@ -69,19 +70,35 @@ def _array(path: str, mode: str):
     return zarr.open_array(path, mode=mode)
 
 
+_TASK_SECONDS = [0.0]
+_TASK_LOCK = threading.Lock()
+
+
+def task_seconds() -> float:
+    """Seconds that :func:`plain_chunk` tasks have held a thread of this process so far (their sleeps included,
+    and those of copies that were cancelled: a running task is never interrupted)."""
+    with _TASK_LOCK:
+        return _TASK_SECONDS[0]
+
+
 def plain_chunk(data: str, out: str, model: str, start: int, stop: int, delay_s: float = 0.0):
     """One task of the plain map: sleep the injected delay, read rows start:stop, run f, write the outputs.
 
-    Returns (started, finished) as ``time.time()``.
+    Returns (started, finished) as ``time.time()``; the time it took is added to :func:`task_seconds`.
     """
     started = time.time()
-    if delay_s > 0:
-        time.sleep(delay_s)
-    sess, name = _session(model)
-    x = _array(data, "r")[start:stop]
-    y = sess.run(None, {name: np.ascontiguousarray(x, dtype=np.float32)})[0]
-    _array(out, "r+")[start:stop] = y
-    return started, time.time()
+    t0 = time.perf_counter()
+    try:
+        if delay_s > 0:
+            time.sleep(delay_s)
+        sess, name = _session(model)
+        x = _array(data, "r")[start:stop]
+        y = sess.run(None, {name: np.ascontiguousarray(x, dtype=np.float32)})[0]
+        _array(out, "r+")[start:stop] = y
+        return started, time.time()
+    finally:
+        with _TASK_LOCK:
+            _TASK_SECONDS[0] += time.perf_counter() - t0
 
 
 def _plain_map(client, data: str, work: Path, model: str, samples: int, block: int, delays=None) -> dict:
@@ -104,15 +121,18 @@ def _plain_map(client, data: str, work: Path, model: str, samples: int, block: i
 
 
 # -------------------------------------------------------------------------------------------- data
-def write_dataset(path: Path, samples: int, chunk: int) -> None:
-    """The 5,000 real MNIST digits tiled to `samples` images (1, 28, 28) float32 in an uncompressed Zarr array."""
+def write_dataset(path: Path, samples: int, chunk: int, compressed: bool = False) -> None:
+    """The 5,000 real MNIST digits tiled to `samples` images (1, 28, 28) float32 in a Zarr array with chunks of
+    `chunk` images: uncompressed, or with `compressed` Zarr's default codec (Zstandard), as a real dataset is
+    stored."""
     import zarr
 
     from gcc_dask.sources import make_source
 
     digits, _ = make_source("mnist").read(0, 5000)
+    codec = {} if compressed else {"compressors": None}
     arr = zarr.create_array(store=str(path), shape=(samples, 1, 28, 28), chunks=(chunk, 1, 28, 28),
-                            dtype="float32", compressors=None, overwrite=True)
+                            dtype="float32", overwrite=True, **codec)
     step = 5000 * max(1, (1 << 16) // 5000)
     tile = np.concatenate([digits] * (step // 5000))
     for start in range(0, samples, step):

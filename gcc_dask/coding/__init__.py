@@ -19,7 +19,7 @@ from .bspline import BSplineCode
 from .gcc import GCC, LeTCC
 from .lagrange import LCC
 from .registry import list_codes, make_code, register_code
-from .replication import Replication, Uncoded
+from .replication import Replication, Speculative, Uncoded
 
 __all__ = [
     "BACC",
@@ -31,6 +31,7 @@ __all__ = [
     "LCC",
     "LeTCC",
     "Replication",
+    "Speculative",
     "Uncoded",
     "berrut_matrix",
     "list_codes",

@@ -40,7 +40,7 @@ from .base import CodingScheme, _Entry
 from .registry import register_code
 from .validation import check_choice
 
-__all__ = ["EXTRA_RULES", "FILLS", "Replication", "Uncoded", "extra_positions", "fill_weights"]
+__all__ = ["EXTRA_RULES", "FILLS", "Replication", "Speculative", "Uncoded", "extra_positions", "fill_weights"]
 
 FILLS = ("none", "nearest", "linear")
 #: rules for the positions that get the extra copies of partial replication (:func:`extra_positions`)
@@ -278,3 +278,37 @@ class Uncoded(Replication):
                 f"num_workers must equal num_inputs for code 'uncoded'; got num_workers="
                 f"{self.num_workers!r}, num_inputs={self.num_inputs!r}"
             )
+
+
+@register_code("speculative")
+class Speculative(Replication):
+    """Uncoded with backup copies (Spark's speculative execution): ``num_workers = 2 · num_inputs``.
+
+    Worker k < K evaluates f(x_k), the original; worker K + k holds the *backup copy* of input k, which the
+    runtime launches only when the original is late by the speculation rule (``speculation.quantile`` of the
+    inputs done, the original running longer than ``speculation.multiplier`` × their median, and than
+    ``speculation.min_runtime``; docs/pipeline.rst, section 'Speculative execution'). The batch ends once every
+    input has a result from either copy; the first copy to arrive wins and the other is cancelled. Decoding is
+    replication's gather (:class:`Replication` with two copies), so the estimates are uncoded's, bit for bit
+    (any copy is exact). Nothing is filled: an input both of whose copies failed is NaN.
+
+    ``recovery_threshold = 2K − 1`` (as replication with two copies), ``min_received = 1``.
+    """
+
+    def __init__(self, *, num_inputs: int, num_workers: int, points: str = "chebyshev",
+                 nan_policy: str = "raise") -> None:
+        super().__init__(num_inputs=num_inputs, num_workers=num_workers, points=points, nan_policy=nan_policy)
+
+    def _check_layout(self) -> None:
+        if self.num_workers != 2 * self.num_inputs:
+            raise ConfigError(
+                f"num_workers must be 2 * num_inputs for code 'speculative' (K originals and their K backup "
+                f"copies); got num_workers={self.num_workers!r}, num_inputs={self.num_inputs!r}. Use "
+                f"num_workers={2 * self.num_inputs}."
+            )
+
+    def backup_of(self, worker: int) -> int:
+        """The worker that holds the backup copy of original `worker` (in [0, K)): ``worker + K``."""
+        if isinstance(worker, bool) or not isinstance(worker, (int, np.integer)) or not 0 <= worker < self.num_inputs:
+            raise ConfigError(f"worker: got {worker!r}; expected an original in [0, {self.num_inputs})")
+        return int(worker) + self.num_inputs

@@ -19,7 +19,7 @@ from gcc_dask.errors import ConfigError
 from gcc_dask.limits import MAX_CODE_ENTRIES, MAX_FIT_SAMPLES, MAX_INPUTS, MAX_WINDOW, MAX_WORKERS, parse_seconds
 
 #: Every scheme name a config may list (kept equal to ``gcc_dask.coding.list_codes()`` by a test).
-SCHEMES: tuple[str, ...] = ("bacc", "bspline", "gcc", "lcc", "letcc", "replication", "uncoded")
+SCHEMES: tuple[str, ...] = ("bacc", "bspline", "gcc", "lcc", "letcc", "replication", "speculative", "uncoded")
 #: Schemes that run on ``code.num_workers`` workers and so need ``num_workers >= num_inputs``.
 CODED_SCHEMES: tuple[str, ...] = ("bacc", "bspline", "gcc", "lcc", "letcc")
 

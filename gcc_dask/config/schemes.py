@@ -11,9 +11,9 @@ uncoded cut off at K − S with a linear fill, gcc at two N (docs/pipeline.rst, 
       - {label: uncoded-cutoff, code: uncoded, params: {stop: cutoff, fill: linear}}
 
 A label names the scheme's group in the store, its row in the summary and its line in the plots. ``params``
-takes the keys of the code's section (``gcc``, ``lcc``, ``replication``, ``uncoded``), which it overrides for
-that entry only, and ``num_workers`` (N for that entry; not for ``uncoded``, whose N is K) and ``points`` (for
-the point-based codes).
+takes the keys of the code's section (``gcc``, ``lcc``, ``replication``, ``uncoded``, and ``speculation`` for
+``speculative``), which it overrides for that entry only, and ``num_workers`` (N for that entry; not for
+``uncoded``, whose N is K, nor ``speculative``, whose N is 2K) and ``points`` (for the point-based codes).
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ __all__ = ["ENTRY_KEYS", "LABEL_RE", "SchemeEntry", "SchemeLookup", "split_entri
 #: labels are store group names: letters, digits, '_' and '-'
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 #: the section whose keys an entry's params override, per code
-SECTION_OF = {"gcc": "gcc", "lcc": "lcc", "replication": "replication", "uncoded": "uncoded"}
+SECTION_OF = {"gcc": "gcc", "lcc": "lcc", "replication": "replication", "uncoded": "uncoded",
+              "speculative": "speculation"}
 #: params every entry of a code may set beside its section's keys
 ENTRY_KEYS: dict[str, tuple[str, ...]] = {
     "bacc": ("num_workers", "points"),
@@ -42,6 +43,7 @@ ENTRY_KEYS: dict[str, tuple[str, ...]] = {
     "lcc": ("num_workers", "points"),
     "letcc": ("num_workers", "points"),
     "replication": ("num_workers",),
+    "speculative": (),
     "uncoded": (),
 }
 
@@ -52,14 +54,16 @@ class SchemeEntry(_Section):
     Attributes
     ----------
     code
-        The registered code the entry runs: bacc, bspline, gcc, lcc, letcc, replication or uncoded.
+        The registered code the entry runs: bacc, bspline, gcc, lcc, letcc, replication, speculative or
+        uncoded.
     params
         Overrides for this entry: the keys of the code's section (``gcc``: kernel, lambda_enc, lambda_dec,
         length_scale; ``lcc``: degree; ``replication``: copies, extra, stop, fill; ``uncoded``: stop,
-        fill), ``num_workers`` (N; every code but uncoded) and ``points`` (the point-based codes).
+        fill; ``speculative``: the ``speculation`` section's quantile, multiplier, min_runtime),
+        ``num_workers`` (N; every code but uncoded and speculative) and ``points`` (the point-based codes).
     """
 
-    code: Literal["bacc", "bspline", "gcc", "lcc", "letcc", "replication", "uncoded"]
+    code: Literal["bacc", "bspline", "gcc", "lcc", "letcc", "replication", "speculative", "uncoded"]
     params: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -108,7 +112,7 @@ def entry_keys(code: str, section_keys: tuple[str, ...]) -> tuple[str, ...]:
 def stop_rule(code: str, section: Any) -> Literal["cutoff", "recovery", "all"]:
     """When a scheme's batch stops: at the shared cutoff, at recovery (one copy of every input, LCC's
     threshold) or after all N results (``uncoded`` by default)."""
-    if code == "lcc":
+    if code in ("lcc", "speculative"):
         return "recovery"
     if code in ("replication", "uncoded"):
         return section.stop
@@ -211,8 +215,8 @@ class SchemeLookup:
 
     def points_for(self, scheme: str) -> Any:
         """The point placement of `scheme` (the entry's ``points``, else ``code.points``); None for the codes
-        that place no points (replication, uncoded)."""
-        if self.code_of(scheme) in ("replication", "uncoded"):
+        that place no points (replication, uncoded, speculative)."""
+        if self.code_of(scheme) in ("replication", "uncoded", "speculative"):
             return None
         entry = self.scheme_entries.get(scheme)
         return entry.params["points"] if entry is not None and "points" in entry.params else self.code.points
@@ -224,12 +228,14 @@ class SchemeLookup:
 
     def workers_for(self, scheme: str) -> int:
         """Number of workers N that `scheme` runs on: the entry's ``num_workers``, else ``code.num_workers`` for
-        the coded schemes and for replication (``replication.copies * K`` when copies is set), and K for
-        uncoded."""
+        the coded schemes and for replication (``replication.copies * K`` when copies is set), K for uncoded and
+        2K for speculative (K shards and their K backup copies, launched when late)."""
         k = self.code.num_inputs
         code = self.code_of(scheme)
         if code == "uncoded":
             return k
+        if code == "speculative":
+            return 2 * k
         entry = self.scheme_entries.get(scheme)
         if entry is not None and "num_workers" in entry.params:
             return int(entry.params["num_workers"])

@@ -1,7 +1,7 @@
 """The pydantic models of a pipeline config, one per section (docs/configuration.rst).
 
-``name, source, workload, code, schemes, gcc, lcc, replication, uncoded, stragglers, cutoff, cluster, store,
-run``;
+``name, source, workload, code, schemes, gcc, lcc, replication, uncoded, speculation, stragglers, cutoff, cluster,
+store, run``;
 :class:`PipelineConfig` holds them all, checks the combinations and computes the run's fingerprint.
 """
 
@@ -492,6 +492,39 @@ def _wait_for(value: Any) -> Any:
     raise _Invalid(None, value, "'N-S', 'all' or an integer >= 1")
 
 
+class SpeculationConfig(_Section):
+    """The ``speculative`` scheme's backup copies: Spark's speculative execution on a batch's K shards
+    (docs/pipeline.rst, section 'Speculative execution').
+
+    A batch runs its K uncoded shards; once ``quantile`` of them have a result, every input still without one
+    whose shard has run longer than ``multiplier`` × the median time of those results (and than
+    ``min_runtime``) gets a backup copy on another worker; the first copy to arrive wins and the other is
+    cancelled. A shard that fails gets its backup at once. Times count from the batch's submission.
+
+    The defaults are Spark's classic ones, ``spark.speculation.quantile`` 0.75 and
+    ``spark.speculation.multiplier`` 1.5 (its configuration docs up to 3.x; the current source has 0.9 and
+    3), and ``spark.speculation.minTaskRuntime`` 100 ms. The classic pair suits a batch of few shards: with K
+    = 8, Spark's ``floor(quantile · K)`` is 6 results at 0.75 but 7 at 0.9, and a multiplier of 3 lets a late
+    shard hold its batch for three times the typical shard before any backup starts, where 1.5 bounds that
+    wait at half a shard more; 0.9 and 3 were chosen for stages of thousands of tasks, where launching fewer
+    copies matters more than the tail of one stage.
+
+    Attributes
+    ----------
+    quantile
+        The fraction of the batch's K inputs that must have a result before any backup is launched (Spark
+        counts ``max(floor(quantile · K), 1)`` of them).
+    multiplier
+        A shard is late when it has run longer than this multiple of the median time of those results.
+    min_runtime
+        Never launch a backup for a shard that has run less than this.
+    """
+
+    quantile: Annotated[float, Field(gt=0, le=1)] = 0.75
+    multiplier: Annotated[float, Field(ge=1)] = 1.5
+    min_runtime: Duration = 0.1
+
+
 class CutoffConfig(_Section):
     """When a batch stops waiting for workers (docs/pipeline.rst, section 'Cutoff').
 
@@ -646,8 +679,11 @@ class RunConfig(_Section):
     max_batches_in_flight
         Batches submitted to the cluster at once (backpressure). Each worker keeps the samples (and, for the
         coded schemes, the coded blocks) of these batches, about ``max_batches_in_flight × K·B × sample size
-        × (1 + Σ N/K over the coded schemes)`` bytes per worker; lower it for large samples. The default keeps
-        a 2-core cluster busy with blocks of 512 (docs/pipeline.rst, section 'Evaluate').
+        × (1 + Σ N/K over the coded schemes)`` bytes per worker, and, from a chunked source, the chunks those
+        batches were read from (the chunks of their composition windows: up to ``composition.window`` samples
+        per window in flight; docs/pipeline.rst, section 'Reads that follow the chunks'); lower it for large
+        samples. The default keeps a 2-core cluster busy with blocks of 512 (docs/pipeline.rst, section
+        'Evaluate').
     limit_batches
         Run only the first ``limit_batches`` batches (a later run without it continues the store).
     nan_policy
@@ -686,8 +722,8 @@ def _schemes(value: Any) -> Any:
     return value
 
 
-_SECTIONS = ("composition", "gcc", "lcc", "replication", "uncoded", "advise", "stragglers", "cutoff", "cluster",
-             "store", "run")
+_SECTIONS = ("composition", "gcc", "lcc", "replication", "uncoded", "speculation", "advise", "stragglers",
+             "cutoff", "cluster", "store", "run")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -700,7 +736,7 @@ class PipelineConfig(SchemeLookup, _Section):
         The run's name: letters, digits, ``.``, ``_`` or ``-``; the default store is ``runs/<name>.zarr``.
     schemes
         The schemes compared, on the same batches and latency draws: names (bacc, bspline, gcc, lcc, letcc,
-        replication, uncoded) or entries ``{label, code, params}`` that run one code with parameters of its
+        replication, speculative, uncoded) or entries ``{label, code, params}`` that run one code with parameters of its
         own under a label (e.g. ``{label: uncoded-cutoff, code: uncoded, params: {stop: cutoff, fill:
         linear}}``; docs/pipeline.rst, section 'Schemes'). ``auto`` lets the run choose: it measures every
         estimator on a sample of the data first (``advise`` section; docs/frontier.rst, section 'Advice'),
@@ -724,6 +760,7 @@ class PipelineConfig(SchemeLookup, _Section):
     lcc: LccConfig = Field(default_factory=LccConfig)
     replication: ReplicationConfig = Field(default_factory=ReplicationConfig)
     uncoded: UncodedConfig = Field(default_factory=UncodedConfig)
+    speculation: SpeculationConfig = Field(default_factory=SpeculationConfig)
     advise: AdviseConfig = Field(default_factory=AdviseConfig)
     stragglers: StragglersConfig = Field(default_factory=StragglersConfig)
     cutoff: CutoffConfig = Field(default_factory=CutoffConfig)

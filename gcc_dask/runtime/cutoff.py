@@ -32,8 +32,8 @@ import numpy as np
 
 from gcc_dask.errors import ConfigError
 
-__all__ = ["CutoffPolicy", "CutoffDecision", "cutoff_time", "decide", "needed_results", "resolve_wait_for",
-           "spares_due"]
+__all__ = ["CutoffPolicy", "CutoffDecision", "Speculation", "backup_time", "backups_due", "cutoff_time", "decide",
+           "needed_results", "resolve_wait_for", "spares_due"]
 
 Shortfall = Literal["wait", "decode", "fail"]
 Reason = Literal["wait_for", "deadline", "adaptive", "exhausted"]
@@ -220,21 +220,134 @@ def _groups_covered_time(sorted_t: list[float], order: list[int], groups: tuple[
 
 
 def _adaptive_time(finite: list[float], policy: CutoffPolicy) -> float:
-    """Earliest time the adaptive (quantile/multiplier) rule fires, inf if never.
+    """Earliest time the adaptive (quantile/multiplier) rule fires, inf if never."""
+    if policy.quantile is None:
+        return math.inf
+    q = max(1, math.ceil(policy.quantile * policy.num_workers))
+    return _rule_time(finite, q, policy.multiplier, policy.min_runtime)
+
+
+def _rule_time(finite: list[float], q: int, multiplier: float, min_runtime: float) -> float:
+    """Earliest time t at which at least `q` of the arrivals are in and t >= max(multiplier × their median,
+    min_runtime); inf if never from these arrivals.
 
     ``finite`` holds the finite arrivals in ascending order, so the median of the first j is read off
     (the mean of the two middle values for even j, as :func:`numpy.median`), not recomputed.
     """
-    if policy.quantile is None:
-        return math.inf
-    q = max(1, math.ceil(policy.quantile * policy.num_workers))
     m = len(finite)
     for j in range(q, m + 1):
         median = finite[j // 2] if j % 2 else (finite[j // 2 - 1] + finite[j // 2]) / 2
-        fire = max(finite[j - 1], policy.multiplier * median, policy.min_runtime)
+        fire = max(finite[j - 1], multiplier * median, min_runtime)
         if j == m or fire < finite[j]:
             return fire
     return math.inf
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """Spark's rule for launching a backup copy of a late task (``spark.speculation.{quantile,multiplier,
+    minTaskRuntime}``; docs/pipeline.rst, section 'Speculative execution').
+
+    Once ``max(floor(quantile · K), 1)`` of a batch's K inputs have a result, an input still without one whose
+    original has run longer than ``max(multiplier × the median time of those results, min_runtime)`` gets a
+    backup copy. Times count from the batch's start (its submission), as the cutoff's do.
+
+    Parameters
+    ----------
+    quantile : float
+        In (0, 1]. Default 0.75, Spark's classic default (its configuration docs up to 3.x).
+    multiplier : float
+        >= 1. Default 1.5, Spark's classic default.
+    min_runtime : float
+        Seconds >= 0. Default 0.1, Spark's ``spark.speculation.minTaskRuntime``.
+
+    Raises
+    ------
+    ConfigError
+        For values outside those ranges.
+    """
+
+    quantile: float = 0.75
+    multiplier: float = 1.5
+    min_runtime: float = 0.1
+
+    def __post_init__(self) -> None:
+        if not 0 < self.quantile <= 1:
+            raise ConfigError(f"speculation.quantile: got {self.quantile!r}; expected 0 < quantile <= 1")
+        if not self.multiplier >= 1:
+            raise ConfigError(f"speculation.multiplier: got {self.multiplier!r}; expected a number >= 1")
+        if not self.min_runtime >= 0:
+            raise ConfigError(f"speculation.min_runtime: got {self.min_runtime!r}; expected seconds >= 0")
+
+    def needed(self, num_inputs: int) -> int:
+        """Inputs that must have a result before any backup: ``max(floor(quantile · K), 1)`` (Spark's
+        ``minFinishedForSpeculation``)."""
+        return max(1, math.floor(self.quantile * num_inputs + 1e-9))
+
+
+def backup_time(first: np.ndarray, rule: Speculation) -> float:
+    """When the inputs still without a result are due a backup copy (seconds since the batch start).
+
+    Parameters
+    ----------
+    first : array of float, shape (K,)
+        Per input, when its first result (from either copy) arrived; ``inf`` (or NaN) for none yet.
+    rule : Speculation
+
+    Returns
+    -------
+    float
+        The earliest time the rule holds given these arrivals: at least ``rule.needed(K)`` results in, and
+        no earlier than ``multiplier`` × their median and ``min_runtime``; ``inf`` when fewer results are in
+        (more must arrive first).
+
+    Examples
+    --------
+    >>> backup_time(np.array([1.0, 1.0, 1.2, 1.0, np.inf, np.inf, 1.1, 0.9]), Speculation())
+    1.5
+    >>> backup_time(np.array([1.0, np.inf, np.inf, np.inf]), Speculation())  # 1 of 4 in, 3 needed
+    inf
+    """
+    t = np.asarray(first, dtype=float)
+    finite = sorted(x for x in t.tolist() if x == x and x != math.inf)
+    return _rule_time(finite, rule.needed(t.size), rule.multiplier, rule.min_runtime)
+
+
+def backups_due(first: np.ndarray, launched: np.ndarray, failed: np.ndarray, now: float,
+                rule: Speculation) -> np.ndarray:
+    """Which inputs get a backup copy now: those without a result and without a backup, whose original
+    failed (at once) or is late by the rule (:func:`backup_time` <= `now`).
+
+    Parameters
+    ----------
+    first : array of float, shape (K,)
+        As in :func:`backup_time`.
+    launched : array of bool, shape (K,)
+        Inputs whose backup copy is launched already.
+    failed : array of bool, shape (K,)
+        Inputs whose original failed (an erasure).
+    now : float
+        Seconds since the batch start.
+    rule : Speculation
+
+    Returns
+    -------
+    ndarray of int64
+        The inputs, ascending.
+
+    Examples
+    --------
+    >>> first = np.array([1.0, 1.0, 1.2, np.inf])
+    >>> no = np.zeros(4, dtype=bool)
+    >>> backups_due(first, no, no, now=1.4, rule=Speculation()).tolist()
+    []
+    >>> backups_due(first, no, no, now=1.5, rule=Speculation()).tolist()
+    [3]
+    """
+    t = np.asarray(first, dtype=float)
+    waiting = ~np.isfinite(t) & ~np.asarray(launched, dtype=bool)
+    late = np.asarray(failed, dtype=bool) | (backup_time(t, rule) <= now)
+    return np.flatnonzero(waiting & late).astype(np.int64)
 
 
 def cutoff_time(arrivals: np.ndarray, policy: CutoffPolicy) -> CutoffDecision:

@@ -28,6 +28,11 @@ Spares (``cutoff.spares: lazy``, wall clock only): a batch runs the shards its c
 (:meth:`SchemePlan.regular`) at its own priority and the others below every batch in flight, so a busy
 cluster computes them only when a thread is free. When a regular shard fails, or a batch submitted later
 reaches its cutoff first, the batch's spares are submitted again at its own priority (:meth:`_maybe_promote`).
+
+Backups (a plan with a :class:`~.cutoff.Speculation`, the ``speculative`` scheme): the batch runs its K
+originals only; the backup copy of an original is submitted, at the batch's priority and on another worker,
+when the original fails or is late by Spark's rule on the batch's own results (:func:`~.cutoff.backups_due`;
+:meth:`BatchRunner._speculate`). The cutoff waits for one copy of every input; the other copy is cancelled.
 """
 
 from __future__ import annotations
@@ -45,7 +50,9 @@ from distributed import KilledWorker
 
 from gcc_dask.errors import ClusterError, GccDaskError
 from gcc_dask.runtime.cluster import _accepts_n_workers
-from gcc_dask.runtime.cutoff import CutoffPolicy, cutoff_time, decide, needed_results, spares_due
+from gcc_dask.runtime.cutoff import (
+    CutoffPolicy, Speculation, backup_time, backups_due, cutoff_time, decide, needed_results, spares_due,
+)
 from gcc_dask.runtime.events import FutureEvents
 from gcc_dask.runtime.graph import GraphUpdate
 from gcc_dask.runtime.liveness import HeartbeatWatch, end_worker
@@ -122,12 +129,30 @@ class _LostFetchLogFilter(logging.Filter):
 class SchemePlan:
     """One scheme of a run: its name, its number of shards N, its cutoff policy, and the order in which its
     shards are preferred (:func:`~gcc_dask.coding.points.spread_order`; None: index order). With lazy
-    spares the first :func:`~.cutoff.needed_results` shards of ``order`` run at the batch's priority."""
+    spares the first :func:`~.cutoff.needed_results` shards of ``order`` run at the batch's priority.
+
+    With ``speculation`` (the ``speculative`` scheme: N = 2K, ``policy.groups[n] = n mod K``) shards 0..K-1
+    are the originals, the only shards submitted with the batch, and shard K + k is the backup copy of
+    original k, submitted when :func:`~.cutoff.backups_due` says so."""
 
     name: str
     num_workers: int
     policy: CutoffPolicy
     order: tuple[int, ...] | None = None
+    speculation: Speculation | None = None
+
+    def __post_init__(self) -> None:
+        if self.speculation is not None:
+            g = self.policy.groups
+            k = self.num_workers // 2
+            if self.num_workers % 2 or g is None or tuple(g) != tuple(n % k for n in range(self.num_workers)):
+                raise ValueError(f"plan {self.name!r}: speculation needs N = 2K shards with groups n mod K; got "
+                                 f"N = {self.num_workers}, groups {g!r}")
+
+    @property
+    def num_inputs(self) -> int:
+        """K of a plan with backups (N / 2); N otherwise."""
+        return self.num_workers // 2 if self.speculation is not None else self.num_workers
 
     @property
     def waits_for_all(self) -> bool:
@@ -137,9 +162,12 @@ class SchemePlan:
         return needed_results(p) == self.num_workers and p.deadline is None and p.quantile is None
 
     def regular(self, lazy: bool) -> np.ndarray:
-        """Bool mask (N,): the shards that run at the batch's priority (all of them unless ``lazy``)."""
+        """Bool mask (N,): the shards that run at the batch's priority (all of them unless ``lazy``; with
+        ``speculation``, the K originals, whatever ``lazy``)."""
         mask = np.ones(self.num_workers, dtype=bool)
-        if lazy:
+        if self.speculation is not None:
+            mask[self.num_inputs:] = False
+        elif lazy:
             order = np.arange(self.num_workers) if self.order is None else np.asarray(self.order)
             mask[:] = False
             mask[order[:needed_results(self.policy)]] = True
@@ -169,6 +197,8 @@ class _SchemeState:
     promoted: np.ndarray = None  # type: ignore[assignment]  # spares resubmitted at the batch's priority
     direct: bool = False  # decode submitted with the shards, which are not watched (_submit_direct)
     sfx: str = ""  # key suffix of this submission of the scheme's shards
+    launched: np.ndarray = None  # type: ignore[assignment]  # shards submitted (a plan's backups: when due)
+    vtimes: np.ndarray | None = None  # virtual clock: each shard's arrival (its delay; a backup's launch + delay)
 
     def __post_init__(self) -> None:
         n = self.plan.num_workers
@@ -176,6 +206,16 @@ class _SchemeState:
         self.known = np.zeros(n, dtype=bool)
         self.failed = np.zeros(n, dtype=bool)
         self.promoted = np.zeros(n, dtype=bool)
+        self.launched = np.ones(n, dtype=bool)
+        if self.delays is not None:
+            self.vtimes = np.asarray(self.delays, dtype=float).copy()
+
+    @property
+    def backups(self) -> int:
+        """Backup copies launched so far (0 for a plan without speculation)."""
+        if self.plan.speculation is None:
+            return 0
+        return int(self.launched[self.plan.num_inputs:].sum())
 
 
 @dataclass
@@ -314,7 +354,8 @@ class BatchRunner:
         """Where shard ``w`` of ``batch`` should run: the workers round-robin, so that one death erases
         about N/W of a batch's shards, never all of them (shards depend on no task, so the scheduler would
         otherwise pack a batch onto whichever worker has free threads). Loose: the scheduler picks another
-        worker when that one is gone."""
+        worker when that one is gone. (A backup copy of original k is placed as shard k + 1: on the worker after
+        its original's.)"""
         self._refresh_workers()
         if len(self._workers) < 2:
             return {}
@@ -492,8 +533,12 @@ class BatchRunner:
         # and next to their decode (bench: 0.82 vs 0.71 of the plain map's throughput, placed)
         direct = plan.waits_for_all
         groups: dict[tuple[str, bool], tuple[dict, list[int]]] = {}
-        for w in range(plan.num_workers):
-            place = {} if direct else self._placement(batch, w)
+        if plan.speculation is not None:
+            s.launched = regular.copy()  # the originals; backups when due
+            if s.virtual:
+                self._virtual_backups(s)
+        for w in np.flatnonzero(s.launched).tolist():
+            place = {} if direct else self._placement(batch, self._slot(plan, w))
             groups.setdefault((repr(place), bool(regular[w])), (place, []))[1].append(w)
         s.shards = [None] * plan.num_workers
         # regular shards first: an idle worker starts whatever reaches it first
@@ -506,6 +551,55 @@ class BatchRunner:
         if own:
             update.send()
             self._cut_early(state, s)
+
+    @staticmethod
+    def _slot(plan: SchemePlan, w: int) -> int:
+        """The round-robin slot of shard `w` (:meth:`_placement`): itself, or for the backup copy of original k,
+        k + 1, so that it runs on another worker than its original."""
+        k = plan.num_inputs
+        return w - k + 1 if plan.speculation is not None and w >= k else w
+
+    def _virtual_backups(self, s: _SchemeState) -> None:
+        """On the virtual clock the originals' arrivals are their drawn latencies, known at submission: the
+        backups the rule launches are launched with them, and arrive at the rule's time plus their own draw."""
+        k = s.plan.num_inputs
+        t = backup_time(s.vtimes[:k], s.plan.speculation)
+        late = np.flatnonzero(s.vtimes[:k] > t)
+        s.launched[k + late] = True
+        s.vtimes[k + late] = t + s.delays[k + late]
+
+    def _speculate(self, state: _BatchState, s: _SchemeState) -> float:
+        """Launch the backup copies now due (:func:`~.cutoff.backups_due`), at the batch's priority; return when
+        to look again (monotonic; inf when no backup can come due without another result)."""
+        plan = s.plan
+        k = plan.num_inputs
+        arrived = np.where(s.failed, INF, s.arrivals)
+        first = np.minimum(arrived[:k], arrived[k:])
+        failed = s.failed[:k] & ~s.launched[k:]
+        if s.virtual:  # the rule's backups were launched at submission: only failures are left to back up
+            due = np.flatnonzero(failed & ~np.isfinite(first))
+            now = t_due = INF
+        else:
+            now = time.monotonic() - s.start_mono
+            due = backups_due(first, s.launched[k:], failed, now, plan.speculation)
+            t_due = backup_time(first, plan.speculation)
+        if due.size:
+            ws = (k + due).tolist()
+            s.launched[ws] = True
+            if s.virtual:
+                s.vtimes[ws] = s.vtimes[due] + s.delays[ws]  # launched when its original failed
+            groups: dict[str, tuple[dict, list[int]]] = {}
+            for w in ws:
+                place = self._placement(state.batch, self._slot(plan, w))
+                groups.setdefault(repr(place), (place, []))[1].append(w)
+            update = self._update()
+            for place, batch_ws in groups.values():
+                self._map_shards(state, s, batch_ws, place, update, priority=-state.seq)
+            update.send()
+        pending = ~np.isfinite(first) & ~s.launched[k:]
+        if s.virtual or not pending.any() or not math.isfinite(t_due) or t_due <= now:
+            return INF
+        return s.start_mono + t_due
 
     def _cut_early(self, state: _BatchState, s: _SchemeState) -> None:
         """On the virtual clock the cutoff may be final before any shard reports (every injected latency
@@ -553,8 +647,8 @@ class BatchRunner:
         """Run spares at the batch's own priority when a regular shard failed, or when a batch submitted
         later has reached its cutoff first (:func:`~.cutoff.spares_due`): submitted again under new keys,
         the low-priority copies cancelled (unstarted, or stopped between chunks of work)."""
-        if s.decode is not None or s.done:
-            return
+        if s.decode is not None or s.done or s.plan.speculation is not None:
+            return  # (a plan's backups are launched by _speculate)
         regular = self._regular[s.plan.name]
         waiting = np.flatnonzero(~regular & ~s.promoted & ~s.known)
         if waiting.size == 0:
@@ -624,7 +718,7 @@ class BatchRunner:
             return  # a late report (decided already, or from a resubmitted scheme's first attempt)
         s.known[w] = True
         if status == "finished":
-            s.arrivals[w] = s.delays[w] if s.virtual else t - s.start_mono
+            s.arrivals[w] = s.vtimes[w] if s.virtual else t - s.start_mono
         else:  # erred, or lost with its worker: an erasure, never retried
             s.failed[w] = True
         s.wake = self._maybe_cut(state, s)
@@ -635,10 +729,11 @@ class BatchRunner:
         """Decode if the cutoff is final; else return the wall time (monotonic) to look again, or inf."""
         if s.decode is not None or s.done:
             return INF
-        outstanding = int((~s.known).sum())
+        spec_wake = self._speculate(state, s) if s.plan.speculation is not None else INF
+        outstanding = int((~s.known & s.launched).sum())
         c = cutoff_time(s.arrivals, s.plan.policy)
         if s.virtual:
-            unknown = s.delays[~s.known]
+            unknown = s.vtimes[~s.known & s.launched]
             horizon = float(unknown.min()) if unknown.size else INF
             d = decide(s.arrivals, s.plan.policy, horizon=horizon, outstanding=outstanding, cutoff=c)
         else:
@@ -646,7 +741,7 @@ class BatchRunner:
                        cutoff=c)
         if d is None:
             if not s.virtual:
-                return s.start_mono + c.time if math.isfinite(c.time) else INF
+                return min(s.start_mono + c.time if math.isfinite(c.time) else INF, spec_wake)
             return INF
         self._decode(state, s, d)
         return INF
@@ -657,7 +752,7 @@ class BatchRunner:
         if not received and s.failed.any():
             self._raise_if_bad_data(state, s)
         keep = set(received)
-        drop = [f for w, f in enumerate(s.shards) if w not in keep]
+        drop = [f for w, f in enumerate(s.shards) if w not in keep and f is not None]
         if drop:
             self.client.cancel(drop)
         if s.virtual:
@@ -682,6 +777,7 @@ class BatchRunner:
             "batch_start": s.start_wall,
             "output_size": self.output_size,
             "score": self.reference,
+            "backups": s.backups,
         }
         self._submit_decode(state, s)
 
@@ -753,7 +849,7 @@ class BatchRunner:
 
     def _fail(self, state: _BatchState, s: _SchemeState, reason: str) -> None:
         logger.warning("batch %d of %s failed: %s", state.batch, s.plan.name, reason)
-        self.client.cancel(s.shards)
+        self.client.cancel([f for f in s.shards if f is not None])
         s.result = failed_record(s.plan.name, state.batch, s.plan.num_workers, s.start_wall)
         s.result["error"] = reason
         s.done = True

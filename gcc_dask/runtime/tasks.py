@@ -9,10 +9,12 @@ by :class:`RunPlugin`, never once per task.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -77,6 +79,7 @@ class RunPlugin(WorkerPlugin):
         self._sleepers: dict[str, threading.Event] = {}
         self._batches: OrderedDict[int, dict[str, _Slot]] = OrderedDict()
         self._batches_lock = threading.Lock()
+        self._chunk_pool: weakref.WeakValueDictionary[int, _Slot] = weakref.WeakValueDictionary()
 
     def setup(self, worker) -> None:
         if self.order_from is not None and self.layout.order is None:
@@ -113,6 +116,7 @@ class RunPlugin(WorkerPlugin):
         state["_sleepers"] = {}
         state["_batches"] = OrderedDict()
         del state["_batches_lock"]
+        del state["_chunk_pool"]
         if self.order_from is not None:  # read back by setup on the worker
             state["layout"] = dataclasses.replace(self.layout, order=None)
         return state
@@ -121,6 +125,7 @@ class RunPlugin(WorkerPlugin):
         self.__dict__.update(state)
         self._sleepers = {}
         self._batches_lock = threading.Lock()
+        self._chunk_pool = weakref.WeakValueDictionary()
 
     def _memo(self, batch: int, what: str, build: Callable[[], Any]) -> Any:
         """``build()`` once per (batch, what) on this worker, whatever the number of threads asking.
@@ -141,13 +146,39 @@ class RunPlugin(WorkerPlugin):
                 slot = slots[what] = _Slot()
         return slot.get(build)
 
+    def chunk(self, batch: int, index: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """Chunk `index` of a chunked source (:meth:`~gcc_dask.sources.Source.read_chunk`), as `batch` reads it.
+
+        Read once per worker while any batch that holds it is kept (:meth:`_memo`): the batch keeps the
+        chunks it read, and a batch of the same window asking for one of them gets the same arrays (a pool of
+        weak references), so a worker decodes each chunk of a batch's samples at most once per batch, and
+        usually once for all the batches in flight (docs/pipeline.rst, section 'Reads that follow the chunks').
+        """
+        held = self._memo(batch, "chunks", _HeldChunks)
+        slot = held.get(index)
+        if slot is None:
+            with self._batches_lock:
+                slot = self._chunk_pool.get(index)
+                if slot is None:
+                    slot = self._chunk_pool[index] = _Slot()
+            slot = held.setdefault(index, slot)
+        return slot.get(lambda: self.source.read_chunk(index))
+
+    def _chunk_reader(self, batch: int) -> Callable[[int], Any] | None:
+        """``chunk(i)`` for :meth:`~gcc_dask.sources.Source.take` of `batch`; None for a source without chunks."""
+        if getattr(self.source, "chunks", None) is None:
+            return None
+        return functools.partial(self.chunk, batch)
+
     def load(self, batch: int) -> Loaded:
-        """Batch ``batch``'s samples read from the source, in slot order (once per worker, see :meth:`_memo`).
+        """Batch ``batch``'s samples read from the source, in slot order (once per worker, see :meth:`_memo`;
+        a chunked source's chunks through :meth:`chunk`).
 
         A :class:`~gcc_dask.errors.GccDaskError` raised here (or in :meth:`encoded`) is marked as the
         batch's own (:func:`is_bad_batch`): the driver stops the run on it, where an error of f is an erasure.
         """
-        return self._memo(batch, "", _marking(lambda: _read_batch(self.source, self.layout, batch)))
+        return self._memo(batch, "", _marking(
+            lambda: _read_batch(self.source, self.layout, batch, self._chunk_reader(batch))))
 
     def encoded(self, batch: int, scheme: str) -> Any:
         """The coded blocks of ``batch`` for ``scheme``: ``(N, G, *shape)``, CuPy when the run uses a GPU.
@@ -175,8 +206,9 @@ class RunPlugin(WorkerPlugin):
 
         For a selection scheme (uncoded, replication) that is one position of every group unchanged, read
         from the source on its own (:meth:`~gcc_dask.composition.BatchLayout.position_samples`: G contiguous
-        slots), with no encode and without reading the rest of the batch; for the others, row `worker` of
-        :meth:`encoded`.
+        slots), with no encode and without reading the rest of the batch (from a chunked source: only the
+        chunks that hold those samples, through :meth:`chunk`, so the worker's other shards of the batch
+        read none of them again); for the others, row `worker` of :meth:`encoded`.
         """
         code = self.codes[scheme]
         k = code.selected_input(worker)
@@ -184,7 +216,7 @@ class RunPlugin(WorkerPlugin):
             return self.encoded(batch, scheme)[worker]
 
         def build():
-            x, _ = self.source.take(self.layout.position_samples(batch, k))
+            x, _ = self.source.take(self.layout.position_samples(batch, k), self._chunk_reader(batch))
             code.check_input(x)
             if self.use_gpu:
                 import cupy
@@ -250,7 +282,7 @@ def _write(p: "RunPlugin", kind: str, batch: int, **arrays: Any) -> None:
 class _Slot:
     """A value built once by the first thread that asks; the others wait for it."""
 
-    __slots__ = ("lock", "done", "value")
+    __slots__ = ("lock", "done", "value", "__weakref__")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -263,6 +295,13 @@ class _Slot:
                 self.value = build()
                 self.done = True
             return self.value
+
+
+class _HeldChunks(dict):
+    """The chunk slots a batch has read (chunk index -> :class:`_Slot`), kept while the batch is: the strong
+    references that keep them in :attr:`RunPlugin._chunk_pool`. ``setdefault`` is atomic under the GIL."""
+
+    __slots__ = ()
 
 
 class _ErasureLogFilter(logging.Filter):
@@ -352,9 +391,10 @@ class Loaded:
     n_real: int
 
 
-def _read_batch(source, layout, batch: int) -> Loaded:
-    """Read the samples of ``batch`` (``layout.samples(batch)``, dataset indices in slot order)."""
-    x, labels = source.take(layout.samples(batch))
+def _read_batch(source, layout, batch: int, chunk: Callable[[int], Any] | None = None) -> Loaded:
+    """Read the samples of ``batch`` (``layout.samples(batch)``, dataset indices in slot order), a chunked
+    source's chunks through `chunk` (see :meth:`RunPlugin.chunk`)."""
+    x, labels = source.take(layout.samples(batch), chunk)
     return Loaded(x=x, labels=None if labels is None else np.asarray(labels), n_real=x.shape[0])
 
 
@@ -398,6 +438,20 @@ class ShardResult:
     finished: float
 
 
+_SHARD_SECONDS: dict[str, float] = {}
+_SHARD_SECONDS_LOCK = threading.Lock()
+
+
+def shard_seconds() -> dict[str, float]:
+    """Seconds that shard tasks have held a thread of this process, per scheme label, since it started: every
+    :func:`evaluate_shard` from its start to its return, an injected delay included, and a shard cancelled
+    while it slept until it stopped. Summed over a cluster (``client.run(shard_seconds)``) before and after a
+    run, it is the compute the run's shards spent (what ``gcc-dask bench pipeline``'s ``tail`` section
+    compares with a plain map's)."""
+    with _SHARD_SECONDS_LOCK:
+        return dict(_SHARD_SECONDS)
+
+
 def evaluate_shard(name: str, scheme: str, batch: int, worker: int, delay_s: float = 0.0) -> ShardResult | None:
     """Evaluate f on coded block ``worker`` of ``batch`` for ``scheme``, after an injected (cooperative) delay.
 
@@ -405,17 +459,24 @@ def evaluate_shard(name: str, scheme: str, batch: int, worker: int, delay_s: flo
     once per worker). Returns None when the
     shard was cancelled during its delay: it frees its thread at once. An exception raised by f, or by
     reading or encoding the batch, propagates: the driver records the shard as an erasure, never retries
-    it (and stops the run with one line when every shard of a batch failed on bad data).
+    it (and stops the run with one line when every shard of a batch failed on bad data). The time it held
+    its thread is added to :func:`shard_seconds`.
     """
     started = time.time()
-    p = _plugin(name)
-    if p is None:
-        return None
-    x = p.shard_input(batch, scheme, worker)
-    if delay_s > 0 and not cooperative_sleep(delay_s, p):
-        return None
-    y = p.fn(x)
-    return ShardResult(worker=worker, output=y, started=started, finished=time.time())
+    t0 = time.perf_counter()
+    try:
+        p = _plugin(name)
+        if p is None:
+            return None
+        x = p.shard_input(batch, scheme, worker)
+        if delay_s > 0 and not cooperative_sleep(delay_s, p):
+            return None
+        y = p.fn(x)
+        return ShardResult(worker=worker, output=y, started=started, finished=time.time())
+    finally:
+        spent = time.perf_counter() - t0
+        with _SHARD_SECONDS_LOCK:
+            _SHARD_SECONDS[scheme] = _SHARD_SECONDS.get(scheme, 0.0) + spent
 
 
 def decode_task(
@@ -431,8 +492,9 @@ def decode_task(
 
     Nothing but the kept shards is an input: the uncoded reference is joined later (:func:`score_task`),
     off the latency path. ``meta`` carries what the driver decided: ``status`` (int), ``cutoff_s``,
-    ``latency_s`` (N,), ``failed`` (N,) bool, ``batch_start`` (``time.time()`` at submission), and
-    ``score`` (bool: keep the decoded rows in the record for :func:`score_task`). ``latency_s`` None: the
+    ``latency_s`` (N,), ``failed`` (N,) bool, ``batch_start`` (``time.time()`` at submission),
+    ``score`` (bool: keep the decoded rows in the record for :func:`score_task`) and ``backups`` (the backup
+    copies the batch launched, ``speculative``; 0 if absent). ``latency_s`` None: the
     decode was submitted with its shards (a scheme that keeps every result, on the wall clock), and each
     shard's latency is taken from its result (``finished - batch_start``), the cutoff as the largest. The record (status,
     received/failed masks, latencies) goes back to the driver, which writes it to the store after this
@@ -495,6 +557,7 @@ def decode_task(
         "error_estimate": error_estimate, "received_mask": received_mask,
         "latency_s": np.asarray(latency, dtype=np.float64),
         "failed_mask": np.asarray(meta["failed"], dtype=bool),
+        "n_backups": int(meta.get("backups", 0)),
     }
     if meta.get("score"):
         record["decoded"] = decoded
@@ -531,5 +594,5 @@ def failed_record(scheme: str, batch: int, num_workers: int, batch_start: float)
         "scheme": scheme, "batch": batch, "status": 4, "mse": float("nan"), "rel_acc": float("nan"),
         "cutoff_s": float("nan"), "batch_latency_s": time.time() - batch_start, "error_estimate": float("nan"),
         "received_mask": np.zeros(num_workers, dtype=bool), "latency_s": np.full(num_workers, np.nan),
-        "failed_mask": np.ones(num_workers, dtype=bool),
+        "failed_mask": np.ones(num_workers, dtype=bool), "n_backups": 0,
     }

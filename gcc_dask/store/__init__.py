@@ -15,7 +15,7 @@ Layout::
       <scheme>/latency_s     (batch, worker)      float64 shard start to result, s; NaN if cancelled
       <scheme>/cutoff_s      (batch,)             float64 when the cutoff fired, from the batch start, s
       <scheme>/batch_latency_s (batch,)           float64 batch start to decode done, s
-      <scheme>/n_received, n_failed (batch,)      int32   -1 until written
+      <scheme>/n_received, n_failed, n_backups (batch,) int32 -1 until written
       <scheme>/mse, rel_acc, error_estimate (batch,) float64 NaN when unknown
       <scheme>/status        (batch,)             int8    BatchStatus; written last
 

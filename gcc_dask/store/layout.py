@@ -232,6 +232,8 @@ VARIABLES: dict[str, dict[str, str]] = {
     "error_estimate": {"long_name": "leave-one-out estimate of the decoding MSE (gcc/letcc only)"},
     "n_received": {"long_name": "results used to decode (-1 until written)", "units": "workers"},
     "n_failed": {"long_name": "shards that failed (-1 until written)", "units": "workers"},
+    "n_backups": {"long_name": "backup copies launched (speculative; 0 for schemes without backups; -1 until "
+                               "written)", "units": "workers"},
     "status": {"long_name": "0 pending, 1 decoded, 2 deadline-decoded, 3 undecodable, 4 failed"},
 }
 
@@ -399,4 +401,5 @@ def _create_arrays(run: Concurrently, root: Any, schemes: Mapping[str, int], n: 
             batch_array(group, name, "float64", np.nan)
         batch_array(group, "n_received", "int32", -1)
         batch_array(group, "n_failed", "int32", -1)
+        batch_array(group, "n_backups", "int32", -1)
         batch_array(group, "status", "int8", 0)

@@ -157,6 +157,19 @@ def _array(handles: dict[str, Any], group: str, name: str):
     return arrays[(group, name)]
 
 
+def _present(handles: dict[str, Any], group: str, name: str) -> bool:
+    """Whether the store has array ``group/name`` (cached with the handles): a store made before the array
+    existed is written without it."""
+    key = ("present", group, name)
+    arrays = handles["arrays"]
+    if key not in arrays:
+        try:
+            arrays[key] = name in handles["root"][group]
+        except KeyError:  # no such group: :func:`_array` names what is damaged when it is written
+            arrays[key] = False
+    return arrays[key]
+
+
 def _scheme_checked(attrs: Mapping[str, Any], scheme: str) -> None:
     if scheme == INPUTS or scheme not in attrs["schemes"]:
         raise StoreError(f"scheme: got {scheme!r}; expected one of the store's schemes {sorted(attrs['schemes'])}")
@@ -221,6 +234,8 @@ def _write_records(path: Path, scheme: str, records: list[Mapping[str, Any]], to
         "received": received, "failed": failed, "latency_s": latency,
         "n_received": received.sum(axis=1).astype(np.int32), "n_failed": failed.sum(axis=1).astype(np.int32),
     }
+    if _present(h, scheme, "n_backups"):  # a store made before the array existed is resumed without it
+        columns["n_backups"] = np.array([int(r.get("n_backups", 0)) for r in records], dtype=np.int32)
     for name in _BATCH_FLOATS:
         columns[name] = np.array([math.nan if r.get(name) is None else float(r[name]) for r in records])
     order = np.argsort(idx)

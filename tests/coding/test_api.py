@@ -13,11 +13,11 @@ from coding_helpers import EXTRA
 from gcc_dask.coding import CodingScheme, CoincidenceWarning, list_codes, make_code, register_code
 from gcc_dask.errors import ConfigError, GccDaskError, InvalidInputError, NotEnoughResultsError
 
-ALL = ["bacc", "bspline", "gcc", "lcc", "letcc", "replication", "uncoded"]
+ALL = ["bacc", "bspline", "gcc", "lcc", "letcc", "replication", "speculative", "uncoded"]
 
 
 def build(name: str, K: int = 4, N: int = 12, **kw) -> CodingScheme:
-    N = K if name == "uncoded" else N
+    N = {"uncoded": K, "speculative": 2 * K}.get(name, N)
     return make_code(name, num_inputs=K, num_workers=N, **{**EXTRA.get(name, {}), **kw})
 
 
