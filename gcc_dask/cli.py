@@ -181,7 +181,8 @@ def advise(pipeline, samples, target, max_redundancy, stragglers, out, scheduler
                      out=out, overrides=overrides, echo=click.echo, progress=not no_progress)
     cols = [c for c in ("estimator", "N", "ratio", "value", "se", "vs_best", "vs_best_se", "worst", "worst_se")
             if c in adv.table]
-    click.echo("\n" + adv.table[cols].to_markdown(index=False, floatfmt=".4f"))
+    click.echo("\n" + adv.table[cols].rename(columns={"value": adv.metric, "ratio": "N/K"})
+               .to_markdown(index=False, floatfmt=".4f"))
     click.echo(f"\n{adv.text}\napply it with:\n  gcc-dask run {pipeline} " + " ".join(adv.set_lines))
     click.echo(f"advice: {adv.files[0]}  ({adv.wall_s:.0f} s)")
 
