@@ -451,6 +451,6 @@ def run_pipeline_bench(*, quick: bool = False, client=None, sections: tuple[str,
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     info = machine_info({"cluster": "given client" if client is not None else
-                         "a LocalCluster per section, 2 worker processes x 16 threads"})
+                         "a LocalCluster per section, 2 worker processes x 16 threads (tail: 4 x 8)"})
     return BenchReport(bench="pipeline", command=command, quick=quick, tables=tables, targets=targets, info=info,
                        wall_s=time.perf_counter() - t0, notes=notes, figures=figures)
