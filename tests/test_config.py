@@ -421,6 +421,21 @@ def test_an_unrelated_unknown_key_gets_no_suggestion():
     assert "did you mean" not in str(info.value)
 
 
+def test_the_keys_an_error_offers_are_those_a_user_writes():
+    """`scheme_entries` is filled from the entries of `schemes`: no error lists it among the keys to write (a new
+    user, given the top level's keys after a typo, asked what it was)."""
+    from gcc_dask.config import PipelineConfig
+
+    assert "scheme_entries" in PipelineConfig.model_fields  # still a field of the validated config
+    with pytest.raises(ConfigError) as info:
+        load_config({**BASE, "cutof": {}}, check_paths=False)
+    assert "did you mean 'cutoff'" in str(info.value) and "scheme_entries" not in str(info.value)
+    assert "schemes" in str(info.value)
+    with pytest.raises(ConfigError) as info:
+        load_config(BASE, ["cutof.stragglers=3"], check_paths=False)
+    assert "did you mean 'cutoff'" in str(info.value) and "scheme_entries" not in str(info.value)
+
+
 def test_a_sweep_file_given_as_a_pipeline_says_so():
     from gcc_dask.sweep_config import load_sweep_config
 

@@ -79,6 +79,15 @@ def _parse_value(raw: str) -> Any:
         return raw
 
 
+#: fields a config holds that a user does not write: left out of the keys an error offers
+_DERIVED_KEYS = frozenset({"scheme_entries"})  # filled from the entries of ``schemes``
+
+
+def _user_keys(model: type[BaseModel]) -> list[str]:
+    """The keys of `model` a user writes (its fields less :data:`_DERIVED_KEYS`), for error messages."""
+    return [k for k in model.model_fields if k not in _DERIVED_KEYS]
+
+
 def _section_model(model: type[BaseModel], key: str) -> type[BaseModel] | str | None:
     """The model of field `key` of `model`, "dict" for free-form mappings, None for leaves."""
     field = model.model_fields[key]
@@ -102,8 +111,8 @@ def _apply_override(data: dict, item: Any) -> None:
         if model is None:
             raise _fail(f"--set {_key_path(parts)}", raw, f"a key path; {_key_path(parts[:i])} has no sub-keys")
         if model != "dict":
-            valid = list(model.model_fields)  # type: ignore[union-attr]
-            if part not in valid:
+            valid = _user_keys(model)  # type: ignore[arg-type]
+            if part not in model.model_fields:  # type: ignore[union-attr]
                 parent = _key_path(parts[:i]) or "the top level"
                 raise ConfigError(f"{where}: got unknown key {part!r} (from --set {item!r}){_did_you_mean(part, valid)};"
                                   f" expected one of the keys of {parent}: {', '.join(valid)}")
@@ -219,7 +228,7 @@ def _valid_keys(loc: Sequence[str]) -> list[str]:
             return []
         model = _section_model(model, part)
     if isinstance(model, type) and issubclass(model, BaseModel):
-        return list(model.model_fields)
+        return _user_keys(model)
     return []
 
 
@@ -269,8 +278,8 @@ _SWEEP_ONLY = ("function", "trials", "params")
 def _check_top_level(data: Mapping[str, Any]) -> None:
     """Before any file is looked for: a sweep file given as a pipeline, and unknown keys at the top level and in
     the sections (a typo is reported as such, not as a missing file or a missing key)."""
-    valid = list(PipelineConfig.model_fields)
-    unknown = [k for k in data if k not in valid]
+    valid = _user_keys(PipelineConfig)
+    unknown = [k for k in data if k not in PipelineConfig.model_fields]
     sweepish = [k for k in unknown if k in _SWEEP_ONLY]
     if data.get("kind") == "frontier" and "source" not in data:
         raise ConfigError("config: got a frontier file (kind: frontier); expected a pipeline file: run a frontier "
@@ -286,9 +295,9 @@ def _check_top_level(data: Mapping[str, Any]) -> None:
     for section, value in data.items():
         model = _section_model(PipelineConfig, section)
         if isinstance(value, Mapping) and isinstance(model, type) and issubclass(model, BaseModel):
-            keys = list(model.model_fields)
+            keys = _user_keys(model)
             for key in value:
-                if key not in keys:
+                if key not in model.model_fields:
                     raise ConfigError(f"{_key_path([section, key])}: got unknown key {_short(key)}"
                                       f"{_did_you_mean(key, keys)}; expected one of: {', '.join(keys)}")
 
