@@ -10,6 +10,7 @@ the same command again resumes it); anything else is a bug and prints a tracebac
 from __future__ import annotations
 
 import functools
+import shlex
 import signal
 import sys
 import threading
@@ -167,6 +168,8 @@ def advise(pipeline, samples, target, max_redundancy, stragglers, out, scheduler
     """Measure every estimator on a sample of PIPELINE's data and model; recommend scheme, N and fill."""
     from gcc_dask.frontier.advise import advise as run_advice
 
+    # the user's own --set lines go into the command that applies the advice (all but schemes, which it sets)
+    kept = [f"--set {shlex.quote(o)}" for o in overrides if o.partition("=")[0].strip() != "schemes"]
     overrides = _overrides(overrides, scheduler, False, no_progress)
     value = None
     if stragglers is not None:
@@ -183,7 +186,7 @@ def advise(pipeline, samples, target, max_redundancy, stragglers, out, scheduler
             if c in adv.table]
     click.echo("\n" + adv.table[cols].rename(columns={"value": adv.metric, "ratio": "N/K"})
                .to_markdown(index=False, floatfmt=".4f"))
-    click.echo(f"\n{adv.text}\napply it with:\n  gcc-dask run {pipeline} " + " ".join(adv.set_lines))
+    click.echo(f"\n{adv.text}\napply it with:\n  gcc-dask run {pipeline} " + " ".join([*kept, *adv.set_lines]))
     click.echo(f"advice: {adv.files[0]}  ({adv.wall_s:.0f} s)")
 
 

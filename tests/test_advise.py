@@ -115,3 +115,28 @@ def test_a_target_picks_the_fewest_workers_that_reach_it():
     assert pick == "c@12" and "no candidate reaches" in reason
     with pytest.raises(ConfigError):
         advise_mod._check_options(10, 0.9, 2.0, None, 4)
+
+
+def test_a_pipeline_with_speculative_is_advised_on_and_speculative_is_no_extra_candidate(client, tmp_path):
+    """speculative's estimates are uncoded's: the default candidates cover it (it used to reach the candidate
+    model as a code it does not take, a pydantic traceback)."""
+    adv = advise(_pipe(tmp_path, [0.0, 1.0, 0.5], schemes=["speculative", "gcc"]), samples=96, client=client,
+                 out=tmp_path / "a", progress=False)
+    assert "speculative" not in set(adv.table["code"]) and "gcc" in set(adv.table["code"])
+
+
+def test_the_command_that_applies_the_advice_keeps_the_users_overrides(tmp_path):
+    """Run as printed, the command must describe the pipeline advised on: the user's --set lines (but schemes,
+    which the advice sets) come before the advice's own."""
+    cfg = tmp_path / "p.yaml"
+    import yaml
+
+    data = _pipe(tmp_path, [0.0, 1.0, 0.5])
+    data["cluster"] = {"processes": False, "n_workers": 1, "threads_per_worker": 2}
+    cfg.write_text(yaml.safe_dump(data))
+    res = CliRunner().invoke(main, ["advise", str(cfg), "--samples", "96", "--out", str(tmp_path / "a"),
+                                    "--no-progress", "--set", "cutoff.stragglers=1", "--set", "schemes=[gcc]"])
+    assert res.exit_code == 0, res.output
+    line = next(ln for ln in res.output.splitlines() if ln.strip().startswith("gcc-dask run"))
+    assert "--set cutoff.stragglers=1" in line and line.count("schemes=") == 1
+    assert line.index("cutoff.stragglers=1") < line.index("schemes=")

@@ -239,3 +239,18 @@ def test_a_script_without_a_main_guard_is_told_how_to_fix_it(tmp_path):
     last = res.stderr.strip().splitlines()[-1]
     assert last.startswith("gcc_dask.errors.ClusterError: cluster: got an embedded LocalCluster that cannot start")
     assert 'in a script (no_guard.py), put the calls that start a cluster under `if __name__ == "__main__":`' in last
+
+
+def test_a_scalar_f_makes_a_store_every_reader_opens(process_client, tmp_path):
+    """f: R^4 -> R (one number per row, output shape ()): the summary, a resume and the report read the store
+    (its integrity check used to expect an `output` coordinate that a scalar f never has, and called it
+    damaged)."""
+    g = lambda x: np.tanh(x @ W).sum(axis=1)  # noqa: E731
+    out = tmp_path / "scalar.zarr"
+    res = gd.coded_map(g, X, client=process_client, out=out, **CONFIG)
+    assert res.estimates.shape == (600,)
+    assert np.abs(res.estimates - g(X)).mean() < 0.03
+    assert res.summary.loc["gcc", "mean_received"] == 6.0
+    again = gd.coded_map(g, X, client=process_client, out=out, **CONFIG)  # a resume: nothing left to run
+    np.testing.assert_array_equal(again.estimates, res.estimates)
+    assert gd.open_run(out).attrs["output_shape"] == []

@@ -102,7 +102,7 @@ def _specs(cfg) -> list[CandidateSpec]:
         if label == "auto":
             continue
         code = cfg.code_of(label)
-        if code in ("replication", "uncoded"):
+        if code in ("replication", "uncoded", "speculative"):  # among the defaults (speculative's are uncoded's)
             continue
         params = {k: v for k, v in cfg.code_params(label).items() if k not in ("nan_policy",)}
         name = label if label not in have else f"{label} (pipeline)"

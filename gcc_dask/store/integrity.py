@@ -26,7 +26,7 @@ import numpy as np
 
 from gcc_dask.errors import StoreError
 
-from .layout import _BATCH_FLOATS, INPUTS, INTEGRITY_ATTR
+from .layout import _BATCH_FLOATS, INPUTS, INTEGRITY_ATTR, _output_dims
 
 __all__ = ["check_structure", "chunk_span", "damaged_chunk_error", "missing_batches", "read_checked"]
 
@@ -90,8 +90,9 @@ def check_structure(path: str | os.PathLike, attrs: Mapping[str, Any]) -> None:
         Naming the first group or array that is missing or damaged, and what to do.
     """
     path = Path(path)
-    out_dims = ("output",) if len(attrs.get("output_shape") or [0]) == 1 else \
-        tuple(f"output_{i}" for i in range(len(attrs["output_shape"])))
+    # () for a scalar f: no output coordinate (an empty list is not "unknown": it used to be read as one)
+    shape = attrs.get("output_shape")
+    out_dims = _output_dims(tuple(shape)) if shape is not None else ("output",)
     inputs = [*INPUT_ARRAYS, *out_dims, *(["labels"] if attrs.get("has_labels") else []),
               *(["reference"] if attrs.get("has_reference") else [])]
     nodes = [(INPUTS, inputs)] + [(str(s), [*SCHEME_ARRAYS, *out_dims]) for s in (attrs.get("schemes") or {})]
