@@ -668,7 +668,7 @@ def _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, la
         reference=cfg.run.reference, use_gpu=use_gpu,
         latency_per_sample=cfg.stragglers.unit == "sample", virtual_clock=cfg.stragglers.clock == "virtual",
         worker_timeout=cfg.cluster.connect_timeout, unresponsive_after=cfg.cluster.unresponsive_after,
-        spares=cfg.cutoff.spares, echo=say,
+        spares=cfg.cutoff.spares, echo=say, warn=warn,
     )
     bar = _progress(len(work), cfg.run.progress and progress, cfg.name)
     records = RecordBuffer(store)

@@ -254,3 +254,16 @@ def test_a_scalar_f_makes_a_store_every_reader_opens(process_client, tmp_path):
     again = gd.coded_map(g, X, client=process_client, out=out, **CONFIG)  # a resume: nothing left to run
     np.testing.assert_array_equal(again.estimates, res.estimates)
     assert gd.open_run(out).attrs["output_shape"] == []
+
+
+@pytest.mark.parametrize("bad_f, error", [
+    (lambda b: np.tanh(b)[:1, :3], "cannot reshape"),  # one row for every block of rows
+    (lambda b: np.tanh(b[:, :3]) if len(b) == 1 else 1 / 0, "ZeroDivisionError"),  # passes the one-row probe only
+])
+def test_an_f_that_fails_on_every_block_is_said_once_with_its_error(process_client, tmp_path, bad_f, error):
+    """Every batch without an estimate is NaN and counted in the summary; the first one of a scheme is also said
+    (a RuntimeWarning from the library) with f's error, which otherwise only the worker's log held."""
+    with pytest.warns(RuntimeWarning, match=rf"^gcc: batch \d+ has no estimate: .*{error}") as caught:
+        res = gd.coded_map(bad_f, X[:128], client=process_client, out=tmp_path / "bad.zarr", **CONFIG)
+    assert np.isnan(res.estimates).all()
+    assert sum("has no estimate" in str(w.message) for w in caught) == 1  # once per scheme, not per batch

@@ -282,6 +282,10 @@ class BatchRunner:
         at the batch's own priority. ``"eager"``: every shard at the batch's priority.
     echo : callable, optional
         Where to say what the user should know while the run goes on (all workers lost, ...).
+    warn : callable, optional
+        Where to say what the user must see even when nothing is echoed: the first batch of a scheme that has
+        no estimate because f or its decode failed, with the error (the library passes a RuntimeWarning);
+        default `echo`.
     """
 
     def __init__(
@@ -303,6 +307,7 @@ class BatchRunner:
         unresponsive_after: float | None = 5.0,
         spares: str = "lazy",
         echo: Callable[[str], None] | None = None,
+        warn: Callable[[str], None] | None = None,
     ) -> None:
         self.client = client
         self.plugin = plugin
@@ -317,12 +322,14 @@ class BatchRunner:
         self.worker_timeout = float(worker_timeout)
         self._liveness = HeartbeatWatch(unresponsive_after)
         self._ender: ThreadPoolExecutor | None = None  # ends unresponsive workers, off the loop
+        self._told: set[str] = set()  # schemes whose first failed batch was told to the user (_tell_failure)
         if spares not in ("lazy", "eager"):
             raise ValueError(f"spares: got {spares!r}; expected 'lazy' or 'eager'")
         self.virtual_clock = latency_model is not None and bool(virtual_clock)
         lazy = spares == "lazy" and not self.virtual_clock
         self._regular = {p.name: p.regular(lazy) for p in plans}
         self.echo = echo or (lambda _msg: None)
+        self.warn = warn or self.echo  # what the user must see even without echo (a RuntimeWarning in the library)
         self.layout = plugin.layout
         self.token = plugin.name_token  # the keys end with it (the workers' log filter recognises them)
         self._resources = {"resources": {"GPU": 1}} if use_gpu else {}
@@ -846,6 +853,18 @@ class BatchRunner:
         if is_bad_batch(exc):
             raise type(exc)(f"source: batch {state.batch} ({_samples_text(self.layout.samples(state.batch))}): "
                             f"{exc}") from None
+        if not isinstance(exc, KilledWorker):  # f raised on every shard: say why once, the run goes on
+            self._tell_failure(s, state.batch, f"every shard that ran failed; shard {first}: {exc!r}")
+
+    def _tell_failure(self, s: _SchemeState, batch: int, why: str) -> None:
+        """One line for the user the first time a batch of a scheme has no estimate because f (or the decode of
+        its outputs) failed, with the error: otherwise it would show only as NaN rows and a count in the summary
+        (a wrong output shape, an f that raises on every block). Later failures are counted there only."""
+        if s.plan.name in self._told:
+            return
+        self._told.add(s.plan.name)
+        self.warn(f"{s.plan.name}: batch {batch} has no estimate: {why} (its rows are NaN; the summary counts the "
+                  "batches that failed)")
 
     def _fail(self, state: _BatchState, s: _SchemeState, reason: str) -> None:
         logger.warning("batch %d of %s failed: %s", state.batch, s.plan.name, reason)
@@ -889,6 +908,7 @@ class BatchRunner:
                 self._submit_decode(state, s)
                 return
         self._fail(state, s, f"decode failed: {exc!r}")
+        self._tell_failure(s, batch, f"its decode failed: {exc!r}")
 
     def _on_score(self, batch: int, scheme: str, fut) -> None:
         state = self._inflight.get(batch)
