@@ -851,8 +851,10 @@ class BatchRunner:
         first = int(np.flatnonzero(s.failed)[0])
         exc = _error_of(s.shards[first])
         if is_bad_batch(exc):
+            # the codes' own advice names their keyword; a run is configured by its run section
+            why = str(exc).replace("pass nan_policy='propagate'", "set run.nan_policy: propagate")
             raise type(exc)(f"source: batch {state.batch} ({_samples_text(self.layout.samples(state.batch))}): "
-                            f"{exc}") from None
+                            f"{why}") from None
         if not isinstance(exc, KilledWorker):  # f raised on every shard: say why once, the run goes on
             self._tell_failure(s, state.batch, f"every shard that ran failed; shard {first}: {exc!r}")
 
