@@ -140,3 +140,11 @@ def test_the_command_that_applies_the_advice_keeps_the_users_overrides(tmp_path)
     line = next(ln for ln in res.output.splitlines() if ln.strip().startswith("gcc-dask run"))
     assert "--set cutoff.stragglers=1" in line and line.count("schemes=") == 1
     assert line.index("cutoff.stragglers=1") < line.index("schemes=")
+
+
+def test_an_auto_run_names_its_own_key_for_too_small_a_sample(client, tmp_path):
+    """schemes: [auto] is configured by the advise section: a sample too small is refused as advise.samples (it
+    was reported as the --samples flag of gcc-dask advise, which the user never typed)."""
+    cfg = _pipe(tmp_path, [0.0, 1.0, 0.5], schemes=["auto"], advise={"samples": 5})
+    with pytest.raises(ConfigError, match=r"^advise\.samples: got 5; expected an integer >= 2·K = 8"):
+        gd.run_pipeline(cfg, client=client)

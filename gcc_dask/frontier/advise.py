@@ -408,6 +408,10 @@ def resolve_auto(cfg, path: str | os.PathLike, client=None, say: Callable[[str],
     if "auto" not in cfg.schemes or "auto" in cfg.scheme_entries:
         return cfg, None
     say = say or (lambda _msg: None)
+    k = cfg.code.num_inputs
+    if cfg.advise.samples < 2 * k:  # named by its key here, not as advise's --samples flag
+        raise ConfigError(f"advise.samples: got {cfg.advise.samples!r}; expected an integer >= 2·K = {2 * k} "
+                          "(the sample schemes: [auto] measures the estimators on)")
     fingerprint = cfg.fingerprint()
     stored = None if cfg.store.overwrite else _stored_advice(path, fingerprint)
     if stored is None:
