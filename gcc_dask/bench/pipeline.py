@@ -105,17 +105,22 @@ def _worker_pids(client) -> list[int]:
     return sorted(pids - {os.getpid()})
 
 
-def _cpu_s(pids: list[int]) -> float:
+def cpu_by_pid(pids: list[int]) -> dict[int, float]:
+    """CPU seconds (user + system) each of the processes `pids` has used so far (one that is gone is left out)."""
     import psutil
 
-    total = 0.0
+    out = {}
     for pid in pids:
         try:
             t = psutil.Process(pid).cpu_times()
-            total += t.user + t.system
         except psutil.Error:  # pragma: no cover - a worker went away
-            pass
-    return total
+            continue
+        out[pid] = t.user + t.system
+    return out
+
+
+def _cpu_s(pids: list[int]) -> float:
+    return sum(cpu_by_pid(pids).values())
 
 
 class MemorySampler:

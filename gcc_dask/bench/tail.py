@@ -37,6 +37,7 @@ A figure plots p99 latency against compute spent.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import os
@@ -115,18 +116,9 @@ def _shard_seconds(client, label: str) -> dict[str, float]:
 
 def _cpu_s(client) -> dict[int, float]:
     """CPU seconds (user + system) each worker process of this machine has used so far, per process id."""
-    import psutil
+    from gcc_dask.bench.pipeline import _worker_pids, cpu_by_pid
 
-    from gcc_dask.bench.pipeline import _worker_pids
-
-    out = {}
-    for pid in _worker_pids(client):
-        try:
-            t = psutil.Process(pid).cpu_times()
-        except psutil.Error:  # pragma: no cover - a worker went away
-            continue
-        out[pid] = t.user + t.system
-    return out
+    return cpu_by_pid(_worker_pids(client))
 
 
 def _spent(before: dict, after: dict) -> float:
@@ -277,22 +269,21 @@ def _signal(pid: int, sig: int) -> None:
         pass
 
 
-class _Slow:
-    """Make a process run a fraction of the time: SIGSTOP/SIGCONT in a cycle, in a thread (a context)."""
+class _Signalling:
+    """A context that signals process `pid` from a thread of its own (:meth:`_run`, which returns early once
+    ``self._stop`` is set), and leaves it running (SIGCONT) on exit."""
 
-    def __init__(self, pid: int, on_s: float = SLOW_ON_S, off_s: float = SLOW_OFF_S) -> None:
-        self.pid, self.on_s, self.off_s = pid, on_s, off_s
+    name = "gcc-dask-bench-signal"
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="gcc-dask-bench-slow", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            _signal(self.pid, signal.SIGSTOP)
-            self._stop.wait(self.off_s)
-            _signal(self.pid, signal.SIGCONT)
-            self._stop.wait(self.on_s)
+    def _run(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
 
-    def __enter__(self) -> _Slow:
+    def __enter__(self):
         self._thread.start()
         return self
 
@@ -302,13 +293,31 @@ class _Slow:
         _signal(self.pid, signal.SIGCONT)
 
 
-class _Freeze:
+class _Slow(_Signalling):
+    """Make a process run a fraction of the time: SIGSTOP/SIGCONT in a cycle."""
+
+    name = "gcc-dask-bench-slow"
+
+    def __init__(self, pid: int, on_s: float = SLOW_ON_S, off_s: float = SLOW_OFF_S) -> None:
+        super().__init__(pid)
+        self.on_s, self.off_s = on_s, off_s
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            _signal(self.pid, signal.SIGSTOP)
+            self._stop.wait(self.off_s)
+            _signal(self.pid, signal.SIGCONT)
+            self._stop.wait(self.on_s)
+
+
+class _Freeze(_Signalling):
     """Freeze a process (SIGSTOP) `after` seconds into the context for `seconds`, then resume it (SIGCONT)."""
 
+    name = "gcc-dask-bench-freeze"
+
     def __init__(self, pid: int, seconds: float, after: float = FREEZE_AFTER_S) -> None:
-        self.pid, self.seconds, self.after = pid, seconds, after
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="gcc-dask-bench-freeze", daemon=True)
+        super().__init__(pid)
+        self.seconds, self.after = seconds, after
 
     def _run(self) -> None:
         if self._stop.wait(self.after):
@@ -318,23 +327,6 @@ class _Freeze:
             self._stop.wait(self.seconds)
         finally:
             _signal(self.pid, signal.SIGCONT)
-
-    def __enter__(self) -> _Freeze:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-        _signal(self.pid, signal.SIGCONT)
-
-
-class _Nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        return None
 
 
 # ------------------------------------------------------------------------------------ the pipeline
@@ -454,7 +446,7 @@ def tail_section(client, work: Path, quick: bool, say: Callable[[str], None], mo
                     return _Slow(_victim(c, len(addresses)))
                 if tag == "d":  # (quick jobs last well under a second: the freeze starts sooner)
                     return _Freeze(_victim(c, len(addresses)), FREEZE_FACTOR * m, 0.1 if quick else FREEZE_AFTER_S)
-                return _Nothing()
+                return contextlib.nullcontext()
 
             plains, computes, spans = [], [], []
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -129,6 +130,19 @@ def cli(*args: str) -> list[str]:
 def status(path, scheme: str = "gcc") -> np.ndarray:
     """The per-batch status of `scheme`, read fresh (no consolidated metadata)."""
     return zarr.open_group(str(path), mode="r", use_consolidated=False)[f"{scheme}/status"][:]
+
+
+def wait_for_batches(path, proc, count: int = 3, timeout: float = 120.0, scheme: str = "gcc") -> None:
+    """Wait until `count` batches of `scheme` have a status in the store at `path` (it may not exist yet), the
+    subprocess `proc` has ended, or `timeout` seconds have passed; the caller checks which."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if (status(path, scheme) > 0).sum() >= count:
+                return
+        except Exception:  # not created yet
+            pass
+        time.sleep(0.1)
 
 
 def read_group(path, group: str, names=DETERMINISTIC) -> dict[str, np.ndarray]:

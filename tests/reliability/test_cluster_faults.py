@@ -29,7 +29,7 @@ import yaml
 import zarr
 
 import gcc_dask as gd
-from rel_helpers import cli, read_group, status, subprocess_env, synthetic_config
+from rel_helpers import cli, read_group, status, subprocess_env, synthetic_config, wait_for_batches
 
 pytestmark = pytest.mark.slow  # an external scheduler, four `dask worker` trees and a run: ~40-90 s on 2 busy cores
 
@@ -77,14 +77,7 @@ def test_every_worker_killed_and_replaced_the_run_goes_on(tmp_path):
         run = subprocess.Popen(cli("run", str(pipe), "--no-progress"), stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env=env)
         procs.append(run)
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and run.poll() is None:
-            try:
-                if (status(store, "gcc") > 0).sum() >= 5:
-                    break
-            except Exception:
-                pass
-            time.sleep(0.1)
+        wait_for_batches(store, run, 5, timeout=180)
         assert run.poll() is None, run.communicate()
         for w in first:  # every worker tree (nanny and worker process), at once
             _kill_tree(w)

@@ -24,7 +24,7 @@ import yaml
 import zarr
 
 import gcc_dask as gd
-from rel_helpers import cli, status, subprocess_env, synthetic_config
+from rel_helpers import cli, status, subprocess_env, synthetic_config, wait_for_batches
 
 
 def sleepy(X):
@@ -83,14 +83,7 @@ def test_ctrl_c_exits_130_with_one_line_then_resumes(tmp_path):
     proc = subprocess.Popen(cli("run", str(pipe), "--no-progress"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=subprocess_env(), start_new_session=True)
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                if (status(store, "gcc") > 0).sum() >= 3:
-                    break
-            except Exception:  # not created yet
-                pass
-            time.sleep(0.1)
+        wait_for_batches(store, proc, 3, timeout=120)
         assert proc.poll() is None, proc.communicate()
         t0 = time.monotonic()
         os.killpg(proc.pid, signal.SIGINT)
@@ -136,14 +129,7 @@ def test_losing_every_worker_ends_in_bounded_time_with_one_line(tmp_path):
         pipe.write_text(yaml.safe_dump(cfg))
         proc = subprocess.Popen(cli("run", str(pipe), "--no-progress"), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=env)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                if (status(store, "gcc") > 0).sum() >= 3:
-                    break
-            except Exception:
-                pass
-            time.sleep(0.1)
+        wait_for_batches(store, proc, 3, timeout=120)
         worker.kill()  # the only worker, without a nanny: nothing comes back
         t0 = time.monotonic()
         out, err = proc.communicate(timeout=60)
@@ -202,14 +188,7 @@ def test_losing_the_scheduler_ends_with_one_line_and_a_rerun_resumes(tmp_path):
         pipe.write_text(yaml.safe_dump(cfg))
         proc = subprocess.Popen(cli("run", str(pipe), "--no-progress"), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=env)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                if (status(store, "gcc") > 0).sum() >= 3:
-                    break
-            except Exception:
-                pass
-            time.sleep(0.1)
+        wait_for_batches(store, proc, 3, timeout=120)
         procs[0].kill()  # the scheduler
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 2, (proc.returncode, err)

@@ -16,7 +16,7 @@ import pytest
 import yaml
 import zarr
 
-from rel_helpers import cli, status, subprocess_env, synthetic_config
+from rel_helpers import cli, status, subprocess_env, synthetic_config, wait_for_batches
 
 pytestmark = pytest.mark.slow  # gcc-dask subprocesses with 2-3 worker processes each: ~30-90 s on 2 busy cores
 
@@ -79,14 +79,7 @@ def _finish(proc, workers):
 def test_a_signal_mid_run_stops_with_one_line_and_the_rerun_resumes(tmp_path, signum):
     store, pipe = _pipeline(tmp_path)
     proc = _start(pipe)
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            if (status(store, "gcc") > 0).sum() >= 3:
-                break
-        except Exception:  # not created yet
-            pass
-        time.sleep(0.1)
+    wait_for_batches(store, proc, 3, timeout=180)
     assert proc.poll() is None, proc.communicate()
     workers = _workers(proc)
     assert len(workers) >= 2
