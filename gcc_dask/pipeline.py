@@ -207,7 +207,7 @@ def build_plans(cfg: PipelineConfig, codes: Mapping[str, Any]) -> list[SchemePla
         if cfg.code_of(name) == "speculative":
             rule = cfg.section_for(name)
             speculation = Speculation(quantile=rule.quantile, multiplier=rule.multiplier,
-                                      min_runtime=rule.min_runtime)
+                                      min_runtime=rule.min_runtime, copies=rule.copies)
         elif cfg.cutoff.spares == "lazy" and (cfg.stragglers.model == "none" or cfg.stragglers.clock == "wall"):
             order = tuple(int(w) for w in spread_order(code.data_points, code.worker_points))
         plans.append(SchemePlan(name=name, num_workers=n, policy=policy, order=order, speculation=speculation))

@@ -48,9 +48,9 @@ def counted_sin(x):
 
 
 
-def slow_on(x, address: str = "", seconds: float = 1.0):
-    """f(x) = tanh(x), but `seconds` late on the Dask worker at `address` (a persistently slow worker); the
-    delay is a cooperative sleep, so a cancelled copy frees its thread."""
+def slow_on(x, address: str | list = "", seconds: float = 1.0):
+    """f(x) = tanh(x), but `seconds` late on the Dask worker at `address` (a persistently slow worker; a list:
+    on each of them); the delay is a cooperative sleep, so a cancelled copy frees its thread."""
     from distributed import get_worker
 
     from gcc_dask.runtime.tasks import cooperative_sleep
@@ -59,6 +59,6 @@ def slow_on(x, address: str = "", seconds: float = 1.0):
         here = get_worker().address
     except ValueError:  # called outside a task (the driver's check on one sample)
         here = None
-    if here == address:
+    if here is not None and here in ([address] if isinstance(address, str) else address):
         cooperative_sleep(seconds)
     return np.tanh(np.asarray(x, dtype=np.float64))

@@ -95,11 +95,11 @@ def test_pipeline_report_files_and_ratios(pipeline_report, tmp_path):
 def test_tail_section_rows_targets_and_figure(pipeline_report, tmp_path):
     """The tail section in quick mode: every scenario has the plain map, the hedged map and the pipeline's
     contenders, with consistent figures; speculative equals uncoded; the figure is a PNG."""
-    from gcc_dask.bench.tail import QUICK_CONTENDERS, SCENARIOS
+    from gcc_dask.bench.tail import HEDGED, QUICK_CONTENDERS, SCENARIOS
 
     write_report(pipeline_report, tmp_path)
     rows = _rows(tmp_path / "pipeline_tail.csv")
-    want = ["plain client.map", "plain map + backups (as_completed)", *(f"pipeline {c}" for c in QUICK_CONTENDERS)]
+    want = ["plain client.map", *(label for label, _ in HEDGED), *(f"pipeline {c}" for c in QUICK_CONTENDERS)]
     assert [(r["scenario"], r["contender"]) for r in rows] == [(s, c) for s in SCENARIOS for c in want]
     for r in rows:
         p50, p99, p999 = (float(r[c]) for c in ("batch_p50_s", "batch_p99_s", "batch_p999_s"))
@@ -107,8 +107,8 @@ def test_tail_section_rows_targets_and_figure(pipeline_report, tmp_path):
         for col in ("samples_per_s", "vs_plain_map", "compute_s", "compute_vs_plain"):
             assert _positive(r[col]), (col, r)
         assert int(r["backups"]) >= 0 and 0.0 <= float(r["rel_acc"]) <= 1.0
-        exact = r["contender"] in ("plain client.map", "plain map + backups (as_completed)", "pipeline uncoded",
-                                   "pipeline speculative")
+        exact = r["contender"] in ("plain client.map", *(label for label, _ in HEDGED), "pipeline uncoded",
+                                   "pipeline speculative", "pipeline speculative-2")
         if exact:
             assert float(r["rel_acc"]) == 1.0, r  # the exact contenders reproduce f's argmax
         if r["contender"] == "plain client.map":
@@ -117,6 +117,10 @@ def test_tail_section_rows_targets_and_figure(pipeline_report, tmp_path):
             assert int(r["backups"]) == 0  # only speculative launches backups
     hangs = {r["contender"]: r for r in rows if r["scenario"].startswith("b")}
     assert int(hangs["pipeline speculative"]["backups"]) > 0  # hangs are drawn: some shards are late
+    # a second copy is launched only where a first one is: never fewer backups than with one copy
+    assert int(hangs["pipeline speculative-2"]["backups"]) >= int(hangs["pipeline speculative"]["backups"])
+    assert {t.name for t in pipeline_report.targets} >= {"b: hangs: speculative p99 / plain map p99",
+                                                         "b: hangs: speculative-2 p99 / plain map p99"}
     by_name = {t.name: t for t in pipeline_report.targets}
     same = by_name["speculative estimates identical to uncoded's wherever uncoded has one (scenarios where both ran)"]
     assert same.measured == 1.0 and same.passed

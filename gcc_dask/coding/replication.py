@@ -282,33 +282,44 @@ class Uncoded(Replication):
 
 @register_code("speculative")
 class Speculative(Replication):
-    """Uncoded with backup copies (Spark's speculative execution): ``num_workers = 2 · num_inputs``.
+    """Uncoded with backup copies (Spark's speculative execution): ``num_workers = (copies + 1) · num_inputs``.
 
-    Worker k < K evaluates f(x_k), the original; worker K + k holds the *backup copy* of input k, which the
-    runtime launches only when the original is late by the speculation rule (``speculation.quantile`` of the
-    inputs done, the original running longer than ``speculation.multiplier`` × their median, and than
-    ``speculation.min_runtime``; docs/pipeline.rst, section 'Speculative execution'). The batch ends once every
-    input has a result from either copy; the first copy to arrive wins and the other is cancelled. Decoding is
-    replication's gather (:class:`Replication` with two copies), so the estimates are uncoded's, bit for bit
-    (any copy is exact). Nothing is filled: an input both of whose copies failed is NaN.
+    Worker k < K evaluates f(x_k), the original; worker c · K + k holds the c-th *backup copy* of input k
+    (c = 1 .. copies; Spark launches one, ``speculation.copies = 1``, N = 2K), which the runtime launches only
+    when the copy before it is late by the speculation rule (``speculation.quantile`` of the inputs done, the
+    copy running longer than ``speculation.multiplier`` × their median, and than ``speculation.min_runtime``;
+    docs/pipeline.rst, section 'Speculative execution'). The batch ends once every input has a result from any
+    copy; the first copy to arrive wins and the others are cancelled. Decoding is replication's gather
+    (:class:`Replication` with ``copies + 1`` copies), so the estimates are uncoded's, bit for bit (any copy is
+    exact). Nothing is filled: an input all of whose copies failed is NaN.
 
-    ``recovery_threshold = 2K − 1`` (as replication with two copies), ``min_received = 1``.
+    ``recovery_threshold = N − copies`` (as replication with ``copies + 1`` copies of each input),
+    ``min_received = 1``.
     """
 
     def __init__(self, *, num_inputs: int, num_workers: int, points: str = "chebyshev",
                  nan_policy: str = "raise") -> None:
         super().__init__(num_inputs=num_inputs, num_workers=num_workers, points=points, nan_policy=nan_policy)
 
+    @property
+    def copies(self) -> int:
+        """Backup copies per input: ``N / K − 1``."""
+        return self.num_workers // self.num_inputs - 1
+
     def _check_layout(self) -> None:
-        if self.num_workers != 2 * self.num_inputs:
+        k, n = self.num_inputs, self.num_workers
+        if n < 2 * k or n % k:
             raise ConfigError(
-                f"num_workers must be 2 * num_inputs for code 'speculative' (K originals and their K backup "
-                f"copies); got num_workers={self.num_workers!r}, num_inputs={self.num_inputs!r}. Use "
-                f"num_workers={2 * self.num_inputs}."
+                f"num_workers must be (copies + 1) * num_inputs for code 'speculative' (K originals and copies >= 1 "
+                f"backup copies of each); got num_workers={n!r}, num_inputs={k!r}. Use num_workers={2 * k} "
+                f"(one backup copy each, speculation.copies: 1)."
             )
 
-    def backup_of(self, worker: int) -> int:
-        """The worker that holds the backup copy of original `worker` (in [0, K)): ``worker + K``."""
+    def backup_of(self, worker: int, copy: int = 1) -> int:
+        """The worker that holds backup copy `copy` (1 .. copies) of original `worker` (in [0, K)):
+        ``copy · K + worker``."""
         if isinstance(worker, bool) or not isinstance(worker, (int, np.integer)) or not 0 <= worker < self.num_inputs:
             raise ConfigError(f"worker: got {worker!r}; expected an original in [0, {self.num_inputs})")
-        return int(worker) + self.num_inputs
+        if isinstance(copy, bool) or not isinstance(copy, (int, np.integer)) or not 1 <= copy <= self.copies:
+            raise ConfigError(f"copy: got {copy!r}; expected a backup copy in [1, {self.copies}]")
+        return int(copy) * self.num_inputs + int(worker)

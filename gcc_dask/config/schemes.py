@@ -13,7 +13,8 @@ uncoded cut off at K − S with a linear fill, gcc at two N (docs/pipeline.rst, 
 A label names the scheme's group in the store, its row in the summary and its line in the plots. ``params``
 takes the keys of the code's section (``gcc``, ``lcc``, ``replication``, ``uncoded``, and ``speculation`` for
 ``speculative``), which it overrides for that entry only, and ``num_workers`` (N for that entry; not for
-``uncoded``, whose N is K, nor ``speculative``, whose N is 2K) and ``points`` (for the point-based codes).
+``uncoded``, whose N is K, nor ``speculative``, whose N is (speculation.copies + 1)·K) and ``points`` (for the
+point-based codes).
 """
 
 from __future__ import annotations
@@ -229,13 +230,14 @@ class SchemeLookup:
     def workers_for(self, scheme: str) -> int:
         """Number of workers N that `scheme` runs on: the entry's ``num_workers``, else ``code.num_workers`` for
         the coded schemes and for replication (``replication.copies * K`` when copies is set), K for uncoded and
-        2K for speculative (K shards and their K backup copies, launched when late)."""
+        ``(speculation.copies + 1) · K`` for speculative (K shards and their backup copies, launched when
+        late; 2K by default)."""
         k = self.code.num_inputs
         code = self.code_of(scheme)
         if code == "uncoded":
             return k
         if code == "speculative":
-            return 2 * k
+            return (self.section_for(scheme).copies + 1) * k
         entry = self.scheme_entries.get(scheme)
         if entry is not None and "num_workers" in entry.params:
             return int(entry.params["num_workers"])

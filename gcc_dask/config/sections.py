@@ -498,8 +498,10 @@ class SpeculationConfig(_Section):
 
     A batch runs its K uncoded shards; once ``quantile`` of them have a result, every input still without one
     whose shard has run longer than ``multiplier`` × the median time of those results (and than
-    ``min_runtime``) gets a backup copy on another worker; the first copy to arrive wins and the other is
-    cancelled. A shard that fails gets its backup at once. Times count from the batch's submission.
+    ``min_runtime``) gets a backup copy on another worker; the first copy to arrive wins and the others are
+    cancelled. A shard that fails gets its backup at once. Times count from the batch's submission. With
+    ``copies`` > 1, a backup that has run that long in its turn gets the next copy (the scheme's N is
+    ``(copies + 1) · K``).
 
     The defaults are Spark's classic ones, ``spark.speculation.quantile`` 0.75 and
     ``spark.speculation.multiplier`` 1.5 (its configuration docs up to 3.x; the current source has 0.9 and
@@ -518,11 +520,15 @@ class SpeculationConfig(_Section):
         A shard is late when it has run longer than this multiple of the median time of those results.
     min_runtime
         Never launch a backup for a shard that has run less than this.
+    copies
+        Backup copies an input may get (default 1, as Spark). A second copy guards against an original and its
+        backup both straggling (with independent hangs of probability p, about K·p² of the batches).
     """
 
     quantile: Annotated[float, Field(gt=0, le=1)] = 0.75
     multiplier: Annotated[float, Field(ge=1)] = 1.5
     min_runtime: Duration = 0.1
+    copies: Annotated[int, Field(ge=1, le=8)] = 1
 
 
 class CutoffConfig(_Section):

@@ -32,8 +32,8 @@ import numpy as np
 
 from gcc_dask.errors import ConfigError
 
-__all__ = ["CutoffPolicy", "CutoffDecision", "Speculation", "backup_time", "backups_due", "cutoff_time", "decide",
-           "needed_results", "resolve_wait_for", "spares_due"]
+__all__ = ["CutoffPolicy", "CutoffDecision", "Speculation", "backup_schedule", "backup_time", "backups_due",
+           "cutoff_time", "decide", "needed_results", "resolve_wait_for", "spares_due"]
 
 Shortfall = Literal["wait", "decode", "fail"]
 Reason = Literal["wait_for", "deadline", "adaptive", "exhausted"]
@@ -250,7 +250,9 @@ class Speculation:
 
     Once ``max(floor(quantile · K), 1)`` of a batch's K inputs have a result, an input still without one whose
     original has run longer than ``max(multiplier × the median time of those results, min_runtime)`` gets a
-    backup copy. Times count from the batch's start (its submission), as the cutoff's do.
+    backup copy. Times count from the batch's start (its submission), as the cutoff's do. With ``copies`` > 1
+    a backup that has itself run that long without any copy of its input arriving gets the next copy, up to
+    ``copies`` backups per input (Spark launches one: ``copies = 1``).
 
     Parameters
     ----------
@@ -260,6 +262,8 @@ class Speculation:
         >= 1. Default 1.5, Spark's classic default.
     min_runtime : float
         Seconds >= 0. Default 0.1, Spark's ``spark.speculation.minTaskRuntime``.
+    copies : int
+        Backup copies an input may get, >= 1. Default 1, Spark's.
 
     Raises
     ------
@@ -270,6 +274,7 @@ class Speculation:
     quantile: float = 0.75
     multiplier: float = 1.5
     min_runtime: float = 0.1
+    copies: int = 1
 
     def __post_init__(self) -> None:
         if not 0 < self.quantile <= 1:
@@ -278,6 +283,8 @@ class Speculation:
             raise ConfigError(f"speculation.multiplier: got {self.multiplier!r}; expected a number >= 1")
         if not self.min_runtime >= 0:
             raise ConfigError(f"speculation.min_runtime: got {self.min_runtime!r}; expected seconds >= 0")
+        if isinstance(self.copies, bool) or not isinstance(self.copies, (int, np.integer)) or self.copies < 1:
+            raise ConfigError(f"speculation.copies: got {self.copies!r}; expected an integer >= 1")
 
     def needed(self, num_inputs: int) -> int:
         """Inputs that must have a result before any backup: ``max(floor(quantile · K), 1)`` (Spark's
@@ -291,7 +298,7 @@ def backup_time(first: np.ndarray, rule: Speculation) -> float:
     Parameters
     ----------
     first : array of float, shape (K,)
-        Per input, when its first result (from either copy) arrived; ``inf`` (or NaN) for none yet.
+        Per input, when its first result (from any copy) arrived; ``inf`` (or NaN) for none yet.
     rule : Speculation
 
     Returns
@@ -299,7 +306,7 @@ def backup_time(first: np.ndarray, rule: Speculation) -> float:
     float
         The earliest time the rule holds given these arrivals: at least ``rule.needed(K)`` results in, and
         no earlier than ``multiplier`` × their median and ``min_runtime``; ``inf`` when fewer results are in
-        (more must arrive first).
+        (more must arrive first). A backup copy launched at time L is late, in its turn, at L + this time.
 
     Examples
     --------
@@ -313,41 +320,101 @@ def backup_time(first: np.ndarray, rule: Speculation) -> float:
     return _rule_time(finite, rule.needed(t.size), rule.multiplier, rule.min_runtime)
 
 
-def backups_due(first: np.ndarray, launched: np.ndarray, failed: np.ndarray, now: float,
-                rule: Speculation) -> np.ndarray:
-    """Which inputs get a backup copy now: those without a result and without a backup, whose original
-    failed (at once) or is late by the rule (:func:`backup_time` <= `now`).
+def backups_due(first: np.ndarray, launch: np.ndarray, failed: np.ndarray, now: float,
+                rule: Speculation) -> tuple[np.ndarray, float]:
+    """Which inputs get their next copy now, and when the next one comes due if no result arrives meanwhile.
+
+    An input without a result and with a copy left (fewer than ``rule.copies`` backups launched) gets its next
+    copy at once when every copy launched so far failed (an erasure), else when its latest copy has run for
+    :func:`backup_time` (launched at L: due at L + that time).
 
     Parameters
     ----------
     first : array of float, shape (K,)
         As in :func:`backup_time`.
-    launched : array of bool, shape (K,)
-        Inputs whose backup copy is launched already.
-    failed : array of bool, shape (K,)
-        Inputs whose original failed (an erasure).
+    launch : array of float, shape (copies + 1, K)
+        When each copy was launched (seconds since the batch start; row 0 the originals, row c the c-th backup
+        copy); ``inf`` for a copy not launched.
+    failed : array of bool, shape (copies + 1, K)
+        Copies that failed.
     now : float
         Seconds since the batch start.
     rule : Speculation
 
     Returns
     -------
-    ndarray of int64
-        The inputs, ascending.
+    (ndarray of int64, float)
+        The inputs due now, ascending; the earliest time a further one comes due (``inf``: none can without
+        another result).
 
     Examples
     --------
     >>> first = np.array([1.0, 1.0, 1.2, np.inf])
-    >>> no = np.zeros(4, dtype=bool)
-    >>> backups_due(first, no, no, now=1.4, rule=Speculation()).tolist()
-    []
-    >>> backups_due(first, no, no, now=1.5, rule=Speculation()).tolist()
+    >>> launch = np.array([[0.0] * 4, [np.inf] * 4])
+    >>> no = np.zeros((2, 4), dtype=bool)
+    >>> backups_due(first, launch, no, now=1.4, rule=Speculation())
+    (array([], dtype=int64), 1.5)
+    >>> backups_due(first, launch, no, now=1.5, rule=Speculation())[0].tolist()
     [3]
     """
     t = np.asarray(first, dtype=float)
-    waiting = ~np.isfinite(t) & ~np.asarray(launched, dtype=bool)
-    late = np.asarray(failed, dtype=bool) | (backup_time(t, rule) <= now)
-    return np.flatnonzero(waiting & late).astype(np.int64)
+    launch = np.asarray(launch, dtype=float)
+    failed = np.asarray(failed, dtype=bool)
+    if launch.shape != (rule.copies + 1, t.size) or failed.shape != launch.shape:
+        raise ValueError(f"launch and failed: got shapes {launch.shape} and {failed.shape}; expected "
+                         f"({rule.copies + 1}, {t.size})")
+    started = np.isfinite(launch)
+    waiting = ~np.isfinite(t) & (started.sum(axis=0) <= rule.copies)
+    erased = (failed | ~started).all(axis=0)
+    last = np.where(started, launch, -math.inf).max(axis=0)
+    due_at = np.where(erased, -math.inf, last + backup_time(t, rule))
+    due = waiting & (due_at <= now)
+    later = due_at[waiting & ~due]
+    return np.flatnonzero(due).astype(np.int64), float(later.min()) if later.size else math.inf
+
+
+def backup_schedule(arrivals: np.ndarray, delays: np.ndarray, rule: Speculation) -> tuple[np.ndarray, np.ndarray]:
+    """The rule's backups on the virtual clock, where every copy's latency is drawn in advance.
+
+    The rule's time T is :func:`backup_time` on the originals' arrivals; copy c of an input is launched at
+    c · T when no earlier copy has arrived by then, and arrives at its launch plus its own draw.
+
+    Parameters
+    ----------
+    arrivals : array of float, shape (K,)
+        The originals' arrivals (their drawn latencies, seconds; ``inf`` for a copy that never arrives).
+    delays : array of float, shape (copies, K)
+        Each backup copy's drawn latency.
+    rule : Speculation
+
+    Returns
+    -------
+    (launch, arrival) : arrays of float, shape (copies + 1, K)
+        Launch times (``inf``: not launched; row 0 zeros) and arrivals (``inf`` where not launched).
+
+    Examples
+    --------
+    >>> launch, arrival = backup_schedule(np.array([1.0, 1.0, 1.0, 9.0]), np.array([[1.0] * 4, [1.0] * 4]),
+    ...                                   Speculation(copies=2))
+    >>> launch[:, 3].tolist(), arrival[:, 3].tolist()  # T = 1.5: the backup at 1.5 arrives at 2.5, before 3.0
+    ([0.0, 1.5, inf], [9.0, 2.5, inf])
+    """
+    t = np.asarray(arrivals, dtype=float)
+    d = np.asarray(delays, dtype=float)
+    if d.shape != (rule.copies, t.size):
+        raise ValueError(f"delays: got shape {d.shape}; expected ({rule.copies}, {t.size})")
+    launch = np.full((rule.copies + 1, t.size), math.inf)
+    arrival = np.full_like(launch, math.inf)
+    launch[0], arrival[0] = 0.0, t
+    T = backup_time(t, rule)
+    if not math.isfinite(T):
+        return launch, arrival
+    for c in range(1, rule.copies + 1):
+        at = c * T
+        late = arrival[:c].min(axis=0) > at
+        launch[c, late] = at
+        arrival[c, late] = at + d[c - 1, late]
+    return launch, arrival
 
 
 def cutoff_time(arrivals: np.ndarray, policy: CutoffPolicy) -> CutoffDecision:

@@ -30,9 +30,10 @@ cluster computes them only when a thread is free. When a regular shard fails, or
 reaches its cutoff first, the batch's spares are submitted again at its own priority (:meth:`_maybe_promote`).
 
 Backups (a plan with a :class:`~.cutoff.Speculation`, the ``speculative`` scheme): the batch runs its K
-originals only; the backup copy of an original is submitted, at the batch's priority and on another worker,
-when the original fails or is late by Spark's rule on the batch's own results (:func:`~.cutoff.backups_due`;
-:meth:`BatchRunner._speculate`). The cutoff waits for one copy of every input; the other copy is cancelled.
+originals only; the next copy of an input is submitted, at the batch's priority and on another worker, when
+its copies so far failed or the latest is late by Spark's rule on the batch's own results
+(:func:`~.cutoff.backups_due`; :meth:`BatchRunner._speculate`), up to ``speculation.copies`` backups. The
+cutoff waits for one copy of every input; the others are cancelled.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from distributed import KilledWorker
 from gcc_dask.errors import ClusterError, GccDaskError
 from gcc_dask.runtime.cluster import _accepts_n_workers
 from gcc_dask.runtime.cutoff import (
-    CutoffPolicy, Speculation, backup_time, backups_due, cutoff_time, decide, needed_results, spares_due,
+    CutoffPolicy, Speculation, backup_schedule, backups_due, cutoff_time, decide, needed_results, spares_due,
 )
 from gcc_dask.runtime.events import FutureEvents
 from gcc_dask.runtime.graph import GraphUpdate
@@ -131,9 +132,9 @@ class SchemePlan:
     shards are preferred (:func:`~gcc_dask.coding.points.spread_order`; None: index order). With lazy
     spares the first :func:`~.cutoff.needed_results` shards of ``order`` run at the batch's priority.
 
-    With ``speculation`` (the ``speculative`` scheme: N = 2K, ``policy.groups[n] = n mod K``) shards 0..K-1
-    are the originals, the only shards submitted with the batch, and shard K + k is the backup copy of
-    original k, submitted when :func:`~.cutoff.backups_due` says so."""
+    With ``speculation`` (the ``speculative`` scheme: N = (copies + 1)·K, ``policy.groups[n] = n mod K``)
+    shards 0..K-1 are the originals, the only shards submitted with the batch, and shard c·K + k is backup
+    copy c of original k, submitted when :func:`~.cutoff.backups_due` says so."""
 
     name: str
     num_workers: int
@@ -144,15 +145,18 @@ class SchemePlan:
     def __post_init__(self) -> None:
         if self.speculation is not None:
             g = self.policy.groups
-            k = self.num_workers // 2
-            if self.num_workers % 2 or g is None or tuple(g) != tuple(n % k for n in range(self.num_workers)):
-                raise ValueError(f"plan {self.name!r}: speculation needs N = 2K shards with groups n mod K; got "
-                                 f"N = {self.num_workers}, groups {g!r}")
+            m = self.speculation.copies + 1
+            k = self.num_workers // m
+            if self.num_workers % m or g is None or tuple(g) != tuple(n % k for n in range(self.num_workers)):
+                raise ValueError(f"plan {self.name!r}: speculation with {m - 1} backup copies needs N = {m}K "
+                                 f"shards with groups n mod K; got N = {self.num_workers}, groups {g!r}")
 
     @property
     def num_inputs(self) -> int:
-        """K of a plan with backups (N / 2); N otherwise."""
-        return self.num_workers // 2 if self.speculation is not None else self.num_workers
+        """K of a plan with backups (N / (copies + 1)); N otherwise."""
+        if self.speculation is None:
+            return self.num_workers
+        return self.num_workers // (self.speculation.copies + 1)
 
     @property
     def waits_for_all(self) -> bool:
@@ -198,6 +202,7 @@ class _SchemeState:
     direct: bool = False  # decode submitted with the shards, which are not watched (_submit_direct)
     sfx: str = ""  # key suffix of this submission of the scheme's shards
     launched: np.ndarray = None  # type: ignore[assignment]  # shards submitted (a plan's backups: when due)
+    launch_s: np.ndarray = None  # type: ignore[assignment]  # when each shard was submitted (s since the start)
     vtimes: np.ndarray | None = None  # virtual clock: each shard's arrival (its delay; a backup's launch + delay)
 
     def __post_init__(self) -> None:
@@ -207,6 +212,7 @@ class _SchemeState:
         self.failed = np.zeros(n, dtype=bool)
         self.promoted = np.zeros(n, dtype=bool)
         self.launched = np.ones(n, dtype=bool)
+        self.launch_s = np.zeros(n)
         if self.delays is not None:
             self.vtimes = np.asarray(self.delays, dtype=float).copy()
 
@@ -542,6 +548,7 @@ class BatchRunner:
         groups: dict[tuple[str, bool], tuple[dict, list[int]]] = {}
         if plan.speculation is not None:
             s.launched = regular.copy()  # the originals; backups when due
+            s.launch_s = np.where(regular, 0.0, INF)
             if s.virtual:
                 self._virtual_backups(s)
         for w in np.flatnonzero(s.launched).tolist():
@@ -561,40 +568,50 @@ class BatchRunner:
 
     @staticmethod
     def _slot(plan: SchemePlan, w: int) -> int:
-        """The round-robin slot of shard `w` (:meth:`_placement`): itself, or for the backup copy of original k,
-        k + 1, so that it runs on another worker than its original."""
+        """The round-robin slot of shard `w` (:meth:`_placement`): itself, or for backup copy c of original k,
+        k + c, so that each copy runs on another worker than its original's and the copies before it (on a
+        cluster of more than c workers)."""
         k = plan.num_inputs
-        return w - k + 1 if plan.speculation is not None and w >= k else w
+        return w % k + w // k if plan.speculation is not None and w >= k else w
 
     def _virtual_backups(self, s: _SchemeState) -> None:
-        """On the virtual clock the originals' arrivals are their drawn latencies, known at submission: the
-        backups the rule launches are launched with them, and arrive at the rule's time plus their own draw."""
-        k = s.plan.num_inputs
-        t = backup_time(s.vtimes[:k], s.plan.speculation)
-        late = np.flatnonzero(s.vtimes[:k] > t)
-        s.launched[k + late] = True
-        s.vtimes[k + late] = t + s.delays[k + late]
+        """On the virtual clock every copy's latency is drawn, known at submission: the backups the rule
+        launches (:func:`~.cutoff.backup_schedule`) are launched with the originals, and arrive at their launch
+        time plus their own draw."""
+        k, rule = s.plan.num_inputs, s.plan.speculation
+        launch, arrival = backup_schedule(s.vtimes[:k], s.delays[k:].reshape(rule.copies, k), rule)
+        later = np.isfinite(launch.ravel())
+        later[:k] = False
+        s.launched[later] = True
+        s.launch_s[later] = launch.ravel()[later]
+        s.vtimes[later] = arrival.ravel()[later]
 
     def _speculate(self, state: _BatchState, s: _SchemeState) -> float:
         """Launch the backup copies now due (:func:`~.cutoff.backups_due`), at the batch's priority; return when
         to look again (monotonic; inf when no backup can come due without another result)."""
         plan = s.plan
-        k = plan.num_inputs
-        arrived = np.where(s.failed, INF, s.arrivals)
-        first = np.minimum(arrived[:k], arrived[k:])
-        failed = s.failed[:k] & ~s.launched[k:]
+        k, m = plan.num_inputs, plan.speculation.copies + 1
+        arrived = np.where(s.failed, INF, s.arrivals).reshape(m, k)
+        first = arrived.min(axis=0)
+        launch = s.launch_s.reshape(m, k)
+        failed = s.failed.reshape(m, k)
         if s.virtual:  # the rule's backups were launched at submission: only failures are left to back up
-            due = np.flatnonzero(failed & ~np.isfinite(first))
+            erased = (failed | ~np.isfinite(launch)).all(axis=0) & ~np.isfinite(first)
+            due = np.flatnonzero(erased & (np.isfinite(launch).sum(axis=0) < m))
             now = t_due = INF
         else:
             now = time.monotonic() - s.start_mono
-            due = backups_due(first, s.launched[k:], failed, now, plan.speculation)
-            t_due = backup_time(first, plan.speculation)
+            due, t_due = backups_due(first, launch, failed, now, plan.speculation)
         if due.size:
-            ws = (k + due).tolist()
+            copy = np.isfinite(launch[:, due]).sum(axis=0)  # the next copy of each input due
+            ws = (copy * k + due).tolist()
             s.launched[ws] = True
-            if s.virtual:
-                s.vtimes[ws] = s.vtimes[due] + s.delays[ws]  # launched when its original failed
+            if s.virtual:  # launched when its last copy failed
+                s.launch_s[ws] = s.vtimes[(copy - 1) * k + due]
+                s.vtimes[ws] = s.launch_s[ws] + s.delays[ws]
+            else:
+                s.launch_s[ws] = now
+                _, t_due = backups_due(first, launch, failed, now, plan.speculation)  # with the new copies' turn
             groups: dict[str, tuple[dict, list[int]]] = {}
             for w in ws:
                 place = self._placement(state.batch, self._slot(plan, w))
@@ -603,8 +620,7 @@ class BatchRunner:
             for place, batch_ws in groups.values():
                 self._map_shards(state, s, batch_ws, place, update, priority=-state.seq)
             update.send()
-        pending = ~np.isfinite(first) & ~s.launched[k:]
-        if s.virtual or not pending.any() or not math.isfinite(t_due) or t_due <= now:
+        if s.virtual or not math.isfinite(t_due):
             return INF
         return s.start_mono + t_due
 

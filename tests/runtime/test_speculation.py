@@ -14,7 +14,7 @@ import gcc_dask as gd
 from gcc_dask.config import load_config
 from gcc_dask.errors import ConfigError
 from gcc_dask.pipeline import build_codes, build_plans, composition_policy
-from gcc_dask.runtime.cutoff import Speculation, backup_time, backups_due
+from gcc_dask.runtime.cutoff import Speculation, backup_schedule, backup_time, backups_due
 from gcc_dask.stragglers import latency_model_from_config
 
 INF = math.inf
@@ -37,24 +37,72 @@ def test_backup_time_is_sparks_rule(first, rule, expected):
     assert backup_time(np.array(first), rule) == pytest.approx(expected)
 
 
+def _launch(k: int, copies: int = 1, **launched) -> np.ndarray:
+    """Launch times (copies + 1, k): originals at 0, the backups given as {'c<copy>_<input>': time}."""
+    launch = np.full((copies + 1, k), INF)
+    launch[0] = 0.0
+    for key, t in launched.items():
+        c, i = key[1:].split("_")
+        launch[int(c), int(i)] = t
+    return launch
+
+
 def test_backups_go_to_inputs_without_a_result_or_a_backup():
     first = np.array([1.0, 1.0, 1.0, INF, INF, 1.0, 1.0, 1.0])  # 6 of 8 in at 1 s: due at 1.5 s
-    none = np.zeros(8, dtype=bool)
-    assert backups_due(first, none, none, now=1.49, rule=Speculation()).tolist() == []
-    assert backups_due(first, none, none, now=1.5, rule=Speculation()).tolist() == [3, 4]
-    launched = none.copy()
-    launched[4] = True
-    assert backups_due(first, launched, none, now=2.0, rule=Speculation()).tolist() == [3]
+    none = np.zeros((2, 8), dtype=bool)
+    due, wake = backups_due(first, _launch(8), none, now=1.49, rule=Speculation())
+    assert due.tolist() == [] and wake == pytest.approx(1.5)
+    assert backups_due(first, _launch(8), none, now=1.5, rule=Speculation())[0].tolist() == [3, 4]
+    due, wake = backups_due(first, _launch(8, c1_4=1.5), none, now=2.0, rule=Speculation())
+    assert due.tolist() == [3] and wake == INF  # input 4 has its one copy: nothing more can come due
     failed = none.copy()
-    failed[4] = True  # a failed original gets its backup at once, whatever the rule says
+    failed[0, 4] = True  # a failed original gets its backup at once, whatever the rule says
     early = np.array([1.0, INF, INF, INF, INF, INF, INF, INF])
-    assert backups_due(early, none, failed, now=0.0, rule=Speculation()).tolist() == [4]
+    assert backups_due(early, _launch(8), failed, now=0.0, rule=Speculation())[0].tolist() == [4]
+    with pytest.raises(ValueError, match=r"launch and failed: got shapes \(8,\) and \(8,\); expected \(2, 8\)"):
+        backups_due(first, np.zeros(8), np.zeros(8, dtype=bool), now=0.0, rule=Speculation())
+
+
+def test_a_late_backup_gets_the_next_copy_up_to_copies():
+    """copies = 2: a backup launched at L is late in its turn at L + the rule's time; a third is never due."""
+    rule = Speculation(copies=2)
+    first = np.array([1.0, 1.0, 1.0, INF, INF, 1.0, 1.0, 1.0])  # the rule's time: 1.5 s
+    none = np.zeros((3, 8), dtype=bool)
+    launch = _launch(8, 2, c1_3=1.5, c1_4=1.5)
+    due, wake = backups_due(first, launch, none, now=2.99, rule=rule)
+    assert due.tolist() == [] and wake == pytest.approx(3.0)
+    assert backups_due(first, launch, none, now=3.0, rule=rule)[0].tolist() == [3, 4]
+    launch = _launch(8, 2, c1_3=1.5, c1_4=1.5, c2_3=3.0, c2_4=3.0)
+    due, wake = backups_due(first, launch, none, now=99.0, rule=rule)  # both copies out: nothing more
+    assert due.tolist() == [] and wake == INF
+    failed = none.copy()
+    failed[:2, 3] = True  # its original and first backup failed: the second copy at once
+    launch = _launch(8, 2, c1_3=1.5)
+    assert backups_due(first, launch, failed, now=1.6, rule=rule)[0].tolist() == [3, 4]
+
+
+def test_the_virtual_schedule_launches_copy_c_at_c_times_the_rule():
+    rule = Speculation(copies=2)
+    originals = np.array([1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 20.0, 20.0])  # T = 1.5
+    delays = np.array([[1.0] * 6 + [20.0, 0.5], [1.0] * 8])  # input 6's first backup hangs too
+    launch, arrival = backup_schedule(originals, delays, rule)
+    assert launch[1].tolist() == [INF] * 6 + [1.5, 1.5]
+    assert launch[2].tolist() == [INF] * 6 + [3.0, INF]  # input 7's backup arrived at 2.0 < 3.0
+    assert arrival[:, 6].tolist() == [20.0, 21.5, 4.0] and arrival[:, 7].tolist() == [20.0, 2.0, INF]
+    one, _ = backup_schedule(originals, delays[:1], Speculation())  # Spark's single copy
+    assert one[1].tolist() == launch[1].tolist()
+    never, _ = backup_schedule(np.full(8, INF), delays, rule)  # no result ever: the rule never fires
+    assert not np.isfinite(never[1:]).any()
+    with pytest.raises(ValueError, match=r"delays: got shape \(1, 8\); expected \(2, 8\)"):
+        backup_schedule(originals, delays[:1], rule)
 
 
 @pytest.mark.parametrize(("kwargs", "match"), [
     ({"quantile": 0.0}, "speculation.quantile: got 0.0"), ({"multiplier": 0.5}, "speculation.multiplier: got 0.5"),
     ({"min_runtime": -1.0}, "speculation.min_runtime: got -1.0"),
-], ids=["quantile", "multiplier", "min-runtime"])
+    ({"copies": 0}, "speculation.copies: got 0; expected an integer >= 1"),
+    ({"copies": 1.5}, "speculation.copies: got 1.5; expected an integer >= 1"),
+], ids=["quantile", "multiplier", "min-runtime", "copies-0", "copies-float"])
 def test_speculation_rejects_bad_values(kwargs, match):
     with pytest.raises(ConfigError, match=match):
         Speculation(**kwargs)
@@ -68,8 +116,15 @@ def test_the_speculative_code_is_replication_with_two_copies():
     y = np.arange(8.0)[:, None] * 10
     received = np.array([0, 5, 2, 7])  # inputs 1 and 3 from their backups
     np.testing.assert_array_equal(code.decode(y[received], received).ravel(), [0, 50, 20, 70])
-    with pytest.raises(ConfigError, match=r"num_workers must be 2 \* num_inputs for code 'speculative'"):
+    with pytest.raises(ConfigError, match=r"num_workers must be \(copies \+ 1\) \* num_inputs for code "
+                       r"'speculative' .*got num_workers=6, num_inputs=4. Use num_workers=8"):
         gd.make_code("speculative", num_inputs=4, num_workers=6)
+    three = gd.make_code("speculative", num_inputs=4, num_workers=12)  # two backup copies of each input
+    assert three.copies == 2 and three.backup_of(1, copy=2) == 9 and three.recovery_threshold == 10
+    np.testing.assert_array_equal(three.decode((np.arange(12.0)[:, None] * 10)[[8, 5, 2, 11]],
+                                               np.array([8, 5, 2, 11])).ravel(), [80, 50, 20, 110])
+    with pytest.raises(ConfigError, match=r"copy: got 3; expected a backup copy in \[1, 2\]"):
+        three.backup_of(0, copy=3)
 
 
 def _cfg(**extra):
@@ -92,14 +147,21 @@ def test_config_runs_speculative_on_2k_with_its_rule():
     assert plans["speculative"].policy.groups == tuple(n % 8 for n in range(16))
     assert plans["speculative"].regular(lazy=True).tolist() == [True] * 8 + [False] * 8
     assert plans["uncoded"].speculation is None
+    two = load_config(_cfg(speculation={"copies": 2}))  # a second backup copy: N = 3K
+    assert [two.workers_for(s) for s in two.schemes] == [24, 24, 8]
+    plans = {p.name: p for p in build_plans(two, build_codes(two))}
+    assert plans["speculative"].speculation.copies == 2 and plans["speculative"].num_inputs == 8
+    assert plans["speculative"].policy.groups == tuple(n % 8 for n in range(24))
+    assert plans["speculative"].regular(lazy=False).tolist() == [True] * 8 + [False] * 16
 
 
 @pytest.mark.parametrize(("extra", "match"), [
     ({"speculation": {"quantile": 1.5}}, "speculation.quantile: got 1.5"),
     ({"speculation": {"multiplier": 0.5}}, "speculation.multiplier: got 0.5"),
+    ({"speculation": {"copies": 0}}, "speculation.copies: got 0"),
     ({"schemes": [{"label": "s", "code": "speculative", "params": {"num_workers": 12}}]},
      "schemes.s.params.num_workers: got 12; expected no such parameter for code 'speculative'"),
-], ids=["quantile", "multiplier", "num-workers"])
+], ids=["quantile", "multiplier", "copies", "num-workers"])
 def test_config_rejects_bad_speculation(extra, match):
     with pytest.raises(ConfigError, match=match):
         load_config(_cfg(**extra))
@@ -145,6 +207,36 @@ def test_speculative_with_a_slow_worker_backs_up_its_shards_only(tmp_path):
     assert run.summary.loc["speculative", "mean_backups"] == 2.0
 
 
+def test_a_second_copy_backs_up_a_backup_that_lands_on_a_slow_worker(tmp_path):
+    """copies = 2, four workers, two neighbours slow on every shard: an original on the first slow worker has
+    its first backup on the second (late too) and its second backup on a fast worker, which wins; the
+    estimates are uncoded's, bit for bit."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=4, threads_per_worker=8, processes=False, dashboard_address=":0",
+                      silence_logs=40) as cluster, Client(cluster) as client:
+        workers = sorted(client.scheduler_info()["workers"])
+        workload = {"kind": "callable", "name": "run_helpers:slow_on",
+                    "params": {"kwargs": {"address": workers[1:3], "seconds": 3.0}}}
+        run = gd.run_pipeline(_run_cfg(tmp_path / "run.zarr", ["speculative", "uncoded"], workload,
+                                       speculation={"quantile": 0.5, "multiplier": 2.0, "min_runtime": "300ms",
+                                                    "copies": 2},
+                                       run={"progress": False, "max_batches_in_flight": 1}), client=client)
+    assert run.status == "complete"
+    root = zarr.open_group(run.path, mode="r")
+    np.testing.assert_array_equal(root["speculative/decoded"][:], root["uncoded/decoded"][:])
+    assert root["speculative/received"].shape[1] == 24
+    backups, received = root["speculative/n_backups"][:], root["speculative/received"][:]
+    for b in range(backups.size):
+        slot = lambda k, c: (b + k + c) % 4  # noqa: E731 - the worker of copy c of input k (round robin)
+        twice = [k for k in range(8) if slot(k, 0) == 1]  # original and first backup both on slow workers
+        once = [k for k in range(8) if slot(k, 0) == 2]  # the first backup on a fast worker
+        assert backups[b] == 2 * len(twice) + len(once) == 6, (b, backups)
+        assert received[b, [16 + k for k in twice]].all() and received[b, [8 + k for k in once]].all()
+        assert not received[b, twice + once].any()
+    assert run.summary.loc["speculative", "mean_backups"] == 6.0
+
+
 def test_speculative_on_the_virtual_clock_backs_up_what_the_draws_say(client, tmp_path):
     """Hangs drawn per (seed, batch, worker): the backups each batch launched are the rule's on the drawn
     latencies of its originals, and the estimates are uncoded's."""
@@ -162,6 +254,29 @@ def test_speculative_on_the_virtual_clock_backs_up_what_the_draws_say(client, tm
         want.append(int((d[:8] > backup_time(d[:8], Speculation())).sum()))
     np.testing.assert_array_equal(root["speculative/n_backups"][:], want)
     assert sum(want) > 0  # the draws hang some shards: the test sees backups
+
+
+def test_two_copies_on_the_virtual_clock_follow_the_schedule(client, tmp_path):
+    """copies = 2 with hangs of probability 0.3: each batch launched the backups of
+    :func:`backup_schedule` on its draws (some second copies among them), and the estimates are uncoded's."""
+    strag = {"model": "shifted_exponential", "shift": "10ms", "scale": "10ms", "hang_prob": 0.3,
+             "hang_delay": "1s", "seed": 5}
+    workload = {"kind": "callable", "name": "numpy:tanh"}
+    run = gd.run_pipeline(_run_cfg(tmp_path / "run.zarr", ["speculative", "uncoded"], workload,
+                                   stragglers=strag, speculation={"copies": 2}), client=client)
+    root = zarr.open_group(run.path, mode="r")
+    np.testing.assert_array_equal(root["speculative/decoded"][:], root["uncoded/decoded"][:])
+    model = latency_model_from_config(strag)
+    want, second = [], 0
+    for b in range(root["speculative/n_backups"].shape[0]):
+        d = model.latencies(5, b, 24)
+        launch, arrival = backup_schedule(d[:8], d[8:].reshape(2, 8), Speculation(copies=2))
+        want.append(int(np.isfinite(launch[1:]).sum()))
+        second += int(np.isfinite(launch[2]).sum())
+        winner = arrival.argmin(axis=0)  # the copy of each input that arrived first is the one received
+        assert root["speculative/received"][b].reshape(3, 8)[winner, np.arange(8)].all()
+    np.testing.assert_array_equal(root["speculative/n_backups"][:], want)
+    assert second > 0  # some first backups hung too: the test sees second copies
 
 
 def test_a_sweep_refuses_speculative_with_the_reason():
