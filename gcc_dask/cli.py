@@ -158,13 +158,16 @@ def sweep(sweep_file, out, scheduler, overrides, overwrite, no_progress, perform
               help="Largest N/K to consider (default: the pipeline's N/K, or 2 with a target).")
 @click.option("--stragglers", default=None, metavar="S|p",
               help="S (an integer below K) or p (a number in (0, 1)); default the pipeline's cutoff.stragglers.")
+@click.option("--margin", type=float, default=None,
+              help="RelAcc a code must gain over copying at its N, beyond 2 SE (default advise.margin, 0.003).")
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Directory of the advice (default runs/<name>-advice): advice.md, .csv, .png, .zarr.")
 @click.option("--scheduler", default=None, help="Dask scheduler address (overrides cluster.address).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a pipeline key.")
 @click.option("--no-progress", is_flag=True, help="Do not show the progress bar.")
 @_user_errors
-def advise(pipeline, samples, target, max_redundancy, stragglers, out, scheduler, overrides, no_progress) -> None:
+def advise(pipeline, samples, target, max_redundancy, stragglers, margin, out, scheduler, overrides,
+           no_progress) -> None:
     """Measure every estimator on a sample of PIPELINE's data and model; recommend scheme, N and fill."""
     from gcc_dask.frontier.advise import advise as run_advice
 
@@ -181,7 +184,7 @@ def advise(pipeline, samples, target, max_redundancy, stragglers, out, scheduler
             raise ConfigError(f"--stragglers: got {stragglers!r}; expected S (an integer) or p (a number in "
                               "(0, 1))") from None
     adv = run_advice(pipeline, samples=samples, target=target, max_redundancy=max_redundancy, stragglers=value,
-                     out=out, overrides=overrides, echo=click.echo, progress=not no_progress)
+                     out=out, overrides=overrides, echo=click.echo, progress=not no_progress, margin=margin)
     cols = [c for c in ("estimator", "N", "ratio", "value", "se", "vs_best", "vs_best_se", "worst", "worst_se")
             if c in adv.table]
     click.echo("\n" + adv.table[cols].rename(columns={"value": adv.metric, "ratio": "N/K"})

@@ -93,7 +93,9 @@ def test_an_auto_run_records_its_choice_and_a_resume_keeps_it(client, tmp_path, 
     (["--samples", "3"], r"^gcc-dask: error: --samples: got 3; expected an integer >= 2·K = 16$"),
     (["--stragglers", "9"], r"^gcc-dask: error: --stragglers: got 9; expected S, an integer in \[0, 8\)"),
     (["--stragglers", "lots"], r"^gcc-dask: error: --stragglers: got 'lots'; expected S"),
-], ids=["relacc-above-1", "target-and-max", "redundancy-below-1", "too-few-samples", "s-too-large", "s-not-a-number"])
+    (["--margin", "-0.1"], r"^gcc-dask: error: --margin: got -0.1; expected a number in \[0, 1\]"),
+], ids=["relacc-above-1", "target-and-max", "redundancy-below-1", "too-few-samples", "s-too-large", "s-not-a-number",
+        "negative-margin"])
 def test_bad_advice_options_are_one_line_naming_the_flag(args, match):
     res = CliRunner().invoke(main, ["advise", "pipelines/smoke.yaml", *args])
     assert res.exit_code == 2, res.output
@@ -115,6 +117,36 @@ def test_a_target_picks_the_fewest_workers_that_reach_it():
     assert pick == "c@12" and "no candidate reaches" in reason
     with pytest.raises(ConfigError):
         advise_mod._check_options(10, 0.9, 2.0, None, 4)
+
+
+def test_a_code_must_beat_copying_at_its_n_by_the_margin():
+    """gcc gains 0.0025 over replication at N = 12 on every group (SE 0): within the default margin 0.003
+    copying is recommended and says why; with margin 0, or a gain of 0.005, the code is; a copying candidate at
+    another N is never the alternative."""
+    import pandas as pd
+
+    from gcc_dask.frontier.advise import DEFAULT_MARGIN, choose
+
+    def case(gain):
+        table = pd.DataFrame({"candidate": ["rep@12", "gcc@12", "rep@16"], "code": ["replication", "gcc", "replication"],
+                              "N": [12, 12, 16], "value": [0.98, 0.98 + gain, 0.95]})
+        base = np.linspace(0.9, 1.0, 40) - 0.02
+        return table, {"rep@12": base, "gcc@12": base + gain, "rep@16": base - 0.03}
+
+    assert DEFAULT_MARGIN == 0.003
+    table, values = case(0.0025)
+    pick, tied, reason = choose(table, values, "rel_acc")
+    assert pick == "rep@12" and tied == ["gcc@12"]
+    assert reason.startswith("gcc@12 gains +0.0025 ± 0.0000 rel_acc over rep@12 at N = 12, within 2 paired "
+                             "standard errors plus the margin 0.003: copying is recommended")
+    assert choose(table, values, "rel_acc", margin=0.0) == ("gcc@12", [], "")
+    table, values = case(0.005)
+    assert choose(table, values, "rel_acc")[0] == "gcc@12"
+    # the MSE: a fraction of the copying estimator's MSE (0.3% of 1.0 here)
+    table = pd.DataFrame({"candidate": ["rep@12", "gcc@12"], "code": ["replication", "gcc"], "N": [12, 12],
+                          "value": [1.0, 0.998], "decodable": [1.0, 1.0]})
+    values = {"rep@12": np.full(40, 1.0), "gcc@12": np.full(40, 0.998)}
+    assert choose(table, values, "mse")[0] == "rep@12" and choose(table, values, "mse", margin=0.001)[0] == "gcc@12"
 
 
 def test_a_pipeline_with_speculative_is_advised_on_and_speculative_is_no_extra_candidate(client, tmp_path):

@@ -589,11 +589,15 @@ class AdviseConfig(_Section):
         Choose the fewest workers whose estimator reaches this RelAcc (null: the best at ``max_redundancy``).
     max_redundancy
         The largest N/K considered (null: ``code.num_workers / code.num_inputs``, or 2 with a target).
+    margin
+        What a code must gain over the best estimator that copies at the same N, beyond 2 paired standard
+        errors, to be chosen: RelAcc (for an f with one output, a fraction of the copying one's MSE).
     """
 
     samples: Annotated[int, Field(ge=2, le=1_000_000)] = 2000
     target_relacc: Annotated[float, Field(gt=0, le=1)] | None = None
     max_redundancy: Annotated[float, Field(ge=1, le=64)] | None = None
+    margin: Annotated[float, Field(ge=0, le=1)] = 0.003
 
     @model_validator(mode="after")
     def _check(self) -> AdviseConfig:

@@ -12,8 +12,12 @@ recommends the estimator and N (docs/frontier.rst, section 'Advice'):
 * ``target`` X: the fewest workers N whose best estimator reaches RelAcc X;
 
 and when candidates are within 2 paired standard errors of the best it says so and takes the cheapest of
-them (the fewest workers, then an estimator that copies over one that codes). The coded outputs are stored
-with the advice, so a second call with another target or straggler budget does not evaluate f again.
+them (the fewest workers, then an estimator that copies over one that codes). A code is recommended over the
+best estimator that copies at the same N only when it gains more than 2 paired standard errors plus
+``margin`` (:data:`DEFAULT_MARGIN` RelAcc): a code costs an encode and a decode per batch, and gains smaller
+than that, measured on one sample, did not carry over to held-out data (docs/frontier.rst, section 'Advice').
+The coded outputs are stored with the advice, so a second call with another target or straggler budget does
+not evaluate f again.
 """
 
 from __future__ import annotations
@@ -44,6 +48,9 @@ DEFAULT_SAMPLES = 2000
 #: seeded batches of the pipeline's latency model whose kept sets advice scores ("latency" pattern)
 LATENCY_DRAWS = 2000
 TIE_SE = 2.0
+#: the RelAcc (for the MSE: the fraction of the copying estimator's MSE) a code must gain over copying at the
+#: same N, beyond TIE_SE paired standard errors, to be recommended (``advise.margin``)
+DEFAULT_MARGIN = 0.003
 
 
 @dataclass
@@ -135,7 +142,7 @@ def _policy(cfg, n: int, s: int):
 
 
 def choose(table: pd.DataFrame, values: Mapping[str, np.ndarray], metric: str, *,
-           target: float | None = None) -> tuple[str, list[str], str]:
+           target: float | None = None, margin: float = DEFAULT_MARGIN) -> tuple[str, list[str], str]:
     """The recommended candidate of `table` (the decision pattern's rows), the candidates tied with it, and why.
 
     Parameters
@@ -147,6 +154,9 @@ def choose(table: pd.DataFrame, values: Mapping[str, np.ndarray], metric: str, *
     metric : {"rel_acc", "mse"}
     target : float, optional
         With a target: the fewest workers N whose best candidate reaches it; without: the best overall.
+    margin : float
+        >= 0. What a coded candidate must gain over the best copying one (replication, uncoded) at its N,
+        beyond ``TIE_SE`` paired standard errors: RelAcc, or for the MSE a fraction of the copying one's MSE.
 
     Returns
     -------
@@ -179,13 +189,28 @@ def choose(table: pd.DataFrame, values: Mapping[str, np.ndarray], metric: str, *
     pool["coded"] = ~pool["code"].isin(["replication", "uncoded"])
     pool = pool.assign(_v=-sign * pool["value"]).sort_values(["N", "coded", "_v"])
     pick = str(pool.iloc[0]["candidate"])
-    return pick, [c for c in [best["candidate"], *tied] if c != pick], reason
+    if bool(pool.iloc[0]["coded"]):
+        n = pool.iloc[0]["N"]
+        copying = rows[(rows["N"] == n) & rows["code"].isin(["replication", "uncoded"])]
+        if not copying.empty:
+            alt = copying.loc[(sign * copying["value"]).idxmax()]
+            d, se = paired_difference(values[pick], values[alt["candidate"]])
+            scale = 1.0 if metric == "rel_acc" else abs(float(alt["value"]))
+            bound = TIE_SE * (se if np.isfinite(se) else 0.0) + margin * scale
+            if np.isfinite(d) and sign * d <= bound:
+                note = (f"{pick} gains {sign * d:+.4f} ± {se:.4f} {metric} over {alt['candidate']} at N = {int(n)}, "
+                        f"within 2 paired standard errors plus the margin {margin:g}: copying is recommended")
+                tied = [pick, *tied]
+                pick = str(alt["candidate"])
+                reason = f"{reason}; {note}" if reason else note
+    return pick, [c for c in dict.fromkeys([best["candidate"], *tied]) if c != pick], reason
 
 
 def advise(pipeline: Any, *, samples: int = DEFAULT_SAMPLES, target: float | None = None,
            max_redundancy: float | None = None, stragglers: int | float | None = None, client=None,
            out: str | os.PathLike | None = None, overrides: Sequence[str] = (),
-           echo: Callable[[str], None] | None = None, progress: bool = True) -> Advice:
+           echo: Callable[[str], None] | None = None, progress: bool = True,
+           margin: float | None = None) -> Advice:
     """Measure every estimator on a sample of the pipeline's data and recommend one (see the module docs).
 
     Parameters
@@ -209,6 +234,9 @@ def advise(pipeline: Any, *, samples: int = DEFAULT_SAMPLES, target: float | Non
         As ``--set`` on the pipeline.
     echo : callable, optional
     progress : bool
+    margin : float, optional
+        What a code must gain over copying at its N beyond 2 paired standard errors, >= 0 (:func:`choose`);
+        default the pipeline's ``advise.margin`` (0.003).
 
     Returns
     -------
@@ -217,8 +245,8 @@ def advise(pipeline: Any, *, samples: int = DEFAULT_SAMPLES, target: float | Non
     Raises
     ------
     ConfigError
-        A bad `samples`, `target`, `max_redundancy` or `stragglers` (one line naming the option), or a pipeline
-        config error.
+        A bad `samples`, `target`, `max_redundancy`, `stragglers` or `margin` (one line naming the option), or a
+        pipeline config error.
     """
     from gcc_dask.analysis.frontier import frontier_table, open_frontier, plot_frontier
     from gcc_dask.config import load_config
@@ -230,6 +258,11 @@ def advise(pipeline: Any, *, samples: int = DEFAULT_SAMPLES, target: float | Non
     cfg = load_config(pipeline, overrides=overrides)
     K = cfg.code.num_inputs
     _check_options(samples, target, max_redundancy, stragglers, K)
+    if margin is not None and not (isinstance(margin, (int, float)) and not isinstance(margin, bool)
+                                   and math.isfinite(margin) and 0 <= margin <= 1):
+        raise ConfigError(f"--margin: got {margin!r}; expected a number in [0, 1] (RelAcc a code must gain over "
+                          "copying)")
+    margin = cfg.advise.margin if margin is None else float(margin)
     S, p = _stragglers(cfg, stragglers)
     out_dir = Path(os.fspath(out) if out is not None else f"runs/{cfg.name}-advice").expanduser().absolute()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -274,12 +307,12 @@ def advise(pipeline: Any, *, samples: int = DEFAULT_SAMPLES, target: float | Non
     _write(path, ds, outputs)
     ds = open_frontier(path)
     decision = "latency" if "latency" in names else ("bernoulli" if p is not None else "random")
-    advice = _advice(ds, decision, target, cfg, path, wall)
+    advice = _advice(ds, decision, target, cfg, path, wall, margin)
     advice.files = _files(advice, ds, out_dir, plot_frontier, frontier_table)
     return advice
 
 
-def _advice(ds, pattern: str, target: float | None, cfg, path: Path, wall: float) -> Advice:
+def _advice(ds, pattern: str, target: float | None, cfg, path: Path, wall: float, margin: float) -> Advice:
     from gcc_dask.analysis.frontier import cluster_mean, paired_difference
 
     metric = ds.attrs.get("metric", "rel_acc")
@@ -296,7 +329,7 @@ def _advice(ds, pattern: str, target: float | None, cfg, path: Path, wall: float
         values[str(cand)] = v
         rows.append(row)
     table = pd.DataFrame(rows)
-    pick, tied, reason = choose(table, values, metric, target=target)
+    pick, tied, reason = choose(table, values, metric, target=target, margin=margin)
     sign = 1.0 if metric == "rel_acc" else -1.0
     best = table.loc[(sign * table["value"]).idxmax(), "candidate"]
     table["vs_best"], table["vs_best_se"] = zip(*(paired_difference(values[c], values[best]) for c in table["candidate"]))
@@ -311,7 +344,8 @@ def _advice(ds, pattern: str, target: float | None, cfg, path: Path, wall: float
     lines = [f"recommended: {chosen['estimator']} at N = {int(chosen['N'])} (N/K = {chosen['ratio']:g}): "
              f"{metric} {chosen['value']:.4f} ± {chosen['se']:.4f} on {what}"]
     if tied:
-        lines.append("within 2 paired standard errors of the best (so the cheapest was taken): " + ", ".join(tied))
+        lines.append("within 2 paired standard errors of the best, or a code within the margin of copying (so the "
+                     "cheapest was taken): " + ", ".join(tied))
     if reason:
         lines.append(reason)
     set_lines = [f"--set \"schemes=[{{label: {label}, code: {choice['code']}, params: "
@@ -419,7 +453,7 @@ def resolve_auto(cfg, path: str | os.PathLike, client=None, say: Callable[[str],
         stem = store.name[:-5] if store.name.endswith(".zarr") else store.name
         adv = advise(cfg, samples=cfg.advise.samples, target=cfg.advise.target_relacc,
                      max_redundancy=cfg.advise.max_redundancy, client=client, out=store.with_name(f"{stem}-advice"),
-                     echo=say, progress=False)
+                     echo=say, progress=False, margin=cfg.advise.margin)
         stored = {**adv.to_attrs(), "for_fingerprint": fingerprint, "store": adv.path}
         say(f"schemes [auto]: {adv.text.splitlines()[0]}")
     else:
