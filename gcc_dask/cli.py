@@ -189,7 +189,9 @@ def advise(pipeline, samples, target, max_redundancy, stragglers, margin, out, s
             if c in adv.table]
     click.echo("\n" + adv.table[cols].rename(columns={"value": adv.metric, "ratio": "N/K"})
                .to_markdown(index=False, floatfmt=".4f"))
-    click.echo(f"\n{adv.text}\napply it with:\n  gcc-dask run {pipeline} " + " ".join([*kept, *adv.set_lines]))
+    own_store = any(o.partition("=")[0].strip() == "store.path" for o in overrides)  # the user's store stays
+    lines = [line for line in adv.set_lines if not (own_store and line.startswith("--set store.path="))]
+    click.echo(f"\n{adv.text}\napply it with:\n  gcc-dask run {pipeline} " + " ".join([*kept, *lines]))
     click.echo(f"advice: {adv.files[0]}  ({adv.wall_s:.0f} s)")
 
 

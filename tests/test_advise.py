@@ -54,15 +54,17 @@ def test_the_same_seed_gives_the_same_advice_and_f_is_not_evaluated_again(client
     cfg = _pipe(tmp_path, [0.0, 1.0, 0.5])
     first = advise(cfg, samples=96, client=client, out=tmp_path / "a", progress=False)
     calls = {"n": 0}
-    real = run_mod._coded_task
 
-    def counted(*args, **kwargs):
-        calls["n"] += 1
-        return real(*args, **kwargs)
+    def counting(real):
+        def counted(*args, **kwargs):
+            calls["n"] += 1
+            return real(*args, **kwargs)
+        return counted
 
-    monkeypatch.setattr(run_mod, "_coded_task", counted)
+    monkeypatch.setattr(run_mod, "_coded_task", counting(run_mod._coded_task))
+    monkeypatch.setattr(run_mod, "_f_task", counting(run_mod._f_task))  # f on the groups themselves
     again = advise(cfg, samples=96, client=client, out=tmp_path / "a", progress=False)
-    assert calls["n"] == 0  # the coded outputs come from the first advice's store
+    assert calls["n"] == 0  # the coded outputs and f on the groups come from the first advice's store
     assert again.choice == first.choice
     np.testing.assert_array_equal(again.table["value"].to_numpy(), first.table["value"].to_numpy())
     other = advise(cfg, samples=96, client=client, out=tmp_path / "a", progress=False, stragglers=1)
@@ -96,11 +98,13 @@ def test_an_auto_run_records_its_choice_and_a_resume_keeps_it(client, tmp_path, 
     (["--margin", "-0.1"], r"^gcc-dask: error: --margin: got -0.1; expected a number in \[0, 1\]"),
 ], ids=["relacc-above-1", "target-and-max", "redundancy-below-1", "too-few-samples", "s-too-large", "s-not-a-number",
         "negative-margin"])
-def test_bad_advice_options_are_one_line_naming_the_flag(args, match):
-    res = CliRunner().invoke(main, ["advise", "pipelines/smoke.yaml", *args])
+def test_bad_advice_options_are_one_line_naming_the_flag(args, match, tmp_path):
+    out = tmp_path / "advice"
+    res = CliRunner().invoke(main, ["advise", "pipelines/smoke.yaml", "--out", str(out), *args])
     assert res.exit_code == 2, res.output
     lines = [line for line in res.output.splitlines() if line.strip()]
     assert len(lines) == 1 and __import__("re").match(match, lines[0]), res.output
+    assert not out.exists()  # refused before anything is written
 
 
 def test_a_target_picks_the_fewest_workers_that_reach_it():
@@ -172,6 +176,19 @@ def test_the_command_that_applies_the_advice_keeps_the_users_overrides(tmp_path)
     line = next(ln for ln in res.output.splitlines() if ln.strip().startswith("gcc-dask run"))
     assert "--set cutoff.stragglers=1" in line and line.count("schemes=") == 1
     assert line.index("cutoff.stragglers=1") < line.index("schemes=")
+    # the pipeline's own store holds a run of its own schemes: the command goes to a store of its own, and runs
+    import shlex
+
+    gd.run_pipeline(str(cfg))
+    label = line.split("label: ")[1].split(",")[0]
+    assert f"--set store.path={tmp_path / 'run'}-{label}.zarr" in line
+    again = CliRunner().invoke(main, shlex.split(line)[1:] + ["--set", "run.progress=false"])
+    assert again.exit_code == 0, again.output
+    assert gd.open_run(f"{tmp_path / 'run'}-{label}.zarr").attrs["status"] == "complete"
+    mine = CliRunner().invoke(main, ["advise", str(cfg), "--samples", "96", "--out", str(tmp_path / "a"),
+                                     "--no-progress", "--set", f"store.path={tmp_path / 'mine.zarr'}"])
+    line = next(ln for ln in mine.output.splitlines() if ln.strip().startswith("gcc-dask run"))
+    assert line.count("store.path=") == 1 and "mine.zarr" in line  # the user's own store path is kept
 
 
 def test_an_auto_run_names_its_own_key_for_too_small_a_sample(client, tmp_path):

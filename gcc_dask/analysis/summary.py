@@ -156,7 +156,8 @@ def format_summary(summary: pd.DataFrame) -> str:
     the batch latency, ``cut99_s`` the 99th
     percentile of when the cutoff fired, ``recv`` the mean number of results used, ``missing`` the samples
     without an estimate, ``filled`` those a fill estimated from their neighbours, ``failed`` the failed
-    batches (an undecodable batch's samples are ``missing``).
+    batches (an undecodable batch's samples are ``missing``). Under the table, a line for each
+    ``speculative`` scheme gives the mean backup copies its batches launched (``mean_backups``).
     """
     cols = [c for c in SHORT_COLUMNS if c in summary.columns]
     header = ["scheme", *(SHORT_COLUMNS[c] for c in cols)]
@@ -174,4 +175,8 @@ def format_summary(summary: pd.DataFrame) -> str:
                                  for i, (c, w) in enumerate(zip(cells, widths))) + " |"
 
     rule = "|" + "|".join(("-" * (w + 1) + ":") if i else (":" + "-" * (w + 1)) for i, w in enumerate(widths)) + "|"
-    return "\n".join([line(header), rule, *(line(r) for r in body)])
+    notes = []
+    if "code" in summary.columns and "mean_backups" in summary.columns:
+        notes = [f"{name}: {summary.at[name, 'mean_backups']:.3g} backup copies a batch (mean)"
+                 for name in summary.index if summary.at[name, "code"] == "speculative"]
+    return "\n".join([line(header), rule, *(line(r) for r in body), *notes])

@@ -70,7 +70,9 @@ class Advice:
     text : str
         The recommendation, with the ties it resolved.
     set_lines : list of str
-        ``--set`` options that apply it to the pipeline.
+        ``--set`` options that apply it to the pipeline: the scheme entry, and a store of its own
+        (``store.path`` with ``-<label>`` before ``.zarr``: the pipeline's own store holds another
+        configuration's run).
     pattern : str
         The received sets the choice was made on: ``latency`` (the pipeline's latency model and cutoff),
         ``random`` (S random stragglers) or ``bernoulli`` (each worker lost with probability p).
@@ -265,12 +267,12 @@ def advise(pipeline: Any, *, samples: int = DEFAULT_SAMPLES, target: float | Non
     margin = cfg.advise.margin if margin is None else float(margin)
     S, p = _stragglers(cfg, stragglers)
     out_dir = Path(os.fspath(out) if out is not None else f"runs/{cfg.name}-advice").expanduser().absolute()
-    out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "advice.zarr"
     source, workload = build_source_and_workload(cfg)
     output_shape = _check_model_fits(workload, source, cfg.run.nan_policy)  # one line if the data do not fit f
     if target is not None and int(np.prod(output_shape)) > 1 and target > 1:
         raise ConfigError(f"--target-relacc: got {target!r}; expected a RelAcc in (0, 1]")
+    out_dir.mkdir(parents=True, exist_ok=True)  # (once the options are known good: a refusal writes nothing)
     samples = min(int(samples), int(source.num_samples))
     fingerprint = _data_fingerprint(cfg, source, workload, samples)
     cached = _cached_outputs(path, fingerprint)
@@ -349,9 +351,20 @@ def _advice(ds, pattern: str, target: float | None, cfg, path: Path, wall: float
     if reason:
         lines.append(reason)
     set_lines = [f"--set \"schemes=[{{label: {label}, code: {choice['code']}, params: "
-                 f"{json.dumps(choice['params']).replace(chr(34), '')}}}]\""]
+                 f"{json.dumps(choice['params']).replace(chr(34), '')}}}]\"",
+                 f"--set store.path={_store_for(cfg, label)}"]
     return Advice(table=table, choice=choice, text="\n".join(lines), set_lines=set_lines, pattern=pattern,
                   metric=metric, path=str(path), wall_s=wall)
+
+
+def _store_for(cfg, label: str) -> str:
+    """A store path of its own for the pipeline run with the chosen entry: the pipeline's store, ``-<label>``
+    before ``.zarr`` (its own store would refuse a run of another configuration)."""
+    import shlex
+
+    store = str(cfg.store.path)
+    stem = store[:-5] if store.endswith(".zarr") else store
+    return shlex.quote(f"{stem}-{label}.zarr")
 
 
 def _entry_label(estimator: str) -> str:

@@ -5,7 +5,8 @@
 1. the groups: every full group of K of the configured composition of the source (``dnn``), or ``groups``
    groups of drawn inputs composed the same way (analytic functions);
 2. f on the groups' inputs (the reference) and on every coded input of every coded estimator, as Dask tasks
-   (an estimator whose encoder was evaluated before, in this store, reuses those results: ``outputs/``);
+   (an estimator whose encoder was evaluated before, in this store, reuses those results, and f on the
+   groups its stored reference: ``outputs/``);
    selection schemes (replication, uncoded) reuse the reference's rows;
 3. each (estimator, S) decoded under every received set of its cell and scored, one Dask task each
    (:mod:`gcc_dask.frontier.evaluate`);
@@ -41,6 +42,8 @@ __all__ = ["Candidate", "FrontierResult", "candidates_for", "candidates_for_spec
 MARKER = "gcc_dask_frontier"
 #: coded inputs evaluated by one Dask task
 ROWS_PER_TASK = 8192
+#: the name of f's outputs on the groups themselves among the stored outputs (the others are encoder digests)
+REFERENCE_KEY = "reference"
 
 
 @dataclass(frozen=True)
@@ -342,7 +345,8 @@ def measure(c, workload: Any, X: np.ndarray, candidates: Sequence[Candidate], S_
     exhaustive_limit, draws, seed : int
         As :func:`~.sets.random_sets`.
     cached : mapping, optional
-        Coded outputs by encoder digest, computed before (not computed again).
+        Coded outputs by encoder digest, and f on the groups under :data:`REFERENCE_KEY`, computed before (not
+        computed again).
     extra_sets : callable, optional
         ``extra_sets(N, S) -> {name: (M, N) bool}``: more patterns of given received sets (e.g. the sets a
         latency model and cutoff keep).
@@ -352,8 +356,9 @@ def measure(c, workload: Any, X: np.ndarray, candidates: Sequence[Candidate], S_
     Returns
     -------
     reference, outputs, results
-        f on the groups ``(G, K, *out)``; the coded outputs by encoder digest (cached ones included);
-        ``results[(candidate label, S)]`` = the per-group scores of each pattern (:func:`_score_task`).
+        f on the groups ``(G, K, *out)``; the coded outputs by encoder digest (cached ones included) and the
+        reference under :data:`REFERENCE_KEY`; ``results[(candidate label, S)]`` = the per-group scores of each
+        pattern (:func:`_score_task`).
     """
     from distributed import as_completed
 
@@ -362,8 +367,12 @@ def measure(c, workload: Any, X: np.ndarray, candidates: Sequence[Candidate], S_
     token = uuid.uuid4().hex[:8]
     X_f = c.scatter(X, broadcast=True)
     step = max(1, ROWS_PER_TASK // K)
-    ref_parts = [c.submit(_f_task, workload, X_f, lo, min(lo + step, G), pure=False,
-                          key=f"frontier-ref-{lo}-{token}") for lo in range(0, G, step)]
+    known = cached.get(REFERENCE_KEY)
+    if known is not None and known.shape[:2] != (G, K):
+        known = None
+    ref_parts = [] if known is not None else [
+        c.submit(_f_task, workload, X_f, lo, min(lo + step, G), pure=False, key=f"frontier-ref-{lo}-{token}")
+        for lo in range(0, G, step)]
     digests: dict[str, str] = {}
     coded_futs: dict[str, list] = {}
     for cand in candidates:
@@ -384,8 +393,8 @@ def measure(c, workload: Any, X: np.ndarray, candidates: Sequence[Candidate], S_
     try:
         for _ in as_completed([*ref_parts, *(f for fs in coded_futs.values() for f in fs)]):
             bar.update(1)
-        reference = np.concatenate(c.gather(ref_parts))
-        outputs = dict(cached)
+        reference = known if known is not None else np.concatenate(c.gather(ref_parts))
+        outputs = {**cached, REFERENCE_KEY: reference}
         for digest, futs in coded_futs.items():
             outputs[digest] = np.concatenate(c.gather(futs)).astype(np.float32)
         ref_f = c.scatter(reference, broadcast=True)
@@ -485,8 +494,9 @@ def _write(path: Path, ds, outputs: dict[str, np.ndarray]) -> None:
         root = zarr.open_group(str(tmp), mode="r+", use_consolidated=False)
         group = root.create_group("outputs", attributes={
             "long_name": "f on the coded inputs of each group, by encoder digest: (group, worker, *out)"})
-        for digest, values in outputs.items():
-            group.create_array(digest, data=np.asarray(values, dtype=np.float32))
+        for digest, values in outputs.items():  # (the reference in f's own dtype: the scores are the same again)
+            group.create_array(digest, data=np.asarray(values) if digest == REFERENCE_KEY
+                               else np.asarray(values, dtype=np.float32))
     if path.exists():
         shutil.rmtree(path) if path.is_dir() else path.unlink()
     os.replace(tmp, path)

@@ -235,6 +235,10 @@ def test_a_second_copy_backs_up_a_backup_that_lands_on_a_slow_worker(tmp_path):
         assert received[b, [16 + k for k in twice]].all() and received[b, [8 + k for k in once]].all()
         assert not received[b, twice + once].any()
     assert run.summary.loc["speculative", "mean_backups"] == 6.0
+    from gcc_dask.analysis.summary import format_summary
+
+    printed = format_summary(run.summary).splitlines()  # what gcc-dask run prints: the backups said under it
+    assert printed[-1] == "speculative: 6 backup copies a batch (mean)" and len(printed) == 5
 
 
 def test_speculative_on_the_virtual_clock_backs_up_what_the_draws_say(client, tmp_path):
