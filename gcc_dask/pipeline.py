@@ -561,6 +561,7 @@ def _run_stored(cfg, path, source, workload, output_shape, connected, say, warn,
     )
     with StoreLock(path):
         store = store_mod.RunStore.resume(path, overwrite=cfg.store.overwrite, config_ignore=FINGERPRINT_IGNORED,
+                                          fingerprint_for=cfg.fingerprint, config_for=cfg.resolved_for,
                                           **layout_kwargs)
         work = None
         if store is not None:

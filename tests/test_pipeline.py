@@ -93,6 +93,26 @@ def test_resume_recomputes_nothing_done_and_matches_a_clean_run(client, tmp_path
         np.testing.assert_array_equal(root[f"{scheme}/decoded"][:], clean[f"{scheme}/decoded"][:])
 
 
+def test_a_store_made_before_keys_were_added_resumes_while_they_are_at_their_defaults(client, tmp_path):
+    """A store written before ``speculation.copies`` and ``advise.margin`` existed (its config lacks them, its
+    fingerprint is of that config) resumes under a config that leaves them at their defaults, and is refused,
+    naming the key, under one that changes them."""
+    part = _run(client, tmp_path, "old.zarr", overrides=["run.limit_batches=2"])
+    root = zarr.open_group(str(part.path), mode="r+")
+    stored = dict(root.attrs["config"])
+    stored["speculation"] = {k: v for k, v in stored["speculation"].items() if k != "copies"}
+    stored["advise"] = {k: v for k, v in stored["advise"].items() if k != "margin"}
+    cfg = load_config(SMOKE, overrides=["run.progress=false"])
+    old = cfg.fingerprint(stored=stored)
+    assert old != cfg.fingerprint() and cfg.fingerprint(stored=root.attrs["config"]) == cfg.fingerprint()
+    root.attrs.update({"config": stored, "config_fingerprint": old})  # as the version before wrote it
+    full = _run(client, tmp_path, "old.zarr")
+    assert full.status == "complete"
+    assert zarr.open_group(str(full.path), mode="r").attrs["config_fingerprint"] == old
+    with pytest.raises(gd.errors.StoreError, match=r"it differs in speculation\.copies \(None in the store, 2 now\)"):
+        _run(client, tmp_path, "old.zarr", overrides=["speculation.copies=2"])
+
+
 def test_virtual_clock_is_deterministic_across_in_flight_bounds(client, tmp_path, smoke):
     other = _run(client, tmp_path, "serial.zarr", overrides=["run.max_batches_in_flight=1"])
     a = zarr.open_group(str(smoke.path), mode="r")

@@ -22,6 +22,7 @@ from gcc_dask.errors import ConfigError
 from gcc_dask.limits import MAX_SAMPLES
 
 from .fields import (
+    ADDED_KEYS,
     Points,
     _FINGERPRINT_EXCLUDE,
     SCHEMES,
@@ -896,14 +897,28 @@ class PipelineConfig(SchemeLookup, _Section):
         out["source"] = src
         return json.loads(json.dumps(out))
 
-    def fingerprint(self) -> str:
+    def resolved_for(self, stored: Mapping[str, Any]) -> dict:
+        """:meth:`resolved`, less the keys added since the resolved config `stored` was written
+        (:data:`~gcc_dask.config.fields.ADDED_KEYS`) that `stored` lacks and this config leaves at their
+        defaults: what this config would have been then."""
+        data = self.resolved()
+        for (section, key), default in ADDED_KEYS.items():
+            if key not in (stored.get(section) or {}) and data.get(section, {}).get(key) == default:
+                data[section].pop(key)
+        return data
+
+    def fingerprint(self, stored: Mapping[str, Any] | None = None) -> str:
         """A stable SHA-256 hex digest of everything that determines the results.
 
         Excludes ``store.*``, ``cluster.*``, ``run.progress``, ``run.max_batches_in_flight`` and
         ``run.limit_batches`` (it picks which batches run, not their results), so the same job resumes
         into its store from any cluster, or continues a limited run; any other change refuses the resume.
+
+        With `stored` (the resolved config a store was made with), the keys added to the config since
+        (:data:`~gcc_dask.config.fields.ADDED_KEYS`) that `stored` lacks and this config leaves at their
+        defaults are left out too (:meth:`resolved_for`): the digest such a store would have under this config.
         """
-        data = self.resolved()
+        data = self.resolved() if stored is None else self.resolved_for(stored)
         for item in _FINGERPRINT_EXCLUDE:
             if isinstance(item, tuple):
                 data[item[0]].pop(item[1], None)

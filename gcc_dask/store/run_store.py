@@ -7,7 +7,7 @@ import shutil
 import uuid
 import warnings
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -261,7 +261,8 @@ class RunStore:
 
     @classmethod
     def resume(cls, path: str | os.PathLike, *, fingerprint: str, overwrite: bool = False,
-               inputs_digest: str | None = None, **expected: Any) -> RunStore | None:
+               inputs_digest: str | None = None, fingerprint_for: Callable[[dict], str] | None = None,
+               config_for: Callable[[dict], dict] | None = None, **expected: Any) -> RunStore | None:
         """The store at `path` ready to resume (status "running"), or None when a new one must be created.
 
         None when `path` does not exist, is an empty directory, or `overwrite` is true. Takes the layout
@@ -271,8 +272,11 @@ class RunStore:
         the store was made with. The returned store has ``resumed=True`` and a new :attr:`token` (the writes
         of an earlier run still under way are refused). With ``config_resolved`` (the new run's resolved
         config) among `expected`, a refusal names the keys that differ from the stored config, except those
-        under a dotted prefix in ``config_ignore``. What an interrupted creation or replacement left next to
-        the store is removed (:func:`remove_leftovers`).
+        under a dotted prefix in ``config_ignore``. `fingerprint_for`, given the stored config, gives the
+        fingerprint this run would have had when that store was made (keys added since, at their defaults, left
+        out): a store whose fingerprint is that one is resumed too; `config_for` gives that config, which a
+        refusal compares with the stored one. What an interrupted creation or replacement left next to the store
+        is removed (:func:`remove_leftovers`).
 
         Raises
         ------
@@ -287,9 +291,13 @@ class RunStore:
             return None
         store = cls(path)
         old = store.attrs.get("config_fingerprint")
+        if old != fingerprint and fingerprint_for is not None \
+                and old == fingerprint_for(store.attrs.get("config") or {}):
+            old = fingerprint  # made before keys this config leaves at their defaults existed
         if old != fingerprint:
-            diff = _config_diff(store.attrs.get("config") or {}, expected.get("config_resolved") or {},
-                                ignore=tuple(expected.get("config_ignore", ())))
+            stored = store.attrs.get("config") or {}
+            now = config_for(stored) if config_for is not None else expected.get("config_resolved") or {}
+            diff = _config_diff(stored, now, ignore=tuple(expected.get("config_ignore", ())))
             raise StoreError(f"store path: got {str(path)!r}, a run made by a different configuration "
                              f"(fingerprint {str(old)[:12]}, this config {fingerprint[:12]}{diff}); pass "
                              "--overwrite (store.overwrite: true) to replace it, set those keys back to resume "
