@@ -644,7 +644,7 @@ def _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, la
     if use_gpu:
         check_gpu_workers(c)  # GPU=1 without CuPy would fail every shard
     slots = thread_slots(c)
-    widest = max(p.num_workers for p in plans)
+    widest = max(p.num_inputs if p.speculation is not None else p.num_workers for p in plans)  # (backups: when late)
     if 0 < slots < widest:
         say(f"note: a batch has up to N = {widest} shards but the cluster has {slots} worker threads, so some "
             "shards queue behind their own batch's stragglers and the cutoff waits for them; add threads "

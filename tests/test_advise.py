@@ -151,6 +151,33 @@ def test_a_code_must_beat_copying_at_its_n_by_the_margin():
                           "value": [1.0, 0.998], "decodable": [1.0, 1.0]})
     values = {"rep@12": np.full(40, 1.0), "gcc@12": np.full(40, 0.998)}
     assert choose(table, values, "mse")[0] == "rep@12" and choose(table, values, "mse", margin=0.001)[0] == "gcc@12"
+    with pytest.raises(ConfigError, match=r"margin: got nan; expected a number in \[0, 1\]"):
+        choose(table, values, "mse", margin=float("nan"))
+
+
+def test_a_code_set_aside_by_the_margin_does_not_make_a_cheaper_n_look_tied():
+    """rep@16 is the best; gcc@12 is tied with it only through its gain of 0.0044 over rep@12, within the
+    margin: copying stands for gcc@12 at N = 12, which is not tied with the best, so rep@16 is chosen. With a
+    target a code within the margin of copying does not reach it for copying (margin 1: never a code)."""
+    import pandas as pd
+
+    from gcc_dask.frontier.advise import choose
+
+    base = np.linspace(0.9, 1.0, 40)
+    table = pd.DataFrame({"candidate": ["rep@12", "gcc@12", "rep@16"], "code": ["replication", "gcc", "replication"],
+                          "N": [12, 12, 16], "value": [0.944, 0.9484, 0.950]})
+    rng = np.random.default_rng(1)
+    values = {"rep@12": base - 0.006, "gcc@12": base - 0.0016 + rng.normal(0, 0.008, 40), "rep@16": base}
+    values["gcc@12"] += 0.9484 - 0.95 - (values["gcc@12"] - base).mean()  # its mean exactly 0.9484
+    pick, tied, reason = choose(table, values, "rel_acc")
+    assert pick == "rep@16" and "gcc@12 gains +0.0044" in reason and "gcc@12" in tied
+    assert choose(table, values, "rel_acc", margin=0.0)[0] == "gcc@12"  # tied with the best, and cheaper
+    target = pd.DataFrame({"candidate": ["rep@6", "gcc@6", "rep@8"], "code": ["replication", "gcc", "replication"],
+                           "N": [6, 6, 8], "value": [0.9688, 0.9760, 0.99]})
+    vals = {"rep@6": base - 0.0312, "gcc@6": base - 0.024 + rng.normal(0, 0.02, 40), "rep@8": base - 0.01}
+    vals["gcc@6"] += 0.976 - 0.95 - (vals["gcc@6"] - base).mean()
+    assert choose(target, vals, "rel_acc", target=0.97, margin=0.0)[0] == "gcc@6"
+    assert choose(target, vals, "rel_acc", target=0.97, margin=1.0)[0] == "rep@8"
 
 
 def test_a_pipeline_with_speculative_is_advised_on_and_speculative_is_no_extra_candidate(client, tmp_path):

@@ -60,7 +60,7 @@ class SchemeEntry(_Section):
     params
         Overrides for this entry: the keys of the code's section (``gcc``: kernel, lambda_enc, lambda_dec,
         length_scale; ``lcc``: degree; ``replication``: copies, extra, stop, fill; ``uncoded``: stop,
-        fill; ``speculative``: the ``speculation`` section's quantile, multiplier, min_runtime),
+        fill; ``speculative``: the ``speculation`` section's quantile, multiplier, min_runtime, copies),
         ``num_workers`` (N; every code but uncoded and speculative) and ``points`` (the point-based codes).
     """
 
@@ -168,6 +168,12 @@ class SchemeLookup:
             return f"schemes.{scheme}.params.num_workers", entry.params["num_workers"]
         if self.code_of(scheme) == "replication" and self.section_for(scheme).copies is not None:
             return "replication.copies", self.section_for(scheme).copies
+        if self.code_of(scheme) in ("speculative", "uncoded"):  # N = (copies + 1)·K, or K
+            if entry is not None and "copies" in entry.params:
+                return f"schemes.{scheme}.params.copies", entry.params["copies"]
+            if self.code_of(scheme) == "speculative" and self.section_for(scheme).copies > 1:
+                return "speculation.copies", self.section_for(scheme).copies
+            return "code.num_inputs", self.code.num_inputs
         return "code.num_workers", self.code.num_workers
 
     @property

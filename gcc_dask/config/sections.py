@@ -522,8 +522,8 @@ class SpeculationConfig(_Section):
     min_runtime
         Never launch a backup for a shard that has run less than this.
     copies
-        Backup copies an input may get (default 1, as Spark). A second copy guards against an original and its
-        backup both straggling (with independent hangs of probability p, about K·p² of the batches).
+        Backup copies an input may get, 1 to 8 (default 1, as Spark). A second copy guards against an original
+        and its backup both straggling (with independent hangs of probability p, about K·p² of the batches).
     """
 
     quantile: Annotated[float, Field(gt=0, le=1)] = 0.75

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import numbers
 import os
 import time
 from dataclasses import dataclass, field
@@ -48,6 +49,8 @@ DEFAULT_SAMPLES = 2000
 #: seeded batches of the pipeline's latency model whose kept sets advice scores ("latency" pattern)
 LATENCY_DRAWS = 2000
 TIE_SE = 2.0
+#: the codes that copy f's outputs (no encoder, no decoder to fit): what a code must beat by the margin
+COPYING = ("replication", "uncoded")
 #: the RelAcc (for the MSE: the fraction of the copying estimator's MSE) a code must gain over copying at the
 #: same N, beyond TIE_SE paired standard errors, to be recommended (``advise.margin``)
 DEFAULT_MARGIN = 0.003
@@ -157,55 +160,80 @@ def choose(table: pd.DataFrame, values: Mapping[str, np.ndarray], metric: str, *
     target : float, optional
         With a target: the fewest workers N whose best candidate reaches it; without: the best overall.
     margin : float
-        >= 0. What a coded candidate must gain over the best copying one (replication, uncoded) at its N,
-        beyond ``TIE_SE`` paired standard errors: RelAcc, or for the MSE a fraction of the copying one's MSE.
+        In [0, 1]. What a coded candidate must gain over the best copying one (:data:`COPYING`) at its N,
+        beyond ``TIE_SE`` paired standard errors: RelAcc, or for the MSE a fraction of the copying one's MSE. A
+        code that gains less is set aside before the target and the ties are looked at (the copying one stands
+        for it), and `reason` says so when it would have looked better than the pick.
 
     Returns
     -------
     (candidate, tied, reason)
+        ``tied``: the others within 2 paired standard errors of the best, and the codes set aside that looked
+        better than the pick.
+
+    Raises
+    ------
+    ConfigError
+        For a margin outside [0, 1] or not a number.
     """
     from gcc_dask.analysis.frontier import MSE_ROUNDING, paired_difference
 
+    if isinstance(margin, bool) or not isinstance(margin, numbers.Real) or not 0 <= float(margin) <= 1:
+        raise ConfigError(f"margin: got {margin!r}; expected a number in [0, 1]")
     sign = 1.0 if metric == "rel_acc" else -1.0
     rows = table.dropna(subset=["value"])
     if metric == "mse" and "decodable" in rows:  # an MSE over the outputs it kept says nothing of those it lost
         rows = rows[rows["decodable"] >= 1.0 - 1e-12]
-    reason = ""
-    if target is not None:
-        ok = rows[(sign * rows["value"]) >= sign * target]
-        if ok.empty:
-            reason = (f"no candidate reaches {metric} {target:g} at N <= {int(rows['N'].max())}; the best one is "
-                      "recommended instead")
-        else:
-            rows = ok[ok["N"] == ok["N"].min()]
-    best = rows.loc[(sign * rows["value"]).idxmax()]
-    tied = []
-    for _, r in rows.iterrows():
-        if r["candidate"] == best["candidate"]:
+    # a code whose gain over the best copying estimator at its N is within 2 SE plus the margin is not counted:
+    # that copying estimator stands for it (at its own value) in everything below
+    copies = rows["code"].isin(COPYING)
+    discounted: dict[str, str] = {}
+    for _, r in rows[~copies].iterrows():
+        copying = rows[copies & (rows["N"] == r["N"])]
+        if copying.empty:
             continue
-        d, se = paired_difference(values[best["candidate"]], values[r["candidate"]])
-        if np.isfinite(d) and sign * d <= TIE_SE * (se if np.isfinite(se) else 0.0) + (MSE_ROUNDING if metric == "mse" else 0):
-            tied.append(r["candidate"])
-    pool = rows[rows["candidate"].isin([best["candidate"], *tied])].copy()
-    # the cheapest of the tied: fewest workers, then copying over coding, then the better value
-    pool["coded"] = ~pool["code"].isin(["replication", "uncoded"])
-    pool = pool.assign(_v=-sign * pool["value"]).sort_values(["N", "coded", "_v"])
-    pick = str(pool.iloc[0]["candidate"])
-    if bool(pool.iloc[0]["coded"]):
-        n = pool.iloc[0]["N"]
-        copying = rows[(rows["N"] == n) & rows["code"].isin(["replication", "uncoded"])]
-        if not copying.empty:
-            alt = copying.loc[(sign * copying["value"]).idxmax()]
-            d, se = paired_difference(values[pick], values[alt["candidate"]])
-            scale = 1.0 if metric == "rel_acc" else abs(float(alt["value"]))
-            bound = TIE_SE * (se if np.isfinite(se) else 0.0) + margin * scale
+        alt = copying.loc[(sign * copying["value"]).idxmax()]
+        d, se = paired_difference(values[r["candidate"]], values[alt["candidate"]])
+        scale = 1.0 if metric == "rel_acc" else abs(float(alt["value"]))
+        if np.isfinite(d) and sign * d <= TIE_SE * (se if np.isfinite(se) else 0.0) + float(margin) * scale:
+            fmt = ".4f" if metric == "rel_acc" else ".3g"
+            discounted[str(r["candidate"])] = (
+                f"{r['candidate']} gains {sign * d:+{fmt}} ± {se:{fmt}} {metric} over {alt['candidate']} at N = "
+                f"{int(r['N'])}, within 2 paired standard errors plus the margin {float(margin):g}: copying is "
+                "recommended over it")
+    def cheapest_tied(rows):
+        """(pick row, best, tied, reason) of the tie rule on `rows` (after the target)."""
+        reason = ""
+        if target is not None:
+            ok = rows[(sign * rows["value"]) >= sign * target]
+            if ok.empty:
+                reason = (f"no candidate reaches {metric} {target:g} at N <= {int(rows['N'].max())}; the best one "
+                          "is recommended instead")
+            else:
+                rows = ok[ok["N"] == ok["N"].min()]
+        best = rows.loc[(sign * rows["value"]).idxmax()]
+        tied = []
+        for _, r in rows.iterrows():
+            if r["candidate"] == best["candidate"]:
+                continue
+            d, se = paired_difference(values[best["candidate"]], values[r["candidate"]])
+            bound = TIE_SE * (se if np.isfinite(se) else 0.0) + (MSE_ROUNDING if metric == "mse" else 0)
             if np.isfinite(d) and sign * d <= bound:
-                note = (f"{pick} gains {sign * d:+.4f} ± {se:.4f} {metric} over {alt['candidate']} at N = {int(n)}, "
-                        f"within 2 paired standard errors plus the margin {margin:g}: copying is recommended")
-                tied = [pick, *tied]
-                pick = str(alt["candidate"])
-                reason = f"{reason}; {note}" if reason else note
-    return pick, [c for c in dict.fromkeys([best["candidate"], *tied]) if c != pick], reason
+                tied.append(r["candidate"])
+        pool = rows[rows["candidate"].isin([best["candidate"], *tied])].copy()
+        # the cheapest of the tied: fewest workers, then copying over coding, then the better value
+        pool["coded"] = ~pool["code"].isin(COPYING)
+        pool = pool.assign(_v=-sign * pool["value"]).sort_values(["N", "coded", "_v"])
+        return pool.iloc[0], str(best["candidate"]), tied, reason
+
+    pick, best, tied, reason = cheapest_tied(rows[~rows["candidate"].isin(list(discounted))])
+    # the codes set aside that would have been chosen, or looked better than the pick: say why they were not
+    naive = str(cheapest_tied(rows)[0]["candidate"]) if discounted else ""
+    better = [c for c in discounted if c == naive
+              or sign * float(rows.loc[rows["candidate"] == c, "value"].iloc[0]) > sign * float(pick["value"])]
+    reason = "; ".join([*([reason] if reason else []), *(discounted[c] for c in better)])
+    others = [c for c in dict.fromkeys([best, *tied, *better]) if c != pick["candidate"]]
+    return str(pick["candidate"]), others, reason
 
 
 def advise(pipeline: Any, *, samples: int = DEFAULT_SAMPLES, target: float | None = None,
@@ -260,7 +288,7 @@ def advise(pipeline: Any, *, samples: int = DEFAULT_SAMPLES, target: float | Non
     cfg = load_config(pipeline, overrides=overrides)
     K = cfg.code.num_inputs
     _check_options(samples, target, max_redundancy, stragglers, K)
-    if margin is not None and not (isinstance(margin, (int, float)) and not isinstance(margin, bool)
+    if margin is not None and not (isinstance(margin, numbers.Real) and not isinstance(margin, bool)
                                    and math.isfinite(margin) and 0 <= margin <= 1):
         raise ConfigError(f"--margin: got {margin!r}; expected a number in [0, 1] (RelAcc a code must gain over "
                           "copying)")
@@ -364,7 +392,10 @@ def _store_for(cfg, label: str) -> str:
 
     store = str(cfg.store.path)
     stem = store[:-5] if store.endswith(".zarr") else store
-    return shlex.quote(f"{stem}-{label}.zarr")
+    path = f"{stem}-{label}.zarr"
+    if os.path.isabs(path) and not os.path.relpath(path).startswith(".."):  # under the working directory
+        path = os.path.relpath(path)
+    return shlex.quote(path)
 
 
 def _entry_label(estimator: str) -> str:

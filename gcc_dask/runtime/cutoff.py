@@ -32,7 +32,8 @@ import numpy as np
 
 from gcc_dask.errors import ConfigError
 
-__all__ = ["CutoffPolicy", "CutoffDecision", "Speculation", "backup_schedule", "backup_time", "backups_due",
+__all__ = ["CutoffPolicy", "CutoffDecision", "Speculation", "backup_schedule", "backup_threshold", "backup_time",
+           "backups_due",
            "cutoff_time", "decide", "needed_results", "resolve_wait_for", "spares_due"]
 
 Shortfall = Literal["wait", "decode", "fail"]
@@ -234,13 +235,20 @@ def _rule_time(finite: list[float], q: int, multiplier: float, min_runtime: floa
     ``finite`` holds the finite arrivals in ascending order, so the median of the first j is read off
     (the mean of the two middle values for even j, as :func:`numpy.median`), not recomputed.
     """
+    return _rule_fire(finite, q, multiplier, min_runtime)[0]
+
+
+def _rule_fire(finite: list[float], q: int, multiplier: float, min_runtime: float) -> tuple[float, float]:
+    """:func:`_rule_time` and the threshold it fired on, ``max(multiplier × median, min_runtime)`` (both inf
+    when it never fires)."""
     m = len(finite)
     for j in range(q, m + 1):
         median = finite[j // 2] if j % 2 else (finite[j // 2 - 1] + finite[j // 2]) / 2
-        fire = max(finite[j - 1], multiplier * median, min_runtime)
+        threshold = max(multiplier * median, min_runtime)
+        fire = max(finite[j - 1], threshold)
         if j == m or fire < finite[j]:
-            return fire
-    return math.inf
+            return fire, threshold
+    return math.inf, math.inf
 
 
 @dataclass(frozen=True)
@@ -249,10 +257,10 @@ class Speculation:
     minTaskRuntime}``; docs/pipeline.rst, section 'Speculative execution').
 
     Once ``max(floor(quantile · K), 1)`` of a batch's K inputs have a result, an input still without one whose
-    original has run longer than ``max(multiplier × the median time of those results, min_runtime)`` gets a
-    backup copy. Times count from the batch's start (its submission), as the cutoff's do. With ``copies`` > 1
-    a backup that has itself run that long without any copy of its input arriving gets the next copy, up to
-    ``copies`` backups per input (Spark launches one: ``copies = 1``).
+    original has run longer than ``max(multiplier × the median time of those results, min_runtime)`` (the
+    *threshold*) gets a backup copy. Times count from the batch's start (its submission), as the cutoff's do.
+    With ``copies`` > 1 a backup that has itself run longer than the threshold without any copy of its input
+    arriving gets the next copy, up to ``copies`` backups per input (Spark launches one: ``copies = 1``).
 
     Parameters
     ----------
@@ -263,7 +271,7 @@ class Speculation:
     min_runtime : float
         Seconds >= 0. Default 0.1, Spark's ``spark.speculation.minTaskRuntime``.
     copies : int
-        Backup copies an input may get, >= 1. Default 1, Spark's.
+        Backup copies an input may get, 1 to 8. Default 1, Spark's.
 
     Raises
     ------
@@ -283,8 +291,9 @@ class Speculation:
             raise ConfigError(f"speculation.multiplier: got {self.multiplier!r}; expected a number >= 1")
         if not self.min_runtime >= 0:
             raise ConfigError(f"speculation.min_runtime: got {self.min_runtime!r}; expected seconds >= 0")
-        if isinstance(self.copies, bool) or not isinstance(self.copies, (int, np.integer)) or self.copies < 1:
-            raise ConfigError(f"speculation.copies: got {self.copies!r}; expected an integer >= 1")
+        if isinstance(self.copies, bool) or not isinstance(self.copies, (int, np.integer)) \
+                or not 1 <= self.copies <= 8:
+            raise ConfigError(f"speculation.copies: got {self.copies!r}; expected an integer in [1, 8]")
 
     def needed(self, num_inputs: int) -> int:
         """Inputs that must have a result before any backup: ``max(floor(quantile · K), 1)`` (Spark's
@@ -315,9 +324,27 @@ def backup_time(first: np.ndarray, rule: Speculation) -> float:
     >>> backup_time(np.array([1.0, np.inf, np.inf, np.inf]), Speculation())  # 1 of 4 in, 3 needed
     inf
     """
+    return _backup_rule(first, rule)[0]
+
+
+def backup_threshold(first: np.ndarray, rule: Speculation) -> float:
+    """How long a backup copy may run without a result before the next copy (seconds): the rule's
+    ``max(multiplier × median, min_runtime)`` when it fires on these arrivals (:func:`backup_time`), else inf.
+
+    Examples
+    --------
+    >>> backup_threshold(np.array([1.0, 1.0, 1.2, 1.0, np.inf, np.inf, 1.1, 0.9]), Speculation())
+    1.5
+    >>> backup_threshold(np.array([0.03] * 5 + [1.0, np.inf, np.inf]), Speculation())  # fires at 1.0: the 6th
+    0.1
+    """
+    return _backup_rule(first, rule)[1]
+
+
+def _backup_rule(first: np.ndarray, rule: Speculation) -> tuple[float, float]:
     t = np.asarray(first, dtype=float)
     finite = sorted(x for x in t.tolist() if x == x and x != math.inf)
-    return _rule_time(finite, rule.needed(t.size), rule.multiplier, rule.min_runtime)
+    return _rule_fire(finite, rule.needed(t.size), rule.multiplier, rule.min_runtime)
 
 
 def backups_due(first: np.ndarray, launch: np.ndarray, failed: np.ndarray, now: float,
@@ -325,8 +352,9 @@ def backups_due(first: np.ndarray, launch: np.ndarray, failed: np.ndarray, now: 
     """Which inputs get their next copy now, and when the next one comes due if no result arrives meanwhile.
 
     An input without a result and with a copy left (fewer than ``rule.copies`` backups launched) gets its next
-    copy at once when every copy launched so far failed (an erasure), else when its latest copy has run for
-    :func:`backup_time` (launched at L: due at L + that time).
+    copy at once when every copy launched so far failed (an erasure); else its first backup at
+    :func:`backup_time`, and a later one once the latest backup has run for :func:`backup_threshold`
+    (launched at L: due at L + that).
 
     Parameters
     ----------
@@ -367,25 +395,30 @@ def backups_due(first: np.ndarray, launch: np.ndarray, failed: np.ndarray, now: 
     waiting = ~np.isfinite(t) & (started.sum(axis=0) <= rule.copies)
     erased = (failed | ~started).all(axis=0)
     last = np.where(started, launch, -math.inf).max(axis=0)
-    due_at = np.where(erased, -math.inf, last + backup_time(t, rule))
+    fire, threshold = _backup_rule(t, rule)
+    due_at = np.where(erased, -math.inf, np.where(started.sum(axis=0) > 1, last + threshold, fire))
     due = waiting & (due_at <= now)
     later = due_at[waiting & ~due]
     return np.flatnonzero(due).astype(np.int64), float(later.min()) if later.size else math.inf
 
 
-def backup_schedule(arrivals: np.ndarray, delays: np.ndarray, rule: Speculation) -> tuple[np.ndarray, np.ndarray]:
+def backup_schedule(draws: np.ndarray, rule: Speculation,
+                    failed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The rule's backups on the virtual clock, where every copy's latency is drawn in advance.
 
-    The rule's time T is :func:`backup_time` on the originals' arrivals; copy c of an input is launched at
-    c · T when no earlier copy has arrived by then, and arrives at its launch plus its own draw.
+    The rule's time T (:func:`backup_time`) and threshold D (:func:`backup_threshold`) are taken on the
+    originals' draws. An input's first backup is launched at T when its original has not arrived by then; each
+    later one D after the copy before it, when no copy has arrived by then; and the next copy at once when
+    every copy launched so far is known to have failed (at the last one's failure). A copy arrives at its
+    launch plus its own draw; a failed copy's draw is when it failed, and it is no arrival.
 
     Parameters
     ----------
-    arrivals : array of float, shape (K,)
-        The originals' arrivals (their drawn latencies, seconds; ``inf`` for a copy that never arrives).
-    delays : array of float, shape (copies, K)
-        Each backup copy's drawn latency.
+    draws : array of float, shape (copies + 1, K)
+        Each copy's drawn latency (row 0 the originals, launched at 0; ``inf`` for a copy that never arrives).
     rule : Speculation
+    failed : array of bool, shape (copies + 1, K), optional
+        Copies known to have failed.
 
     Returns
     -------
@@ -394,26 +427,33 @@ def backup_schedule(arrivals: np.ndarray, delays: np.ndarray, rule: Speculation)
 
     Examples
     --------
-    >>> launch, arrival = backup_schedule(np.array([1.0, 1.0, 1.0, 9.0]), np.array([[1.0] * 4, [1.0] * 4]),
-    ...                                   Speculation(copies=2))
+    >>> draws = np.array([[1.0, 1.0, 1.0, 9.0], [1.0] * 4, [1.0] * 4])
+    >>> launch, arrival = backup_schedule(draws, Speculation(copies=2))
     >>> launch[:, 3].tolist(), arrival[:, 3].tolist()  # T = 1.5: the backup at 1.5 arrives at 2.5, before 3.0
     ([0.0, 1.5, inf], [9.0, 2.5, inf])
     """
-    t = np.asarray(arrivals, dtype=float)
-    d = np.asarray(delays, dtype=float)
-    if d.shape != (rule.copies, t.size):
-        raise ValueError(f"delays: got shape {d.shape}; expected ({rule.copies}, {t.size})")
-    launch = np.full((rule.copies + 1, t.size), math.inf)
-    arrival = np.full_like(launch, math.inf)
-    launch[0], arrival[0] = 0.0, t
-    T = backup_time(t, rule)
-    if not math.isfinite(T):
-        return launch, arrival
-    for c in range(1, rule.copies + 1):
-        at = c * T
-        late = arrival[:c].min(axis=0) > at
-        launch[c, late] = at
-        arrival[c, late] = at + d[c - 1, late]
+    d = np.asarray(draws, dtype=float)
+    m = rule.copies + 1
+    if d.ndim != 2 or d.shape[0] != m:
+        raise ValueError(f"draws: got shape {d.shape}; expected ({m}, K)")
+    bad = np.zeros(d.shape, dtype=bool) if failed is None else np.asarray(failed, dtype=bool)
+    if bad.shape != d.shape:
+        raise ValueError(f"failed: got shape {bad.shape}; expected {d.shape}")
+    fire, threshold = _backup_rule(d[0], rule)
+    launch = np.full(d.shape, math.inf)
+    arrival = np.full(d.shape, math.inf)
+    launch[0], arrival[0] = 0.0, d[0]
+    for k in range(d.shape[1]):
+        for c in range(1, m):
+            ok = ~bad[:c, k] & np.isfinite(launch[:c, k])
+            first_ok = float(arrival[:c, k][ok].min()) if ok.any() else math.inf
+            at = fire if c == 1 else launch[c - 1, k] + threshold
+            if not ok.any():  # every copy so far failed: the next one when the last of them did
+                at = min(at, float(arrival[:c, k].max()))
+            if not math.isfinite(at) or first_ok <= at:
+                break
+            launch[c, k] = at
+            arrival[c, k] = at + d[c, k]
     return launch, arrival
 
 

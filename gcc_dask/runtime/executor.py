@@ -367,8 +367,8 @@ class BatchRunner:
         """Where shard ``w`` of ``batch`` should run: the workers round-robin, so that one death erases
         about N/W of a batch's shards, never all of them (shards depend on no task, so the scheduler would
         otherwise pack a batch onto whichever worker has free threads). Loose: the scheduler picks another
-        worker when that one is gone. (A backup copy of original k is placed as shard k + 1: on the worker after
-        its original's.)"""
+        worker when that one is gone. (Backup copy c of original k is placed as shard k + c: on the c-th worker
+        after its original's, :meth:`_slot`.)"""
         self._refresh_workers()
         if len(self._workers) < 2:
             return {}
@@ -578,13 +578,21 @@ class BatchRunner:
         """On the virtual clock every copy's latency is drawn, known at submission: the backups the rule
         launches (:func:`~.cutoff.backup_schedule`) are launched with the originals, and arrive at their launch
         time plus their own draw."""
+        self._launch_scheduled(s)
+
+    @staticmethod
+    def _launch_scheduled(s: _SchemeState) -> np.ndarray:
+        """Mark launched the copies :func:`~.cutoff.backup_schedule` launches on the draws and the failures
+        known so far that are not launched yet, with their virtual launch and arrival times; return them."""
         k, rule = s.plan.num_inputs, s.plan.speculation
-        launch, arrival = backup_schedule(s.vtimes[:k], s.delays[k:].reshape(rule.copies, k), rule)
-        later = np.isfinite(launch.ravel())
-        later[:k] = False
-        s.launched[later] = True
-        s.launch_s[later] = launch.ravel()[later]
-        s.vtimes[later] = arrival.ravel()[later]
+        m = rule.copies + 1
+        launch, arrival = backup_schedule(np.asarray(s.delays, dtype=float).reshape(m, k), rule,
+                                          failed=s.failed.reshape(m, k))
+        new = np.isfinite(launch.ravel()) & ~s.launched
+        s.launched[new] = True
+        s.launch_s[new] = launch.ravel()[new]
+        s.vtimes[new] = arrival.ravel()[new]
+        return np.flatnonzero(new)
 
     def _speculate(self, state: _BatchState, s: _SchemeState) -> float:
         """Launch the backup copies now due (:func:`~.cutoff.backups_due`), at the batch's priority; return when
@@ -595,23 +603,19 @@ class BatchRunner:
         first = arrived.min(axis=0)
         launch = s.launch_s.reshape(m, k)
         failed = s.failed.reshape(m, k)
-        if s.virtual:  # the rule's backups were launched at submission: only failures are left to back up
-            erased = (failed | ~np.isfinite(launch)).all(axis=0) & ~np.isfinite(first)
-            due = np.flatnonzero(erased & (np.isfinite(launch).sum(axis=0) < m))
-            now = t_due = INF
+        if s.virtual:  # the schedule again, with the failures reported so far: the copies they call for
+            ws = self._launch_scheduled(s).tolist()
+            t_due = INF
         else:
             now = time.monotonic() - s.start_mono
             due, t_due = backups_due(first, launch, failed, now, plan.speculation)
-        if due.size:
             copy = np.isfinite(launch[:, due]).sum(axis=0)  # the next copy of each input due
             ws = (copy * k + due).tolist()
-            s.launched[ws] = True
-            if s.virtual:  # launched when its last copy failed
-                s.launch_s[ws] = s.vtimes[(copy - 1) * k + due]
-                s.vtimes[ws] = s.launch_s[ws] + s.delays[ws]
-            else:
+            if ws:
+                s.launched[ws] = True
                 s.launch_s[ws] = now
                 _, t_due = backups_due(first, launch, failed, now, plan.speculation)  # with the new copies' turn
+        if ws:
             groups: dict[str, tuple[dict, list[int]]] = {}
             for w in ws:
                 place = self._placement(state.batch, self._slot(plan, w))

@@ -14,7 +14,7 @@ import gcc_dask as gd
 from gcc_dask.config import load_config
 from gcc_dask.errors import ConfigError
 from gcc_dask.pipeline import build_codes, build_plans, composition_policy
-from gcc_dask.runtime.cutoff import Speculation, backup_schedule, backup_time, backups_due
+from gcc_dask.runtime.cutoff import Speculation, backup_schedule, backup_threshold, backup_time, backups_due
 from gcc_dask.stragglers import latency_model_from_config
 
 INF = math.inf
@@ -81,27 +81,56 @@ def test_a_late_backup_gets_the_next_copy_up_to_copies():
     assert backups_due(first, launch, failed, now=1.6, rule=rule)[0].tolist() == [3, 4]
 
 
-def test_the_virtual_schedule_launches_copy_c_at_c_times_the_rule():
+def test_later_copies_wait_the_threshold_not_the_rules_time():
+    """The rule fires at the 6th result (1.0 s), its threshold is max(1.5 × median 0.03, 0.1) = 0.1 s: a first
+    backup at 1.0 s that has no result by 1.1 s gets the second copy, on both clocks."""
     rule = Speculation(copies=2)
-    originals = np.array([1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 20.0, 20.0])  # T = 1.5
-    delays = np.array([[1.0] * 6 + [20.0, 0.5], [1.0] * 8])  # input 6's first backup hangs too
-    launch, arrival = backup_schedule(originals, delays, rule)
+    first = np.array([0.03] * 5 + [1.0, INF, INF])
+    assert backup_time(first, rule) == pytest.approx(1.0) and backup_threshold(first, rule) == pytest.approx(0.1)
+    none = np.zeros((3, 8), dtype=bool)
+    due, wake = backups_due(first, _launch(8, 2, c1_6=1.0, c1_7=1.0), none, now=1.05, rule=rule)
+    assert due.tolist() == [] and wake == pytest.approx(1.1)
+    draws = np.array([[0.03] * 5 + [1.0, 5.0, 5.0], [9.0] * 8, [0.03] * 8])
+    launch, arrival = backup_schedule(draws, rule)
+    assert launch[1, 6:].tolist() == [1.0, 1.0] and launch[2, 6:] == pytest.approx([1.1, 1.1])
+    assert arrival[2, 6:] == pytest.approx([1.13, 1.13])
+
+
+def test_the_virtual_schedule_launches_what_the_rule_and_the_failures_say():
+    rule = Speculation(copies=2)
+    draws = np.array([[1.0] * 6 + [20.0, 20.0],  # T = 1.5, threshold 1.5
+                      [1.0] * 6 + [20.0, 0.5],  # input 6's first backup hangs too
+                      [1.0] * 8])
+    launch, arrival = backup_schedule(draws, rule)
     assert launch[1].tolist() == [INF] * 6 + [1.5, 1.5]
     assert launch[2].tolist() == [INF] * 6 + [3.0, INF]  # input 7's backup arrived at 2.0 < 3.0
     assert arrival[:, 6].tolist() == [20.0, 21.5, 4.0] and arrival[:, 7].tolist() == [20.0, 2.0, INF]
-    one, _ = backup_schedule(originals, delays[:1], Speculation())  # Spark's single copy
+    one, _ = backup_schedule(draws[:2], Speculation())  # Spark's single copy
     assert one[1].tolist() == launch[1].tolist()
-    never, _ = backup_schedule(np.full(8, INF), delays, rule)  # no result ever: the rule never fires
+    never, _ = backup_schedule(np.vstack([np.full(8, INF), draws[1:]]), rule)  # no result: the rule never fires
     assert not np.isfinite(never[1:]).any()
-    with pytest.raises(ValueError, match=r"delays: got shape \(1, 8\); expected \(2, 8\)"):
-        backup_schedule(originals, delays[:1], rule)
+    # failures known: an original failed at 0.5 gets its backup then, and that backup, hung, the next one 1.5 s
+    # later; a first backup that failed is no arrival, so its hung original still gets the second copy
+    failed = np.zeros((3, 8), dtype=bool)
+    failed[0, 0] = True
+    hung = draws.copy()
+    hung[0, 0], hung[1, 0] = 0.5, 30.0
+    hung[1, 6] = 0.2  # input 6's first backup fails 0.2 s after its launch at 1.5
+    failed[1, 6] = True
+    launch, arrival = backup_schedule(hung, rule, failed=failed)
+    assert launch[:, 0].tolist() == [0.0, 0.5, 2.0] and arrival[2, 0] == pytest.approx(3.0)
+    assert launch[:, 6].tolist() == [0.0, 1.5, 3.0] and arrival[2, 6] == pytest.approx(4.0)
+    with pytest.raises(ValueError, match=r"draws: got shape \(2, 8\); expected \(3, K\)"):
+        backup_schedule(draws[:2], rule)
+    with pytest.raises(ValueError, match=r"failed: got shape \(2, 8\); expected \(3, 8\)"):
+        backup_schedule(draws, rule, failed=failed[:2])
 
 
 @pytest.mark.parametrize(("kwargs", "match"), [
     ({"quantile": 0.0}, "speculation.quantile: got 0.0"), ({"multiplier": 0.5}, "speculation.multiplier: got 0.5"),
     ({"min_runtime": -1.0}, "speculation.min_runtime: got -1.0"),
-    ({"copies": 0}, "speculation.copies: got 0; expected an integer >= 1"),
-    ({"copies": 1.5}, "speculation.copies: got 1.5; expected an integer >= 1"),
+    ({"copies": 0}, r"speculation.copies: got 0; expected an integer in \[1, 8\]"),
+    ({"copies": 1.5}, r"speculation.copies: got 1.5; expected an integer in \[1, 8\]"),
 ], ids=["quantile", "multiplier", "min-runtime", "copies-0", "copies-float"])
 def test_speculation_rejects_bad_values(kwargs, match):
     with pytest.raises(ConfigError, match=match):
@@ -274,7 +303,7 @@ def test_two_copies_on_the_virtual_clock_follow_the_schedule(client, tmp_path):
     want, second = [], 0
     for b in range(root["speculative/n_backups"].shape[0]):
         d = model.latencies(5, b, 24)
-        launch, arrival = backup_schedule(d[:8], d[8:].reshape(2, 8), Speculation(copies=2))
+        launch, arrival = backup_schedule(d.reshape(3, 8), Speculation(copies=2))
         want.append(int(np.isfinite(launch[1:]).sum()))
         second += int(np.isfinite(launch[2]).sum())
         winner = arrival.argmin(axis=0)  # the copy of each input that arrived first is the one received
