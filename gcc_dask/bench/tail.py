@@ -39,6 +39,7 @@ A figure plots p99 latency against compute spent.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import io
 import math
@@ -282,7 +283,7 @@ def _signal(pid: int, sig: int) -> None:
         pass
 
 
-class _Signalling:
+class _Signalling(abc.ABC):
     """A context that signals process `pid` from a thread of its own (:meth:`_run`, which returns early once
     ``self._stop`` is set), and leaves it running (SIGCONT) on exit."""
 
@@ -293,8 +294,9 @@ class _Signalling:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
 
-    def _run(self) -> None:  # pragma: no cover - overridden
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _run(self) -> None:
+        """Signal ``self.pid`` until ``self._stop`` is set (each subclass its own pattern)."""
 
     def __enter__(self):
         self._thread.start()

@@ -27,9 +27,9 @@ _FINGERPRINT_EXCLUDE = ("store", "cluster", ("run", "progress"), ("run", "max_ba
                         ("run", "limit_batches"))
 #: the same keys, dotted (``"run.progress"``): left out of the fingerprint, so never a reason to refuse a resume
 FINGERPRINT_IGNORED: tuple[str, ...] = tuple(".".join(i) if isinstance(i, tuple) else i for i in _FINGERPRINT_EXCLUDE)
-#: keys added after stores were first made, with their defaults: a store made before a key existed resumes under a
-#: config that leaves it at its default (:meth:`PipelineConfig.fingerprint` with ``stored``)
-ADDED_KEYS: dict[tuple[str, str], object] = {("advise", "margin"): 0.003, ("speculation", "copies"): 1}
+#: (section, key) of the keys added after stores were first made: a store made before a key existed resumes under
+#: a config that leaves it at its default (:meth:`PipelineConfig.fingerprint` with ``stored``)
+ADDED_KEYS: tuple[tuple[str, str], ...] = (("advise", "margin"), ("speculation", "copies"))
 
 
 class _Invalid(ValueError):

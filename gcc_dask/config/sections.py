@@ -902,7 +902,8 @@ class PipelineConfig(SchemeLookup, _Section):
         (:data:`~gcc_dask.config.fields.ADDED_KEYS`) that `stored` lacks and this config leaves at their
         defaults: what this config would have been then."""
         data = self.resolved()
-        for (section, key), default in ADDED_KEYS.items():
+        for section, key in ADDED_KEYS:
+            default = type(getattr(self, section)).model_fields[key].default
             if key not in (stored.get(section) or {}) and data.get(section, {}).get(key) == default:
                 data[section].pop(key)
         return data

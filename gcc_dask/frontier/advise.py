@@ -35,6 +35,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from gcc_dask.config import AdviseConfig
 from gcc_dask.errors import ConfigError
 
 from .config import CandidateSpec, default_candidates
@@ -52,8 +53,8 @@ TIE_SE = 2.0
 #: the codes that copy f's outputs (no encoder, no decoder to fit): what a code must beat by the margin
 COPYING = ("replication", "uncoded")
 #: the RelAcc (for the MSE: the fraction of the copying estimator's MSE) a code must gain over copying at the
-#: same N, beyond TIE_SE paired standard errors, to be recommended (``advise.margin``)
-DEFAULT_MARGIN = 0.003
+#: same N, beyond TIE_SE paired standard errors, to be recommended: ``advise.margin``'s default
+DEFAULT_MARGIN = AdviseConfig.model_fields["margin"].default
 
 
 @dataclass
@@ -176,18 +177,38 @@ def choose(table: pd.DataFrame, values: Mapping[str, np.ndarray], metric: str, *
     ConfigError
         For a margin outside [0, 1] or not a number.
     """
-    from gcc_dask.analysis.frontier import MSE_ROUNDING, paired_difference
-
     if isinstance(margin, bool) or not isinstance(margin, numbers.Real) or not 0 <= float(margin) <= 1:
         raise ConfigError(f"margin: got {margin!r}; expected a number in [0, 1]")
     sign = 1.0 if metric == "rel_acc" else -1.0
     rows = table.dropna(subset=["value"])
     if metric == "mse" and "decodable" in rows:  # an MSE over the outputs it kept says nothing of those it lost
         rows = rows[rows["decodable"] >= 1.0 - 1e-12]
-    # a code whose gain over the best copying estimator at its N is within 2 SE plus the margin is not counted:
-    # that copying estimator stands for it (at its own value) in everything below
+    set_aside = _set_aside(rows, values, metric, float(margin))
+    pick, best, tied, reason = _cheapest_tied(rows[~rows["candidate"].isin(list(set_aside))], values, metric,
+                                              target)
+    # the codes set aside that would have been chosen, or looked better than the pick: say why they were not
+    naive = str(_cheapest_tied(rows, values, metric, target)[0]["candidate"]) if set_aside else ""
+    better = [c for c in set_aside if c == naive
+              or sign * float(rows.loc[rows["candidate"] == c, "value"].iloc[0]) > sign * float(pick["value"])]
+    reason = "; ".join([*([reason] if reason else []), *(set_aside[c] for c in better)])
+    others = [c for c in dict.fromkeys([best, *tied, *better]) if c != pick["candidate"]]
+    return str(pick["candidate"]), others, reason
+
+
+def _within(d: float, se: float, sign: float, extra: float = 0.0) -> bool:
+    """Whether a paired difference ``d ± se`` (in the metric's direction `sign`) is at most ``TIE_SE`` standard
+    errors plus `extra`: a NaN difference never is, a NaN SE counts as 0."""
+    return bool(np.isfinite(d) and sign * d <= TIE_SE * (se if np.isfinite(se) else 0.0) + extra)
+
+
+def _set_aside(rows: pd.DataFrame, values: Mapping[str, np.ndarray], metric: str, margin: float) -> dict[str, str]:
+    """The coded candidates whose gain over the best copying one at their N is within ``TIE_SE`` paired SE plus
+    `margin` (:func:`choose`): candidate -> the line that says so. The copying one stands for each of them."""
+    from gcc_dask.analysis.frontier import paired_difference
+
+    sign = 1.0 if metric == "rel_acc" else -1.0
     copies = rows["code"].isin(COPYING)
-    discounted: dict[str, str] = {}
+    out: dict[str, str] = {}
     for _, r in rows[~copies].iterrows():
         copying = rows[copies & (rows["N"] == r["N"])]
         if copying.empty:
@@ -195,45 +216,40 @@ def choose(table: pd.DataFrame, values: Mapping[str, np.ndarray], metric: str, *
         alt = copying.loc[(sign * copying["value"]).idxmax()]
         d, se = paired_difference(values[r["candidate"]], values[alt["candidate"]])
         scale = 1.0 if metric == "rel_acc" else abs(float(alt["value"]))
-        if np.isfinite(d) and sign * d <= TIE_SE * (se if np.isfinite(se) else 0.0) + float(margin) * scale:
+        if _within(d, se, sign, margin * scale):
             fmt = ".4f" if metric == "rel_acc" else ".3g"
-            discounted[str(r["candidate"])] = (
+            out[str(r["candidate"])] = (
                 f"{r['candidate']} gains {sign * d:+{fmt}} ± {se:{fmt}} {metric} over {alt['candidate']} at N = "
-                f"{int(r['N'])}, within 2 paired standard errors plus the margin {float(margin):g}: copying is "
+                f"{int(r['N'])}, within 2 paired standard errors plus the margin {margin:g}: copying is "
                 "recommended over it")
-    def cheapest_tied(rows):
-        """(pick row, best, tied, reason) of the tie rule on `rows` (after the target)."""
-        reason = ""
-        if target is not None:
-            ok = rows[(sign * rows["value"]) >= sign * target]
-            if ok.empty:
-                reason = (f"no candidate reaches {metric} {target:g} at N <= {int(rows['N'].max())}; the best one "
-                          "is recommended instead")
-            else:
-                rows = ok[ok["N"] == ok["N"].min()]
-        best = rows.loc[(sign * rows["value"]).idxmax()]
-        tied = []
-        for _, r in rows.iterrows():
-            if r["candidate"] == best["candidate"]:
-                continue
-            d, se = paired_difference(values[best["candidate"]], values[r["candidate"]])
-            bound = TIE_SE * (se if np.isfinite(se) else 0.0) + (MSE_ROUNDING if metric == "mse" else 0)
-            if np.isfinite(d) and sign * d <= bound:
-                tied.append(r["candidate"])
-        pool = rows[rows["candidate"].isin([best["candidate"], *tied])].copy()
-        # the cheapest of the tied: fewest workers, then copying over coding, then the better value
-        pool["coded"] = ~pool["code"].isin(COPYING)
-        pool = pool.assign(_v=-sign * pool["value"]).sort_values(["N", "coded", "_v"])
-        return pool.iloc[0], str(best["candidate"]), tied, reason
+    return out
 
-    pick, best, tied, reason = cheapest_tied(rows[~rows["candidate"].isin(list(discounted))])
-    # the codes set aside that would have been chosen, or looked better than the pick: say why they were not
-    naive = str(cheapest_tied(rows)[0]["candidate"]) if discounted else ""
-    better = [c for c in discounted if c == naive
-              or sign * float(rows.loc[rows["candidate"] == c, "value"].iloc[0]) > sign * float(pick["value"])]
-    reason = "; ".join([*([reason] if reason else []), *(discounted[c] for c in better)])
-    others = [c for c in dict.fromkeys([best, *tied, *better]) if c != pick["candidate"]]
-    return str(pick["candidate"]), others, reason
+
+def _cheapest_tied(rows: pd.DataFrame, values: Mapping[str, np.ndarray], metric: str, target: float | None):
+    """The tie rule of :func:`choose` on `rows`: (the pick's row, the best, the others tied with it, why)."""
+    from gcc_dask.analysis.frontier import MSE_ROUNDING, paired_difference
+
+    sign = 1.0 if metric == "rel_acc" else -1.0
+    reason = ""
+    if target is not None:
+        ok = rows[(sign * rows["value"]) >= sign * target]
+        if ok.empty:
+            reason = (f"no candidate reaches {metric} {target:g} at N <= {int(rows['N'].max())}; the best one is "
+                      "recommended instead")
+        else:
+            rows = ok[ok["N"] == ok["N"].min()]
+    best = rows.loc[(sign * rows["value"]).idxmax()]
+    rounding = MSE_ROUNDING if metric == "mse" else 0.0
+    tied = []
+    for _, r in rows.iterrows():
+        d, se = paired_difference(values[best["candidate"]], values[r["candidate"]])
+        if r["candidate"] != best["candidate"] and _within(d, se, sign, rounding):
+            tied.append(r["candidate"])
+    pool = rows[rows["candidate"].isin([best["candidate"], *tied])].copy()
+    # the cheapest of the tied: fewest workers, then copying over coding, then the better value
+    pool["coded"] = ~pool["code"].isin(COPYING)
+    pool = pool.assign(_v=-sign * pool["value"]).sort_values(["N", "coded", "_v"])
+    return pool.iloc[0], str(best["candidate"]), tied, reason
 
 
 def advise(pipeline: Any, *, samples: int = DEFAULT_SAMPLES, target: float | None = None,

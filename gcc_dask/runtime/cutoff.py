@@ -33,8 +33,7 @@ import numpy as np
 from gcc_dask.errors import ConfigError
 
 __all__ = ["CutoffPolicy", "CutoffDecision", "Speculation", "backup_schedule", "backup_threshold", "backup_time",
-           "backups_due",
-           "cutoff_time", "decide", "needed_results", "resolve_wait_for", "spares_due"]
+           "backups_due", "cutoff_time", "decide", "needed_results", "resolve_wait_for", "spares_due"]
 
 Shortfall = Literal["wait", "decode", "fail"]
 Reason = Literal["wait_for", "deadline", "adaptive", "exhausted"]
@@ -392,11 +391,12 @@ def backups_due(first: np.ndarray, launch: np.ndarray, failed: np.ndarray, now: 
         raise ValueError(f"launch and failed: got shapes {launch.shape} and {failed.shape}; expected "
                          f"({rule.copies + 1}, {t.size})")
     started = np.isfinite(launch)
-    waiting = ~np.isfinite(t) & (started.sum(axis=0) <= rule.copies)
+    copies = started.sum(axis=0)  # launched so far, the original included
+    waiting = ~np.isfinite(t) & (copies <= rule.copies)
     erased = (failed | ~started).all(axis=0)
     last = np.where(started, launch, -math.inf).max(axis=0)
     fire, threshold = _backup_rule(t, rule)
-    due_at = np.where(erased, -math.inf, np.where(started.sum(axis=0) > 1, last + threshold, fire))
+    due_at = np.where(erased, -math.inf, np.where(copies > 1, last + threshold, fire))
     due = waiting & (due_at <= now)
     later = due_at[waiting & ~due]
     return np.flatnonzero(due).astype(np.int64), float(later.min()) if later.size else math.inf

@@ -550,7 +550,7 @@ class BatchRunner:
             s.launched = regular.copy()  # the originals; backups when due
             s.launch_s = np.where(regular, 0.0, INF)
             if s.virtual:
-                self._virtual_backups(s)
+                self._launch_scheduled(s)
         for w in np.flatnonzero(s.launched).tolist():
             place = {} if direct else self._placement(batch, self._slot(plan, w))
             groups.setdefault((repr(place), bool(regular[w])), (place, []))[1].append(w)
@@ -574,16 +574,12 @@ class BatchRunner:
         k = plan.num_inputs
         return w % k + w // k if plan.speculation is not None and w >= k else w
 
-    def _virtual_backups(self, s: _SchemeState) -> None:
-        """On the virtual clock every copy's latency is drawn, known at submission: the backups the rule
-        launches (:func:`~.cutoff.backup_schedule`) are launched with the originals, and arrive at their launch
-        time plus their own draw."""
-        self._launch_scheduled(s)
-
     @staticmethod
     def _launch_scheduled(s: _SchemeState) -> np.ndarray:
-        """Mark launched the copies :func:`~.cutoff.backup_schedule` launches on the draws and the failures
-        known so far that are not launched yet, with their virtual launch and arrival times; return them."""
+        """On the virtual clock every copy's latency is drawn, known at submission: mark launched the copies
+        :func:`~.cutoff.backup_schedule` launches on the draws and the failures known so far that are not
+        launched yet, with their virtual launch and arrival times (at submission: with the originals); return
+        them."""
         k, rule = s.plan.num_inputs, s.plan.speculation
         m = rule.copies + 1
         launch, arrival = backup_schedule(np.asarray(s.delays, dtype=float).reshape(m, k), rule,

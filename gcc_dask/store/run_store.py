@@ -290,12 +290,11 @@ class RunStore:
         if overwrite or not path.exists() or (path.is_dir() and not any(path.iterdir())):
             return None
         store = cls(path)
-        old = store.attrs.get("config_fingerprint")
-        if old != fingerprint and fingerprint_for is not None \
-                and old == fingerprint_for(store.attrs.get("config") or {}):
+        attrs = store.attrs
+        old, stored = attrs.get("config_fingerprint"), attrs.get("config") or {}
+        if old != fingerprint and fingerprint_for is not None and old == fingerprint_for(stored):
             old = fingerprint  # made before keys this config leaves at their defaults existed
         if old != fingerprint:
-            stored = store.attrs.get("config") or {}
             now = config_for(stored) if config_for is not None else expected.get("config_resolved") or {}
             diff = _config_diff(stored, now, ignore=tuple(expected.get("config_ignore", ())))
             raise StoreError(f"store path: got {str(path)!r}, a run made by a different configuration "
