@@ -28,8 +28,9 @@ def direct_decode(path, scheme: str, batch: int, code, f, source) -> np.ndarray:
     root = zarr.open_group(str(path), mode="r")
     received = np.flatnonzero(root[f"{scheme}/received"][batch])
     x, _ = source.take(layout.samples(batch))
-    coded = code.encode(layout.to_blocks(x))  # (N, G, *shape)
-    y = np.stack([np.asarray(f(coded[w])) for w in received])  # one call of f per shard block, as the shards
+    blocks = layout.to_blocks(x)  # (K, G, *shape)
+    # one call of f per shard block, each shard's own row of the encoder, as the shards
+    y = np.stack([np.asarray(f(code.encode(blocks, workers=[w])[0])) for w in received])
     decoded = code.decode(y, received)
     n = x.shape[0]
     return np.asarray(BatchLayout.from_blocks(decoded, n)).reshape(n, -1)

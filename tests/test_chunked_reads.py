@@ -168,7 +168,7 @@ def test_a_worker_reads_each_chunk_of_a_batch_once(tmp_path, monkeypatch):
         elif s in ("uncoded", "replication"):
             np.testing.assert_array_equal(got, x[layout.position_samples(b, codes[s].selected_input(w))])
         else:
-            want = codes[s].encode(layout.to_blocks(x[layout.samples(b)]))[w]
+            want = codes[s].encode(layout.to_blocks(x[layout.samples(b)]), workers=[w])[0]
             np.testing.assert_array_equal(got, want)
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import math
 import warnings
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Sequence
 
 import array_api_compat.numpy as _NP
 import numpy as np
@@ -224,6 +224,7 @@ class CodingScheme:
         E.setflags(write=False)
         self._encoder = E
         self._encoder_applied: dict = {}
+        self._encoder_subsets: dict[tuple[int, ...], dict] = {}  # encode(X, workers): one cache per subset
         self._encoder_rows = self._selection_rows(E)
         self._lookup = functools.lru_cache(maxsize=DECODER_CACHE_SIZE)(self._entry_from_key)
         self.params = {
@@ -528,28 +529,59 @@ class CodingScheme:
             if not bool(xp.all(xp.isfinite(X))):
                 raise self._non_finite(name)
 
-    def encode(self, X: Any):
-        """Coded inputs X̃ = E X for the N workers.
+    def encode(self, X: Any, workers: Sequence[int] | None = None):
+        """Coded inputs X̃ = E X for the N workers (or for the `workers` given).
 
         Parameters
         ----------
         X : array of shape ``(K, *shape)``, real floating (float32 or float64)
             The batch of K inputs; numpy, cupy or any Array API array.
+        workers : sequence of int, optional
+            Only the coded inputs of these workers (indices in ``[0, N)``), in this order: rows ``E[workers]``
+            of the encoder applied to `X`. A shard that evaluates one coded input encodes its own row, 1/N of
+            the work and memory of the whole encode (the values agree with ``encode(X)[workers]`` to rounding,
+            and are the same bits on every machine with the same BLAS).
 
         Returns
         -------
-        X_coded : array of shape ``(N, *shape)``
+        X_coded : array of shape ``(N, *shape)``, or ``(len(workers), *shape)``
             Same namespace, dtype and device as `X`; row n is worker n's input u_enc(β_n).
 
         Raises
         ------
         InvalidInputError
-            Wrong leading size or dtype, or NaN/Inf in `X` with ``nan_policy="raise"``.
+            Wrong leading size or dtype, NaN/Inf in `X` with ``nan_policy="raise"``, or a worker index out of
+            range.
         """
         xp, X = self._as_array("X", X, self.num_inputs)
-        if self._encoder_rows is not None:
-            return self._select(xp, self._encoder_rows, X, self._encoder_applied, "X")
-        return self._apply(xp, self._encoder, X, self._encoder_applied, "X")
+        if workers is None:
+            rows, E, cache = self._encoder_rows, self._encoder, self._encoder_applied
+        else:
+            key = self._worker_subset(workers)
+            cache = self._encoder_subsets.get(key)
+            if cache is None:
+                if len(self._encoder_subsets) >= 4 * self.num_workers:
+                    self._encoder_subsets.clear()
+                cache = self._encoder_subsets[key] = {}
+            pick = np.asarray(key, dtype=np.int64)
+            rows = None if self._encoder_rows is None else self._encoder_rows[pick]
+            E = self._encoder[pick]
+        if rows is not None:
+            return self._select(xp, rows, X, cache, "X")
+        return self._apply(xp, E, X, cache, "X")
+
+    def _worker_subset(self, workers: Any) -> tuple[int, ...]:
+        """`workers` as a tuple of ints in ``[0, N)``, or one :class:`InvalidInputError` naming the bad value."""
+        try:
+            arr = np.asarray(workers)
+        except Exception:  # noqa: BLE001 - anything that is not a sequence of ints is refused the same way
+            arr = np.asarray([None])
+        n = self.num_workers
+        if (arr.ndim != 1 or arr.size == 0 or not np.issubdtype(arr.dtype, np.integer)
+                or arr.min() < 0 or arr.max() >= n):
+            raise InvalidInputError(f"workers: got {workers!r}; expected a non-empty sequence of worker indices "
+                                    f"in [0, {n}) for code {self.name!r}")
+        return tuple(int(w) for w in arr)
 
     def decode(self, Y: Any, received: Any, *, return_error: bool = False):
         """Estimates of f(x_k), k < K, from the results of the workers in `received`.

@@ -54,7 +54,7 @@ class RunPlugin(WorkerPlugin):
     use_gpu : bool
         Move inputs to CuPy before encoding.
     cache_batches : int
-        Batches kept per worker, read (:meth:`load`) and encoded (:meth:`encoded`); the run's batches in
+        Batches kept per worker, read (:meth:`load`, :meth:`blocks`); the run's batches in
         flight.
     order_from : callable, optional
         ``order_from()`` returns ``layout.order`` (int64, shape (num_samples,)), e.g. a
@@ -174,22 +174,17 @@ class RunPlugin(WorkerPlugin):
         """Batch ``batch``'s samples read from the source, in slot order (once per worker, see :meth:`_memo`;
         a chunked source's chunks through :meth:`chunk`).
 
-        A :class:`~gcc_dask.errors.GccDaskError` raised here (or in :meth:`encoded`) is marked as the
+        A :class:`~gcc_dask.errors.GccDaskError` raised here (or in :meth:`blocks` and the encode of :meth:`shard_input`) is marked as the
         batch's own (:func:`is_bad_batch`): the driver stops the run on it, where an error of f is an erasure.
         """
         return self._memo(batch, "", _marking(
             lambda: _read_batch(self.source, self.layout, batch, self._chunk_reader(batch))))
 
-    def encoded(self, batch: int, scheme: str) -> Any:
-        """The coded blocks of ``batch`` for ``scheme``: ``(N, G, *shape)``, CuPy when the run uses a GPU.
+    def blocks(self, batch: int) -> Any:
+        """Batch ``batch``'s samples as the encoder's input: ``(K, G, *shape)``, CuPy when the run uses a GPU.
 
-        The batch's samples are laid out as the encoder's ``(K, G, *shape)`` input
-        (:meth:`~gcc_dask.composition.BatchLayout.to_blocks`: G groups, position k of every group on α_k),
-        and encoded along K: coded input n is a block of G samples, evaluated by one shard.
-
-        Computed on each worker that runs shards of the batch (once per worker, see :meth:`_memo`), so no
-        coded input ever moves between workers: a batch costs N shard tasks and a decode, nothing more.
-        It is the same ``code.encode`` on the same data everywhere, so every worker holds the same bits.
+        :meth:`load` laid out by :meth:`~gcc_dask.composition.BatchLayout.to_blocks` (G groups, position k of
+        every group on α_k; no copy on the host), moved to the device once per worker (see :meth:`_memo`).
         """
         def build():
             x = self.layout.to_blocks(self.load(batch).x)
@@ -197,9 +192,9 @@ class RunPlugin(WorkerPlugin):
                 import cupy
 
                 x = cupy.asarray(x)
-            return self.codes[scheme].encode(x)
+            return x
 
-        return self._memo(batch, scheme, _marking(build))
+        return self._memo(batch, "blocks", _marking(build))
 
     def shard_input(self, batch: int, scheme: str, worker: int) -> Any:
         """What shard `worker` of `batch` evaluates for `scheme`: its coded block, ``(G, *shape)``.
@@ -208,12 +203,17 @@ class RunPlugin(WorkerPlugin):
         from the source on its own (:meth:`~gcc_dask.composition.BatchLayout.position_samples`: G contiguous
         slots), with no encode and without reading the rest of the batch (from a chunked source: only the
         chunks that hold those samples, through :meth:`chunk`, so the worker's other shards of the batch
-        read none of them again); for the others, row `worker` of :meth:`encoded`.
+        read none of them again). For the others, the shard's own coded block,
+        ``code.encode(blocks, workers=[worker])`` of :meth:`blocks`: each worker reads the batch once and
+        encodes only the rows of the shards it runs, so a batch costs N rows of encoding in all and no coded
+        input moves between workers. It is the same encode of the same data on every worker, so a copy of a
+        shard run elsewhere holds the same bits.
         """
         code = self.codes[scheme]
         k = code.selected_input(worker)
         if k is None:
-            return self.encoded(batch, scheme)[worker]
+            x = self.blocks(batch)
+            return _marking(lambda: code.encode(x, workers=(worker,))[0])()
 
         def build():
             x, _ = self.source.take(self.layout.position_samples(batch, k), self._chunk_reader(batch))
@@ -455,8 +455,8 @@ def shard_seconds() -> dict[str, float]:
 def evaluate_shard(name: str, scheme: str, batch: int, worker: int, delay_s: float = 0.0) -> ShardResult | None:
     """Evaluate f on coded block ``worker`` of ``batch`` for ``scheme``, after an injected (cooperative) delay.
 
-    One call of f on the block's G samples. The coded blocks come from :meth:`RunPlugin.encoded` (encoded
-    once per worker). Returns None when the
+    One call of f on the block's G samples. The coded block comes from :meth:`RunPlugin.shard_input` (the
+    batch read once per worker, the shard's own row encoded). Returns None when the
     shard was cancelled during its delay: it frees its thread at once. An exception raised by f, or by
     reading or encoding the batch, propagates: the driver records the shard as an erasure, never retries
     it (and stops the run with one line when every shard of a batch failed on bad data). The time it held

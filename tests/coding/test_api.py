@@ -324,6 +324,47 @@ def test_nan_or_inf_anywhere_is_found(name, k, n, dtype):
         code.decode(rng.random((n, 5)).astype(dtype), received)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name,k,n", SCHEMES_AND_SIZES)
+def test_encode_of_some_workers_is_those_rows(name, k, n, dtype):
+    """``encode(X, workers=...)``: rows ``E[workers] X`` in that order (what one shard encodes for itself), equal
+    to the whole encode's rows to rounding (bit for bit for the selection schemes, a gather); NaN/Inf found."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        code = make_code(name, num_inputs=k, num_workers=n, **EXTRA.get(name, {}))
+    X = np.random.default_rng(1).random((k, 3, 7)).astype(dtype)
+    whole = code.encode(X)
+    tol = 1e-5 if dtype == "float32" else 1e-12
+    for workers in ([n - 1], [0, n - 1, 1], list(range(n))):
+        some = code.encode(X, workers=workers)
+        assert some.shape == (len(workers), 3, 7) and some.dtype == X.dtype
+        if code.selection:
+            np.testing.assert_array_equal(some, whole[workers])
+        else:
+            np.testing.assert_allclose(some, whole[workers], rtol=tol, atol=tol * np.abs(whole).max())
+    np.testing.assert_array_equal(code.encode(X, workers=(n - 1,)), code.encode(X, workers=np.array([n - 1])))
+    for i in range(k):  # a NaN in any input reaches every coded input that weighs it, or is found in X
+        bad = X.copy()
+        bad[i, 1, 2] = np.nan
+        for w in range(0, n, max(1, n // 5)):
+            if code.selection and code.selected_input(w) != i:
+                continue
+            with pytest.raises(InvalidInputError, match="X holds NaN or Inf"):
+                code.encode(bad, workers=[w])
+
+
+@pytest.mark.parametrize("workers", [[], [-1], [12], [0.5], [[0, 1]], "0", None])
+def test_encode_refuses_bad_workers(workers):
+    code = build("gcc", K=4, N=12)
+    X = np.ones((4, 2))
+    if workers is None:
+        assert code.encode(X, workers=None).shape == (12, 2)
+        return
+    with pytest.raises(InvalidInputError, match=r"workers: got .*; expected a non-empty sequence of worker indices "
+                                                r"in \[0, 12\) for code 'gcc'"):
+        code.encode(X, workers=workers)
+
+
 def test_a_matrix_without_a_probe_row_gets_a_row_of_ones():
     """Rows with a zero coefficient (or one that float32 flushes to zero) cannot serve as the probe."""
     import array_api_compat.numpy as xp

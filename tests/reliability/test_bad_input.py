@@ -325,8 +325,8 @@ def test_a_model_raising_on_some_inputs_gives_erasures_reported_per_batch(client
     run = gd.run_pipeline(cfg, client=client)
     assert run.status == "complete"
     code = build_codes(cfg)["gcc"]
-    expected = np.stack([[fails_on(row) for row in code.encode(source.read(b * k, (b + 1) * k)[0])]
-                         for b in range(batches)])
+    expected = np.stack([[fails_on(code.encode(source.read(b * k, (b + 1) * k)[0], workers=[w])[0])
+                          for w in range(code.num_workers)] for b in range(batches)])
     assert expected.any()
     gcc = read_group(run.path, "gcc")
     np.testing.assert_array_equal(gcc["failed"], expected)  # exactly the shards whose f raised

@@ -211,8 +211,8 @@ def test_store_agrees_with_an_uninterrupted_run(killed_run, clean_run):
     for b in np.flatnonzero(~intact & np.isin(killed["status"], (1, 2))):
         x, _ = source.read(b * K, (b + 1) * K)
         idx = np.flatnonzero(killed["received"][b])
-        coded = code.encode(x)
-        y = np.stack([np.asarray(f(coded[w : w + 1]))[0] for w in idx])
+        # each shard encodes its own row, as the workers do (encode(X, workers=[w]))
+        y = np.stack([np.asarray(f(code.encode(x, workers=[w])))[0] for w in idx])
         np.testing.assert_array_equal(killed["decoded"][b * K : (b + 1) * K],
                                       np.asarray(code.decode(y, idx)).astype(np.float32))
     ref = zarr.open_group(str(killed_run["path"]), mode="r")["inputs/reference"][:]
