@@ -345,6 +345,8 @@ class BatchRunner:
         self._inflight: dict[int, _BatchState] = {}
         self._workers: list[str] = []
         self._workers_at = -INF
+        self._asker: ThreadPoolExecutor | None = None  # asks the scheduler for its workers, off the loop
+        self._workers_pending = None  # the question under way (a concurrent.futures.Future of its answer)
         self._seen_workers: set[str] = set()  # the last non-empty set of workers seen
         self._replaced = False  # every worker seen before is gone and others are there (_restart_in_flight)
         self._fetch_gen = 0  # the fetch whose records the loop takes (an abandoned one's are dropped)
@@ -374,24 +376,50 @@ class BatchRunner:
             return {}
         return {"workers": [self._workers[(batch + w) % len(self._workers)]], "allow_other_workers": True}
 
-    def _refresh_workers(self, force: bool = False) -> None:
-        """Refresh the list of workers shards may run on (at most every ``WORKERS_TTL_S`` seconds)."""
+    def _refresh_workers(self) -> None:
+        """Refresh the list of workers shards may run on, at most every ``WORKERS_TTL_S`` seconds.
+
+        The first time, the scheduler is asked and the answer awaited. After that the question runs in a thread
+        of its own and its answer is taken on a later call, so the driver's loop never waits for a busy
+        scheduler (``scheduler_info`` took 0.05-0.25 s a call with the scheduler in this process on 2 cores,
+        holding up the next batches' submission). The list is then at most one question old."""
+        pending = self._workers_pending
+        if pending is not None and pending.done():
+            self._workers_pending = None
+            self._take_workers(*pending.result())
         now = time.monotonic()
-        if not force and now - self._workers_at <= WORKERS_TTL_S:
+        if now - self._workers_at <= WORKERS_TTL_S or self._workers_pending is not None:
             return
+        first = not math.isfinite(self._workers_at)
         self._workers_at = now
+        if first:
+            self._take_workers(*self._ask_workers())
+            return
+        if self._asker is None:
+            self._asker = ThreadPoolExecutor(1, thread_name_prefix="gcc-dask-workers")
+        self._workers_pending = self._asker.submit(self._ask_workers)
+
+    def _ask_workers(self) -> tuple[dict | None, float]:
+        """The scheduler's workers (``scheduler_info()["workers"]``; None when it cannot be reached), and when."""
+        client = self.client
         try:
-            client = self.client
             info = client.scheduler_info(n_workers=-1) if _accepts_n_workers(client) else client.scheduler_info()
+            return info.get("workers", {}), time.monotonic()
+        except Exception:  # pragma: no cover - the scheduler is unreachable: count it as no workers
+            return None, time.monotonic()
+
+    def _take_workers(self, workers: dict | None, now: float) -> None:
+        """Apply an answer of :meth:`_ask_workers`: end the unresponsive workers, keep the others (with a GPU
+        when the run uses one), and note when every worker seen before was replaced."""
+        if workers is None:
+            self._workers = []
+        else:
             gpu = bool(self._resources)
-            workers = info.get("workers", {})
             for address, age in self._liveness.update(workers, now):
                 self._end_unresponsive(address, age, workers[address].get("nanny"))
             self._workers = sorted(a for a, ws in workers.items()
                                    if (not gpu or ws.get("resources", {}).get("GPU", 0) > 0)
                                    and a not in self._liveness.unresponsive)
-        except Exception:  # pragma: no cover - the scheduler is unreachable: count it as no workers
-            self._workers = []
         current = set(self._workers)
         if current and self._seen_workers and not current & self._seen_workers:
             self._replaced = True
@@ -1161,6 +1189,9 @@ class BatchRunner:
             self._fetcher.shutdown(wait=clean, cancel_futures=not clean)
             if self._ender is not None:
                 self._ender.shutdown(wait=False)
+            if self._asker is not None:
+                self._asker.shutdown(wait=False, cancel_futures=True)
+                self._asker, self._workers_pending = None, None
             leftovers = [f for st in self._inflight.values() for s in st.schemes.values()
                          for f in [*s.shards, s.decode, s.score, st.reference, st.labels] if f is not None]
             self._inflight.clear()
