@@ -151,7 +151,7 @@ def _run_report(path: Path, out: Path, recompute) -> Report:
            _md(summary[[c for c in ("rel_acc", "accuracy", "accuracy_uncoded", "rmse", "rmse_mean", "rmse_std",
                                     "rel_acc_std", "cutoff_p50_s", "cutoff_p99_s", "latency_p50_s",
                                     "latency_p99_s", "decoded", "undecodable", "failed", "mean_received")
-                        if c in summary]], ".4g"), "",
+                        if c in summary] + _backups_column(summary)], ".4g"), "",
            "## Latency percentiles (s)", "", _md(latency, ".4g"), ""]
     for fname, fig in (("latency_cdf.png", plots.plot_latency_cdf(path)), ("deadline.png", plots.plot_deadline(curve))):
         rep.files.append(plots.save(fig, out / "figures" / fname))
@@ -166,6 +166,14 @@ def _run_report(path: Path, out: Path, recompute) -> Report:
            _md(deadline_table(curve), ".4g"), "",
            "![accuracy against deadline](figures/deadline.png)", ""]
     return _finish(rep, md)
+
+
+def _backups_column(summary) -> list[str]:
+    """``["mean_backups"]`` when a scheme of the run is ``speculative`` (the backup copies its batches launched,
+    mean per batch); nothing otherwise."""
+    if "code" in summary.columns and "mean_backups" in summary.columns and (summary["code"] == "speculative").any():
+        return ["mean_backups"]
+    return []
 
 
 def _finish(rep: Report, md: list[str]) -> Report:

@@ -72,6 +72,7 @@ def test_run_report_writes_every_promised_file(smoke_run, tmp_path):
     rep = make_report(smoke_run.path, tmp_path / "rep")
     _check_files(rep, {"report.md", "summary.csv", "latency.csv", "deadline.csv", "figures/latency_cdf.png",
                        "figures/deadline.png"})
+    assert "mean_backups" not in rep.markdown  # no speculative scheme in the run: no backups column
 
 
 def test_deadline_curve_ends_at_the_recorded_results(smoke_run):

@@ -287,6 +287,16 @@ def test_speculative_on_the_virtual_clock_backs_up_what_the_draws_say(client, tm
         want.append(int((d[:8] > backup_time(d[:8], Speculation())).sum()))
     np.testing.assert_array_equal(root["speculative/n_backups"][:], want)
     assert sum(want) > 0  # the draws hang some shards: the test sees backups
+    # the run's report gives the mean backups a batch, beside the other per-scheme figures
+    from gcc_dask.analysis.report import make_report
+
+    md = make_report(run.path, tmp_path / "report").markdown
+    table = md[md.index("## Per scheme"):md.index("## Latency percentiles")]
+    header = next(line for line in table.splitlines() if line.startswith("|"))
+    assert "mean_backups" in header
+    row = next(line for line in table.splitlines() if line.startswith("| speculative"))
+    cells = dict(zip([c.strip() for c in header.strip("|").split("|")], [c.strip() for c in row.strip("|").split("|")]))
+    assert float(cells["mean_backups"]) == pytest.approx(np.mean(want), rel=1e-3)
 
 
 def test_two_copies_on_the_virtual_clock_follow_the_schedule(client, tmp_path):
