@@ -346,6 +346,7 @@ class BatchRunner:
         self._workers: list[str] = []
         self._workers_at = -INF
         self._asker: ThreadPoolExecutor | None = None  # asks the scheduler for its workers, off the loop
+        self._canceller: ThreadPoolExecutor | None = None  # cancels stragglers, off the loop (_cancel)
         self._workers_pending = None  # the question under way (a concurrent.futures.Future of its answer)
         self._seen_workers: set[str] = set()  # the last non-empty set of workers seen
         self._replaced = False  # every worker seen before is gone and others are there (_restart_in_flight)
@@ -398,6 +399,23 @@ class BatchRunner:
         if self._asker is None:
             self._asker = ThreadPoolExecutor(1, thread_name_prefix="gcc-dask-workers")
         self._workers_pending = self._asker.submit(self._ask_workers)
+
+    def _cancel(self, futures: list) -> None:
+        """Cancel `futures` (stragglers past a cutoff, spares submitted again, a failed batch's shards) from a
+        thread of its own, in order. ``client.cancel`` waits for the scheduler's answer (about 30 ms a call with
+        the scheduler in this process on 2 cores), and the loop need not: every later use of these tasks has
+        keys of its own. :meth:`run` waits for the last calls when it ends cleanly."""
+        if not futures:
+            return
+        if self._canceller is None:
+            self._canceller = ThreadPoolExecutor(1, thread_name_prefix="gcc-dask-cancel")
+        self._canceller.submit(self._cancel_now, list(futures))
+
+    def _cancel_now(self, futures: list) -> None:
+        try:
+            self.client.cancel(futures)
+        except Exception:  # pragma: no cover - the cluster is going away: its tasks go with it
+            logger.debug("could not cancel %d tasks", len(futures), exc_info=True)
 
     def _ask_workers(self) -> tuple[dict | None, float]:
         """The scheduler's workers (``scheduler_info()["workers"]``; None when it cannot be reached), and when."""
@@ -509,7 +527,7 @@ class BatchRunner:
                 self._submit_scheme(state, s.plan, restarts=s.restarts + 1)
                 again += 1
         if old:
-            self.client.cancel(old)
+            self._cancel(old)
         if again:
             self.echo(f"every Dask worker was replaced: {again} scheme batch(es) in flight run again on the new "
                       "workers")
@@ -719,7 +737,7 @@ class BatchRunner:
             hope = s.known & ~s.failed if overtaken else (regular | s.promoted) & ~s.failed
             covered = {groups[w] for w in np.flatnonzero(hope)}
             picked = sorted(waiting.tolist(), key=lambda w: (groups[w] in covered, rank[w]))[:due]
-        self.client.cancel([s.shards[w] for w in picked])
+        self._cancel([s.shards[w] for w in picked])
         s.promoted[picked] = True
         groups: dict[str, tuple[dict, list[int]]] = {}
         for w in picked:
@@ -805,7 +823,7 @@ class BatchRunner:
         keep = set(received)
         drop = [f for w, f in enumerate(s.shards) if w not in keep and f is not None]
         if drop:
-            self.client.cancel(drop)
+            self._cancel(drop)
         if s.virtual:
             latency = np.where(np.isin(np.arange(plan.num_workers), received), s.arrivals, np.nan)
         else:
@@ -914,7 +932,7 @@ class BatchRunner:
 
     def _fail(self, state: _BatchState, s: _SchemeState, reason: str) -> None:
         logger.warning("batch %d of %s failed: %s", state.batch, s.plan.name, reason)
-        self.client.cancel([f for f in s.shards if f is not None])
+        self._cancel([f for f in s.shards if f is not None])
         s.result = failed_record(s.plan.name, state.batch, s.plan.num_workers, s.start_wall)
         s.result["error"] = reason
         s.done = True
@@ -944,7 +962,7 @@ class BatchRunner:
                 # kept shards were lost with their workers: run this scheme's batch again
                 logger.warning("batch %d (%s): kept shards %s were lost; running the batch again", batch,
                                scheme, lost)
-                self.client.cancel([f for f in s.shards if f is not None])
+                self._cancel([f for f in s.shards if f is not None])
                 self._submit_scheme(state, s.plan, restarts=s.restarts + 1)
                 return
             if s.attempt + 1 < MAX_ATTEMPTS:
@@ -1192,6 +1210,9 @@ class BatchRunner:
             if self._asker is not None:
                 self._asker.shutdown(wait=False, cancel_futures=True)
                 self._asker, self._workers_pending = None, None
+            if self._canceller is not None:  # a clean end waits for the last cancels (never a lost cluster)
+                self._canceller.shutdown(wait=clean, cancel_futures=not clean)
+                self._canceller = None
             leftovers = [f for st in self._inflight.values() for s in st.schemes.values()
                          for f in [*s.shards, s.decode, s.score, st.reference, st.labels] if f is not None]
             self._inflight.clear()

@@ -246,7 +246,33 @@ def _stub_runner(**kwargs):
     client = _Client()
     runner = BatchRunner(client, plugin, [plan, uncoded], num_samples=64, output_size=1, max_in_flight=4,
                          reference=False, **kwargs)
+    # what is cancelled, at once (the runner's own _cancel makes the same call from a thread of its own:
+    # test_cancels_run_off_the_loop_in_order)
+    runner._cancel = runner._cancel_now
     return runner, client, plan
+
+
+def test_cancels_run_off_the_loop_in_order():
+    """``_cancel`` returns before the client's cancel does (it waits for the scheduler), and the calls are made
+    one after the other in the order asked."""
+    import threading
+
+    runner, client, _ = _stub_runner()
+    del runner._cancel  # the runner's own, threaded
+    gate, calls = threading.Event(), []
+
+    def slow_cancel(futures):
+        gate.wait(5)
+        calls.append([f.key for f in futures])
+
+    client.cancel = slow_cancel
+    runner._cancel([_Future("a"), _Future("b")])
+    runner._cancel([])  # nothing to cancel: no call
+    runner._cancel([_Future("c")])
+    assert calls == []  # both calls are still waiting for the "scheduler"
+    gate.set()
+    runner._canceller.shutdown(wait=True)
+    assert calls == [["a", "b"], ["c"]]
 
 
 def test_an_overtaken_batch_runs_its_spares_at_its_own_priority():
