@@ -129,6 +129,23 @@ def test_a_different_config_is_refused(client, tmp_path, smoke):
         _run(client, tmp_path, "x.zarr", overrides=["code.num_workers=12"])
 
 
+def test_a_changed_scheme_parameter_is_named_as_the_user_writes_it(client, tmp_path):
+    """The refusal names a scheme entry's parameter by its config path (``schemes.<label>.params.<key>``, as the
+    config errors do), not by the resolved config's internal ``scheme_entries``."""
+    def cfg(fill):
+        return {"name": "entry", "source": {"kind": "synthetic", "num_samples": 32, "shape": [3], "seed": 1},
+                "workload": {"kind": "callable", "name": "numpy:tanh"},
+                "code": {"num_inputs": 4, "num_workers": 6, "block_size": 2},
+                "schemes": [{"label": "rep", "code": "replication", "params": {"fill": fill}}],
+                "stragglers": {"model": "none"}, "cutoff": {"wait_for": "N-S", "stragglers": 2},
+                "store": {"path": str(tmp_path / "entry.zarr")}, "run": {"progress": False, "limit_batches": 1}}
+
+    assert gd.run_pipeline(cfg("linear"), client=client).status == "incomplete"
+    with pytest.raises(gd.errors.StoreError, match=r"it differs in schemes\.rep\.params\.fill \('linear' in the "
+                                                   r"store, 'nearest' now\)"):
+        gd.run_pipeline(cfg("nearest"), client=client)
+
+
 def test_record_buffer_writes_in_order_off_the_loop_and_raises_a_failed_write():
     import threading
 

@@ -91,6 +91,12 @@ def _swap_in(tmp, path) -> None:
 
 
 # ----------------------------------------------------------------------------------------- RunStore
+def _user_key(key: str) -> str:
+    """A resolved config's dotted key as the user writes it: a scheme entry's ``scheme_entries.<label>.params.x``
+    (where the resolved config keeps it) is ``schemes.<label>.params.x``, as in the config errors."""
+    return "schemes." + key[len("scheme_entries."):] if key.startswith("scheme_entries.") else key
+
+
 def _config_diff(stored: Mapping[str, Any], now: Mapping[str, Any], ignore: tuple[str, ...] = (),
                  limit: int = 4) -> str:
     """``"; it differs in code.block_size (256 in the store, 512 now), ..."``: the first `limit` dotted keys
@@ -109,7 +115,7 @@ def _config_diff(stored: Mapping[str, Any], now: Mapping[str, Any], ignore: tupl
             and not any(k == p or k.startswith(p + ".") for p in ignore)]
     if not keys:
         return ""
-    shown = ", ".join(f"{k} ({a.get(k)!r} in the store, {b.get(k)!r} now)" for k in keys[:limit])
+    shown = ", ".join(f"{_user_key(k)} ({a.get(k)!r} in the store, {b.get(k)!r} now)" for k in keys[:limit])
     more = f" and {len(keys) - limit} more" if len(keys) > limit else ""
     return f"; it differs in {shown}{more}"
 
