@@ -134,8 +134,11 @@ def connect(spec: ClusterSpec, client=None) -> Iterator:
         from multiprocessing import resource_tracker
 
         resource_tracker.ensure_running()
+    environ = worker_environ()
+    if spec.processes:
+        _replace_dasks_leftover(environ)
     with dask.config.set({"distributed.scheduler.allowed-failures": 0,
-                          "distributed.nanny.pre-spawn-environ": worker_environ(),
+                          "distributed.nanny.pre-spawn-environ": environ,
                           "distributed.worker.profile.enabled": False,
                           "distributed.admin.log-length": 1000,
                           "distributed.admin.low-level-log-length": 200}), deferred:
@@ -190,6 +193,17 @@ def worker_environ() -> dict:
         if key not in env or dask_default:
             env[key] = value
     return env
+
+
+def _replace_dasks_leftover(environ: dict) -> None:
+    """Put `environ`'s ``MALLOC_TRIM_THRESHOLD_`` into this process's ``os.environ`` where Dask left its own
+    default there. A nanny copies its pre-spawn environment into the spawning process's ``os.environ``, and a
+    later nanny takes ``os.environ``'s values over the config's: after any earlier LocalCluster of Dask's
+    defaults in this process, ours would be ignored. A value other than Dask's default is the user's, and
+    stays."""
+    key = "MALLOC_TRIM_THRESHOLD_"
+    if os.environ.get(key) == str(_DASK_TRIM_DEFAULT) and key in environ:
+        os.environ[key] = str(environ[key])
 
 
 def _script_hint(spec: ClusterSpec) -> str:

@@ -1,5 +1,5 @@
 """The embedded cluster's worker processes get glibc malloc settings that keep batch-sized blocks in the heap
-(gcc_dask.runtime.cluster.MALLOC_ENVIRON), unless the user's Dask config sets them."""
+(gcc_dask.runtime.cluster.MALLOC_ENVIRON), unless the user's Dask config or environment sets them."""
 
 from __future__ import annotations
 
@@ -29,7 +29,21 @@ def _malloc_env() -> dict:
     return {k: os.environ.get(k) for k in MALLOC_ENVIRON}
 
 
-def test_the_worker_processes_see_them():
+def _workers_see() -> list[dict]:
     with connect(ClusterSpec(n_workers=1, threads_per_worker=1, processes=True)) as client:
-        seen = list(client.run(_malloc_env).values())
-    assert seen == [{k: str(v) for k, v in MALLOC_ENVIRON.items()}]
+        return list(client.run(_malloc_env).values())
+
+
+def test_the_worker_processes_see_them_even_after_a_cluster_of_dasks_defaults(monkeypatch):
+    """A nanny of Dask's defaults leaves ``MALLOC_TRIM_THRESHOLD_=65536`` in this process's environment (it copies
+    its pre-spawn environment there), which later nannies prefer to the config: the embedded cluster replaces
+    that leftover."""
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "65536")
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    assert _workers_see() == [{k: str(v) for k, v in MALLOC_ENVIRON.items()}]
+
+
+def test_a_value_in_the_users_environment_wins(monkeypatch):
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "1048576")
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "2097152")
+    assert _workers_see() == [{"MALLOC_MMAP_THRESHOLD_": "2097152", "MALLOC_TRIM_THRESHOLD_": "1048576"}]
