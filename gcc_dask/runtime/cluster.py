@@ -174,7 +174,7 @@ def connect(spec: ClusterSpec, client=None) -> Iterator:
 #: threshold at 128 KiB: every batch's arrays (a chunk, a batch, a coded input: megabytes) are then mapped
 #: fresh and page-faulted in, and unmapped when freed. Blocks up to 32 MiB come from the heap instead, and
 #: up to 64 MiB of freed heap is kept for the next batch: on a 2-core VM this cut the workers' page faults
-#: about 10x and their system CPU time 3-5x (BENCHMARKS.md, 'Tail latency'), for about 0.4 GiB more
+#: about 10x and their system CPU time 3-5x (BENCHMARKS.md, 'Tail latency'), for 0.4-0.6 GiB more
 #: resident memory per worker process.
 MALLOC_ENVIRON = {"MALLOC_MMAP_THRESHOLD_": 32 << 20, "MALLOC_TRIM_THRESHOLD_": 64 << 20}
 #: Dask's own ``distributed.nanny.pre-spawn-environ`` value of ``MALLOC_TRIM_THRESHOLD_``
