@@ -11,7 +11,7 @@ import contextlib
 import logging
 import os
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Iterator
 
 import dask
 
@@ -189,21 +189,26 @@ def worker_environ() -> dict:
 
     env = dict(dask.config.get("distributed.nanny.pre-spawn-environ", None) or {})
     for key, value in MALLOC_ENVIRON.items():
-        dask_default = key == "MALLOC_TRIM_THRESHOLD_" and str(env.get(key)) == str(_DASK_TRIM_DEFAULT)
-        if key not in env or dask_default:
+        if key not in env or _dasks_default(key, env[key]):
             env[key] = value
     return env
 
 
+def _dasks_default(key: str, value: Any) -> bool:
+    """Whether `value` of variable `key` is what Dask's nanny sets by itself (``MALLOC_TRIM_THRESHOLD_=65536``),
+    not a choice of the user's."""
+    return key == "MALLOC_TRIM_THRESHOLD_" and str(value) == str(_DASK_TRIM_DEFAULT)
+
+
 def _replace_dasks_leftover(environ: dict) -> None:
-    """Put `environ`'s ``MALLOC_TRIM_THRESHOLD_`` into this process's ``os.environ`` where Dask left its own
+    """Put `environ`'s malloc variables into this process's ``os.environ`` where Dask left its own
     default there. A nanny copies its pre-spawn environment into the spawning process's ``os.environ``, and a
     later nanny takes ``os.environ``'s values over the config's: after any earlier LocalCluster of Dask's
     defaults in this process, ours would be ignored. A value other than Dask's default is the user's, and
     stays."""
-    key = "MALLOC_TRIM_THRESHOLD_"
-    if os.environ.get(key) == str(_DASK_TRIM_DEFAULT) and key in environ:
-        os.environ[key] = str(environ[key])
+    for key in MALLOC_ENVIRON:
+        if key in os.environ and key in environ and _dasks_default(key, os.environ[key]):
+            os.environ[key] = str(environ[key])
 
 
 def _script_hint(spec: ClusterSpec) -> str:

@@ -1,9 +1,9 @@
 """The driver loop: submit coded batches, apply the cutoff, cancel stragglers, decode, bound the work in flight.
 
 Per batch ``b`` and scheme ``s`` (docs/pipeline.rst, section 'Cutoff'): N shard futures with unique
-keys ``eval-b{b}-w{n}-{s}-{token}`` (``pure=False``, ``retries=0``; each reads and encodes the batch on its
-worker, the batch once per worker and its own row of the encoder: :meth:`~.tasks.RunPlugin.shard_input`, so shards depend on no other task and no coded
-input moves between workers), then, once :func:`~.cutoff.decide`
+keys ``eval-b{b}-w{n}-{s}-{token}`` (``pure=False``, ``retries=0``; each reads the batch on its worker, once
+per worker, and encodes its own row: :meth:`~.tasks.RunPlugin.shard_input`, so shards depend on no other task
+and no coded input moves between workers), then, once :func:`~.cutoff.decide`
 says the cutoff is final, one decode task over the kept shards; the other shards are cancelled and stop
 cooperatively. The uncoded reference (for MSE and RelAcc) is never an input of the decode: a score task
 joins the two afterwards, off the latency path. The driver never calls ``.result()`` per shard: futures

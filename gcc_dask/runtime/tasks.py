@@ -174,8 +174,9 @@ class RunPlugin(WorkerPlugin):
         """Batch ``batch``'s samples read from the source, in slot order (once per worker, see :meth:`_memo`;
         a chunked source's chunks through :meth:`chunk`).
 
-        A :class:`~gcc_dask.errors.GccDaskError` raised here (or in :meth:`blocks` and the encode of :meth:`shard_input`) is marked as the
-        batch's own (:func:`is_bad_batch`): the driver stops the run on it, where an error of f is an erasure.
+        A :class:`~gcc_dask.errors.GccDaskError` raised here (or in :meth:`blocks` and the encode of
+        :meth:`shard_input`) is marked as the batch's own (:func:`is_bad_batch`): the driver stops the run on
+        it, where an error of f is an erasure.
         """
         return self._memo(batch, "", _marking(
             lambda: _read_batch(self.source, self.layout, batch, self._chunk_reader(batch))))
