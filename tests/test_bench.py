@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import math
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -64,7 +65,8 @@ def test_coding_report_files_and_ratios(coding_report, tmp_path):
 def test_pipeline_report_files_and_ratios(pipeline_report, tmp_path):
     paths = write_report(pipeline_report, tmp_path)
     assert {p.name for p in paths} == {"pipeline.md", "pipeline_targets.csv", "pipeline_machine.csv",
-                                       "pipeline_tail.png", *(f"pipeline_{s}.csv" for s in SECTIONS)}
+                                       "pipeline_tail.png", "pipeline_tail_rounds.csv",
+                                       *(f"pipeline_{s}.csv" for s in SECTIONS)}
     strag = _rows(tmp_path / "pipeline_stragglers.csv")
     assert {(r["scheme"], r["N"]) for r in strag} == {("gcc", "16"), ("bacc", "16"), ("replication", "16"),
                                                       ("uncoded", "8"), ("gcc", "12"), ("bacc", "12")}
@@ -126,6 +128,59 @@ def test_tail_section_rows_targets_and_figure(pipeline_report, tmp_path):
     assert same.measured == 1.0 and same.passed
     assert (tmp_path / "pipeline_tail.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "![tail](pipeline_tail.png)" in (tmp_path / "pipeline.md").read_text()
+    # (e)'s throughput targets: the scenario's run, then one interleaved round in quick mode, judged on the mean
+    from gcc_dask.bench.tail import QUICK_ROUNDS, ROUNDS_CONTENDERS
+
+    rounds = _rows(tmp_path / "pipeline_tail_rounds.csv")
+    assert [(r["contender"], r["round"]) for r in rounds] == \
+        [(c, "scenario e") for c in ROUNDS_CONTENDERS] + [(c, str(i)) for i in range(QUICK_ROUNDS) for c in ROUNDS_CONTENDERS]
+    e_rows = {r["contender"]: r for r in rows if r["scenario"].startswith("e")}
+    for c in ROUNDS_CONTENDERS:
+        ratios = [float(r["vs_plain_map"]) for r in rounds if r["contender"] == c]
+        assert ratios[0] == pytest.approx(float(e_rows[f"pipeline {c}"]["vs_plain_map"]))
+        assert all(_positive(x) for x in ratios)
+    e_targets = [t for t in pipeline_report.targets if t.name.startswith("e: ")]
+    assert len(e_targets) == 2 and all(f"mean of {1 + QUICK_ROUNDS} interleaved rounds" in t.name for t in e_targets)
+    unc = next(t for t in e_targets if "uncoded" in t.name)
+    assert unc.measured == pytest.approx(np.mean([float(r["vs_plain_map"]) for r in rounds if r["contender"] == "uncoded"]))
+
+
+def test_interleaved_rounds_put_each_pipeline_between_two_plain_runs():
+    """The order of the runs, and each ratio from the plain runs either side of its pipeline run."""
+    from gcc_dask.bench.tail import interleaved_rounds
+
+    calls, plains = [], iter([2.0, 4.0, 6.0, 8.0, 10.0])
+
+    def plain():
+        calls.append("plain")
+        return next(plains)
+
+    def run(label, wall):
+        def f():
+            calls.append(label)
+            return wall
+        return f
+
+    rows = interleaved_rounds(plain, {"a": run("a", 3.0), "b": run("b", 10.0)}, rounds=2)
+    assert calls == ["plain", "a", "plain", "b", "plain", "a", "plain", "b", "plain"]
+    assert [(r["contender"], r["round"]) for r in rows] == [("a", 0), ("b", 0), ("a", 1), ("b", 1)]
+    assert [r["vs_plain_map"] for r in rows] == pytest.approx([1.0, 0.5, 7.0 / 3.0, 0.9])
+    assert [(r["plain_before_s"], r["plain_after_s"]) for r in rows] == [(2, 4), (4, 6), (6, 8), (8, 10)]
+
+
+def test_ratio_summary_mean_standard_error_and_refusal():
+    from gcc_dask.bench.tail import _decided, ratio_summary
+
+    st = ratio_summary([0.8, 0.9, 1.0, 0.7])
+    assert st["n"] == 4 and st["mean"] == pytest.approx(0.85) and st["median"] == pytest.approx(0.85)
+    assert st["se"] == pytest.approx(np.std([0.8, 0.9, 1.0, 0.7], ddof=1) / 2.0)
+    assert (st["min"], st["max"]) == (0.7, 1.0)
+    assert _decided(st, 0.9).startswith("not decided")  # 0.9 is within 0.85 +- 2 x 0.065
+    assert _decided(st, 0.55).startswith("decided")
+    one = ratio_summary([0.5])
+    assert math.isnan(one["se"]) and _decided(one, 0.9) == "one round: undecided"
+    with pytest.raises(ValueError, match="ratios: got shape"):
+        ratio_summary([])
 
 
 def test_best_times_interleaves_and_repeats():

@@ -422,8 +422,8 @@ def run_pipeline_bench(*, quick: bool = False, client=None, sections: tuple[str,
         if "tail" in sections:
             say("pipeline bench: tail")
             # a cluster of its own (4 processes x 8 threads), unless the given one's workers can be signalled
-            table, tg, nt, figs = tail_section(client, tmp, quick, say, _lenet_path(), BLOCK)
-            tables.append(table)
+            tail_tables, tg, nt, figs = tail_section(client, tmp, quick, say, _lenet_path(), BLOCK)
+            tables += tail_tables
             targets += tg
             notes += nt
             figures.update(figs)
