@@ -50,13 +50,11 @@ import numpy as np
 from distributed import KilledWorker
 
 from gcc_dask.errors import ClusterError, GccDaskError
-from gcc_dask.runtime.cluster import _accepts_n_workers
 from gcc_dask.runtime.cutoff import (
     CutoffPolicy, Speculation, backup_schedule, backups_due, cutoff_time, decide, needed_results, spares_due,
 )
 from gcc_dask.runtime.events import FutureEvents
 from gcc_dask.runtime.graph import GraphUpdate
-from gcc_dask.runtime.liveness import HeartbeatWatch, end_worker
 from gcc_dask.runtime.signals import SignalFlag
 from gcc_dask.runtime.tasks import (
     RunPlugin,
@@ -69,6 +67,7 @@ from gcc_dask.runtime.tasks import (
     score_task,
     strip_record,
 )
+from gcc_dask.runtime.workers import WorkerList
 
 logger = logging.getLogger(__name__)
 
@@ -77,8 +76,6 @@ __all__ = ["SchemePlan", "BatchRunner"]
 INF = math.inf
 #: submissions of a batch's reference or decode task, in all, when they die with a worker
 MAX_ATTEMPTS = 3
-#: seconds between refreshes of the worker list that shards are spread over (and checks that any are left)
-WORKERS_TTL_S = 1.0
 #: the loop wakes at least this often (seconds) to check the workers and to stay responsive to Ctrl-C
 MAX_WAIT_S = 0.5
 
@@ -326,8 +323,6 @@ class BatchRunner:
         self.reference = reference
         self.latency_per_sample = bool(latency_per_sample)
         self.worker_timeout = float(worker_timeout)
-        self._liveness = HeartbeatWatch(unresponsive_after)
-        self._ender: ThreadPoolExecutor | None = None  # ends unresponsive workers, off the loop
         self._told: set[str] = set()  # schemes whose first failed batch was told to the user (_tell_failure)
         if spares not in ("lazy", "eager"):
             raise ValueError(f"spares: got {spares!r}; expected 'lazy' or 'eager'")
@@ -343,13 +338,9 @@ class BatchRunner:
         self._decided: dict[str, int] = {}  # per scheme: the latest batch (its seq) that reached its cutoff
         self._submitted = 0  # batches submitted so far (the next batch's seq)
         self._inflight: dict[int, _BatchState] = {}
-        self._workers: list[str] = []
-        self._workers_at = -INF
-        self._asker: ThreadPoolExecutor | None = None  # asks the scheduler for its workers, off the loop
+        # the workers shards are spread over (refreshed off the loop; unresponsive ones ended)
+        self._workers = WorkerList(client, gpu=use_gpu, unresponsive_after=unresponsive_after, echo=self.echo)
         self._canceller: ThreadPoolExecutor | None = None  # cancels stragglers, off the loop (_cancel)
-        self._workers_pending = None  # the question under way (a concurrent.futures.Future of its answer)
-        self._seen_workers: set[str] = set()  # the last non-empty set of workers seen
-        self._replaced = False  # every worker seen before is gone and others are there (_restart_in_flight)
         self._fetch_gen = 0  # the fetch whose records the loop takes (an abandoned one's are dropped)
         self._no_workers_since: float | None = None
         self._signals = SignalFlag()
@@ -372,33 +363,10 @@ class BatchRunner:
         otherwise pack a batch onto whichever worker has free threads). Loose: the scheduler picks another
         worker when that one is gone. (Backup copy c of original k is placed as shard k + c: on the c-th worker
         after its original's, :meth:`_slot`.)"""
-        self._refresh_workers()
-        if len(self._workers) < 2:
+        workers = self._workers.refresh()
+        if len(workers) < 2:
             return {}
-        return {"workers": [self._workers[(batch + w) % len(self._workers)]], "allow_other_workers": True}
-
-    def _refresh_workers(self) -> None:
-        """Refresh the list of workers shards may run on, at most every ``WORKERS_TTL_S`` seconds.
-
-        The first time, the scheduler is asked and the answer awaited. After that the question runs in a thread
-        of its own and its answer is taken on a later call, so the driver's loop never waits for a busy
-        scheduler (``scheduler_info`` took 0.05-0.25 s a call with the scheduler in this process on 2 cores,
-        holding up the next batches' submission). The list is then at most one question old."""
-        pending = self._workers_pending
-        if pending is not None and pending.done():
-            self._workers_pending = None
-            self._take_workers(*pending.result())
-        now = time.monotonic()
-        if now - self._workers_at <= WORKERS_TTL_S or self._workers_pending is not None:
-            return
-        first = not math.isfinite(self._workers_at)
-        self._workers_at = now
-        if first:
-            self._take_workers(*self._ask_workers())
-            return
-        if self._asker is None:
-            self._asker = ThreadPoolExecutor(1, thread_name_prefix="gcc-dask-workers")
-        self._workers_pending = self._asker.submit(self._ask_workers)
+        return {"workers": [workers[(batch + w) % len(workers)]], "allow_other_workers": True}
 
     def _cancel(self, futures: list) -> None:
         """Cancel `futures` (stragglers past a cutoff, spares submitted again, a failed batch's shards) from a
@@ -416,50 +384,6 @@ class BatchRunner:
             self.client.cancel(futures)
         except Exception:  # pragma: no cover - the cluster is going away: its tasks go with it
             logger.debug("could not cancel %d tasks", len(futures), exc_info=True)
-
-    def _ask_workers(self) -> tuple[dict | None, float]:
-        """The scheduler's workers (``scheduler_info()["workers"]``; None when it cannot be reached), and when."""
-        client = self.client
-        try:
-            info = client.scheduler_info(n_workers=-1) if _accepts_n_workers(client) else client.scheduler_info()
-            return info.get("workers", {}), time.monotonic()
-        except Exception:  # pragma: no cover - the scheduler is unreachable: count it as no workers
-            return None, time.monotonic()
-
-    def _take_workers(self, workers: dict | None, now: float) -> None:
-        """Apply an answer of :meth:`_ask_workers`: end the unresponsive workers, keep the others (with a GPU
-        when the run uses one), and note when every worker seen before was replaced."""
-        if workers is None:
-            self._workers = []
-        else:
-            gpu = bool(self._resources)
-            for address, age in self._liveness.update(workers, now):
-                self._end_unresponsive(address, age, workers[address].get("nanny"))
-            self._workers = sorted(a for a, ws in workers.items()
-                                   if (not gpu or ws.get("resources", {}).get("GPU", 0) > 0)
-                                   and a not in self._liveness.unresponsive)
-        current = set(self._workers)
-        if current and self._seen_workers and not current & self._seen_workers:
-            self._replaced = True
-        if current:
-            self._seen_workers = current
-
-    def _end_unresponsive(self, address: str, age: float, nanny: str | None) -> None:
-        """A worker sent no heartbeat for `age` seconds: no more shards go to it, and it is ended as if it had
-        died (:func:`~.liveness.end_worker`, in a thread of its own: a call to a frozen machine may hang), so
-        that its shards become erasures and what it held is recomputed elsewhere."""
-        self.echo(f"Dask worker {address} sent no heartbeat for {age:.0f} s (cluster.unresponsive_after): ending "
-                  "it as if it had died; its shards are erasures")
-        if self._ender is None:
-            self._ender = ThreadPoolExecutor(1, thread_name_prefix="gcc-dask-unresponsive")
-
-        def end():
-            try:
-                logger.warning("unresponsive worker %s: %s", address, end_worker(self.client, address, nanny))
-            except Exception as e:  # the cluster is going away: nothing more to do
-                logger.warning("could not end unresponsive worker %s: %r", address, e)
-
-        self._ender.submit(end)
 
     def _scheduler_lost(self, exc: BaseException | None = None) -> bool:
         """Whether the client has lost its scheduler for good: it has closed (after failing to reconnect within
@@ -487,10 +411,10 @@ class BatchRunner:
             raise self._lost_scheduler_error()
         if self.client.status != "running":  # reconnecting: the client gives up (and closes) after its timeout
             return
-        self._refresh_workers()
-        if self._workers:
+        workers = self._workers.refresh()
+        if workers:
             if self._no_workers_since is not None:
-                self.echo(f"{len(self._workers)} Dask worker(s) back; the run goes on")
+                self.echo(f"{len(workers)} Dask worker(s) back; the run goes on")
             self._no_workers_since = None
             return
         now = time.monotonic()
@@ -1126,10 +1050,10 @@ class BatchRunner:
                             break
                     if batches:
                         self._submit_batches(batches)
-                if time.monotonic() - self._workers_at > WORKERS_TTL_S:
+                if self._workers.due:
                     self._check_workers()  # also while events flow: an unresponsive worker stalls only some
-                if self._replaced:  # every worker was replaced: rerun what was lost with them
-                    self._replaced = False
+                if self._workers.replaced:  # every worker was replaced: rerun what was lost with them
+                    self._workers.replaced = False
                     held, ready = ready + (fetching or []), []
                     if fetching is not None:  # abandon the fetch (its old tasks are cancelled below)
                         fetching, self._fetch_gen = None, self._fetch_gen + 1
@@ -1205,11 +1129,7 @@ class BatchRunner:
             logging.getLogger("distributed.client").removeFilter(quiet)
             # after an error or Ctrl-C a fetch may hang on a lost cluster: never wait for it then
             self._fetcher.shutdown(wait=clean, cancel_futures=not clean)
-            if self._ender is not None:
-                self._ender.shutdown(wait=False)
-            if self._asker is not None:
-                self._asker.shutdown(wait=False, cancel_futures=True)
-                self._asker, self._workers_pending = None, None
+            self._workers.close()
             if self._canceller is not None:  # a clean end waits for the last cancels (never a lost cluster)
                 self._canceller.shutdown(wait=clean, cancel_futures=not clean)
                 self._canceller = None
