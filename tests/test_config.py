@@ -212,6 +212,38 @@ def test_bad_config_rejected_with_one_line(key, value, message):
     assert text.startswith(message), text
 
 
+@pytest.mark.parametrize(("schemes", "extra", "n"), [
+    (["uncoded"], [], {"uncoded": 8}),
+    (["uncoded", "speculative"], ["speculation.copies=2"], {"uncoded": 8, "speculative": 24}),
+    (["replication"], ["replication.copies=2"], {"replication": 16}),
+    ([{"label": "g", "code": "gcc", "params": {"num_workers": 12}}], [], {"g": 12}),
+])
+def test_code_num_workers_may_be_left_out_when_every_scheme_sets_its_n(schemes, extra, n):
+    data = copy.deepcopy(BASE)
+    del data["code"]["num_workers"]
+    data["schemes"] = schemes
+    data["cutoff"]["stragglers"] = 2
+    cfg = load_config(data, extra, check_paths=False)
+    assert cfg.code.num_workers is None and {s: cfg.workers_for(s) for s in cfg.schemes} == n
+
+
+@pytest.mark.parametrize(("schemes", "why"), [
+    (["uncoded", "gcc"], "scheme 'gcc' runs on N workers"),
+    (["replication"], "scheme 'replication' runs on N workers"),
+    (["auto"], "schemes: [auto] chooses an estimator within N workers"),
+])
+def test_code_num_workers_is_required_by_a_scheme_that_runs_on_it(schemes, why):
+    data = copy.deepcopy(BASE)
+    del data["code"]["num_workers"]
+    data["schemes"] = schemes
+    data["cutoff"]["stragglers"] = 2
+    with pytest.raises(ConfigError) as info:
+        load_config(data, check_paths=False)
+    assert str(info.value) == ("code.num_workers: got nothing; expected an integer N >= K = 8 (this key is required: "
+                               f"{why}; only uncoded, speculative, replication.copies and entries with their own "
+                               "num_workers set N themselves)")
+
+
 def test_lcc_recovery_threshold():
     with pytest.raises(ConfigError, match=r"code.num_workers: got 16; expected an integer >= \(K - 1\)"):
         load_config(BASE, ["schemes=[lcc]", "lcc.degree=3"])

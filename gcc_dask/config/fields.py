@@ -40,6 +40,17 @@ class _Invalid(ValueError):
         self.key, self.value, self.expected = key, value, expected
 
 
+class _Nothing:
+    """The value of a key the user left out, in an error line ("got nothing")."""
+
+    def __repr__(self) -> str:
+        return "nothing"
+
+
+#: see :class:`_Nothing`
+NOTHING = _Nothing()
+
+
 def _short(value: Any, limit: int = 80) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -251,6 +251,18 @@ class SchemeLookup:
             return self.section_for(scheme).copies * k
         return self.code.num_workers
 
+    def _runs_on_code_workers(self, scheme: str) -> bool:
+        """Whether `scheme` (a label of ``schemes``, ``auto`` included) takes its N from ``code.num_workers``."""
+        if scheme == "auto" and scheme not in self.scheme_entries:
+            return True  # its budget: the N/K it chooses within
+        code = self.code_of(scheme)
+        if code in ("uncoded", "speculative"):
+            return False
+        entry = self.scheme_entries.get(scheme)
+        if entry is not None and "num_workers" in entry.params:
+            return False
+        return not (code == "replication" and self.section_for(scheme).copies is not None)
+
     def wait_for_count(self, scheme: str) -> int:
         """The cutoff's ``wait_for`` as a count of results for `scheme`, clamped to [1, N]."""
         n = self.workers_for(scheme)

@@ -28,6 +28,7 @@ from .fields import (
     SCHEMES,
     Duration,
     FitSamples,
+    NOTHING,
     InputCount,
     OptionalDuration,
     PathStr,
@@ -261,7 +262,9 @@ class CodeConfig(_Section):
         K, the inputs coded together in one group (encoded into N coded inputs).
     num_workers
         N, the coded inputs (shard tasks) per batch for the coded schemes (gcc, letcc, bacc, bspline,
-        lcc) and for ``replication`` (unless ``replication.copies`` sets r·K); at least K. ``uncoded`` uses K.
+        lcc), for ``replication`` (unless ``replication.copies`` sets r·K) and for ``auto`` (the budget it
+        chooses within); at least K. ``uncoded`` uses K and ``speculative`` (copies + 1)·K, so a run of only
+        those (or of entries that set their own ``num_workers``) may leave it out.
     block_size
         B, the groups of a batch: each shard evaluates f once on a block of B coded samples, so a batch is
         K·B samples, N shard tasks, one cutoff and one decode. Default 512, chosen by measurement
@@ -281,7 +284,7 @@ class CodeConfig(_Section):
     """
 
     num_inputs: InputCount
-    num_workers: WorkerCount
+    num_workers: WorkerCount | None = None
     block_size: Annotated[int, Field(ge=1, le=65536)] = 512
     points: Points = "systematic"
 
@@ -804,6 +807,14 @@ class PipelineConfig(SchemeLookup, _Section):
     @model_validator(mode="after")
     def _cross_checks(self) -> PipelineConfig:
         self._check_entries()
+        if self.code.num_workers is None:
+            needs = [s for s in self.schemes if self._runs_on_code_workers(s)]
+            if needs:
+                why = ("schemes: [auto] chooses an estimator within N workers" if needs[0] == "auto"
+                       else f"scheme {needs[0]!r} runs on N workers")
+                raise _Invalid("code.num_workers", NOTHING, f"an integer N >= K = {self.code.num_inputs} (this key "
+                               f"is required: {why}; only uncoded, speculative, replication.copies and entries "
+                               "with their own num_workers set N themselves)")
         check_sizes(self)
         k = self.code.num_inputs
         if self.concrete_schemes != self.schemes:
