@@ -716,11 +716,12 @@ def _finish(rows, identical, samples, block, m, threads, quick, own, rounds):
                 se = f" +- {st['se']:.2f}" if math.isfinite(st["se"]) else ""
                 summaries.append(f"{tag} {label}: {st['mean']:.2f}x{se} over {st['n']} rounds")
     rounds_notes = ("Throughput against the plain map on compressed Zarr, in interleaved rounds (plain map, uncoded, "
-                    "plain map, gcc-16, plain map, ...): vs_plain_map is the mean of the plain map runs just before and "
-                    "after a pipeline's over its job wall time. (e): LeNet-5 on the scenario's images, each pipeline's "
-                    "own run in the scenario first (round 'scenario e'). (f): the ViT of pipelines/models "
+                    "plain map, gcc-16, plain map, ...): vs_plain_map is the mean of the plain map runs just before "
+                    "and after a pipeline's over its job wall time. (e): LeNet-5 on the scenario's images, each "
+                    "pipeline's own run in the scenario first (round 'scenario e'). (f): the ViT of pipelines/models "
                     f"({HEAVY_MODEL}, about 7x LeNet-5's cost per image) on {HEAVY_SAMPLES:,} of the same images "
-                    "(quick mode: the scenario's), the same default composition. Mean +- SE: " + "; ".join(summaries) + ".")
+                    "(quick mode: the scenario's), the same default composition. Mean +- SE: "
+                    + "; ".join(summaries) + ".")
     cols = ["scenario", "contender", "round", "job_wall_s", "plain_before_s", "plain_after_s", "vs_plain_map"]
     rounds_table = Table("tail_rounds", "Compressed Zarr: throughput against the plain map in interleaved rounds, "
                          "with LeNet-5 (e) and a costlier f (f)", [{k: r.get(k, "") for k in cols} for r in rounds],
