@@ -232,3 +232,28 @@ def test_samples_too_large_to_compose_are_named_in_one_line(policy, where):
     x[where] = 1e3  # large but comparable: composed
     order = compose(make_source("array", array=x), group_size=8, policy=policy, window=64, fit_samples=32).order
     np.testing.assert_array_equal(np.sort(order), np.arange(256))
+
+
+def _blas_threads() -> list[int]:
+    from threadpoolctl import threadpool_info
+
+    return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+
+def test_the_fit_and_the_windows_run_on_one_blas_thread_in_this_process(monkeypatch):
+    """The composition's work in the driver's process runs with the BLAS on one thread (OpenBLAS's threads on its
+    small matrices cost far more than they gain on busy cores); the setting is put back after."""
+    import gcc_dask.composition as comp
+    from threadpoolctl import threadpool_limits
+
+    seen = {}
+    fit, chain = comp._fit_on, comp._window_chain
+    monkeypatch.setattr(comp, "_fit_on", lambda *a: (seen.setdefault("fit", _blas_threads()), fit(*a))[1])
+    monkeypatch.setattr(comp, "_window_chain", lambda *a: (seen.setdefault("chain", _blas_threads()), chain(*a))[1])
+    with threadpool_limits(2, user_api="blas"):
+        before = _blas_threads()
+        layout = comp.compose(make_source("mnist", split="test", limit=64), group_size=8, block_size=2, window=32)
+        assert _blas_threads() == before
+    assert before and all(n == 2 for n in before)
+    assert seen == {"fit": [1] * len(before), "chain": [1] * len(before)}
+    assert np.array_equal(np.sort(layout.order), np.arange(64))
