@@ -47,6 +47,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from gcc_dask._blas import one_blas_thread
 from gcc_dask.errors import ConfigError, SourceError
 from gcc_dask.limits import MAX_FIT_SAMPLES, MAX_WINDOW
 
@@ -541,17 +542,6 @@ def compose(
             sequence = np.concatenate(run(_window_chain, bounds, source, projection)).astype(np.int64)
     return BatchLayout.from_sequence(sequence, group_size, block_size)
 
-
-def one_blas_thread():
-    """A context in which the BLAS that NumPy loaded runs one thread (``threadpoolctl``): what a Dask worker
-    process gets anyway (``OPENBLAS_NUM_THREADS=1``), and what the composition's work in the driver's process
-    needs. Its matrices are small (the fit's QR steps are 4,096 x 42), and OpenBLAS's threads on them cost far
-    more than they gain whenever the cores are busy: the fit took 0.15 s with one thread and 3.0-3.6 s with two on
-    a loaded 2-core machine. The components agree to 1e-14 either way (the compositions of MNIST's and
-    Fashion-MNIST's splits were the same permutations)."""
-    from threadpoolctl import threadpool_limits
-
-    return threadpool_limits(1, user_api="blas")
 
 
 def _call(func: Callable[..., Any], *args: Any) -> Any:

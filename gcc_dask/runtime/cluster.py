@@ -15,6 +15,7 @@ from typing import Any, Iterator
 
 import dask
 
+from gcc_dask._blas import one_blas_thread
 from gcc_dask.errors import ClusterError
 from gcc_dask.limits import MAX_LOCAL_WORKERS
 from gcc_dask.runtime.signals import DeferredSignals
@@ -162,8 +163,11 @@ def connect(spec: ClusterSpec, client=None) -> Iterator:
     except BaseException:
         cluster.close()
         raise
+    # workers that are threads of this process share its BLAS: one thread a call, as in a worker process
+    blas = contextlib.nullcontext() if spec.processes else one_blas_thread()
     try:
-        yield c
+        with blas:
+            yield c
     finally:
         c.close()
         cluster.close()

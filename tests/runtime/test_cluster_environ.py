@@ -47,3 +47,20 @@ def test_a_value_in_the_users_environment_wins(monkeypatch):
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "1048576")
     monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "2097152")
     assert _workers_see() == [{"MALLOC_MMAP_THRESHOLD_": "2097152", "MALLOC_TRIM_THRESHOLD_": "1048576"}]
+
+
+def test_an_in_process_cluster_runs_the_blas_on_one_thread_while_it_lives():
+    """Workers that are threads of this process share its BLAS: one thread a call while the cluster lives (what a
+    worker process gets from its nanny), the user's setting back after."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from gcc_dask.runtime.cluster import ClusterSpec, connect
+
+    def threads():
+        return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+    with threadpool_limits(2, user_api="blas"):
+        with connect(ClusterSpec(n_workers=1, threads_per_worker=2, processes=False), None) as client:
+            assert threads() and set(threads()) == {1}
+            assert set(client.submit(threads, pure=False).result()) == {1}  # in a worker thread too
+        assert set(threads()) == {2}
