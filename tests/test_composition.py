@@ -85,6 +85,31 @@ def test_chain_visits_a_line_in_order():
     np.testing.assert_array_equal(t[order], np.arange(50))  # from the smallest value, one step at a time
 
 
+def _greedy_chain(f: np.ndarray) -> np.ndarray:
+    """The greedy nearest-neighbour chain by its definition: float64 distances to every sample not visited."""
+    left = list(range(len(f)))
+    cur = int(np.argmin(f[:, 0]))
+    order = [cur]
+    left.remove(cur)
+    while left:
+        d = ((f[left] - f[cur]) ** 2).sum(axis=1)
+        cur = left[int(np.argmin(d))]  # ties to the lowest index (left stays ascending)
+        order.append(cur)
+        left.remove(cur)
+    return np.array(order)
+
+
+@pytest.mark.parametrize("n", [1, 2, 65, 300])
+def test_chain_is_the_greedy_nearest_neighbour_chain_through_its_compactions(n):
+    """Against the definition, on integer-valued features (every distance exact in float32, so the two agree
+    exactly), with exact duplicates for ties; n = 300 drops the visited samples from the search several times."""
+    rng = np.random.default_rng(n)
+    f = rng.integers(-20, 20, size=(n, 4)).astype(np.float32)
+    if n > 2:
+        f[n // 2] = f[n // 3]  # a duplicate: its tie goes to the lower index
+    np.testing.assert_array_equal(chain_order(f), _greedy_chain(f.astype(np.float64)))
+
+
 def test_windows_hold_whole_groups():
     bounds = window_bounds(100, 30, 8)
     assert bounds[0] == (0, 32) and bounds[-1][1] == 100
