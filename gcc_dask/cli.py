@@ -217,8 +217,11 @@ def _is_frontier_file(path: str) -> bool:
 @_user_errors
 def report(store, out, no_recompute) -> None:
     """Write Markdown/CSV tables and PNG figures for a run store or a sweep STORE."""
+    from gcc_dask._paths import writable_dir
     from gcc_dask.analysis.report import make_report
 
+    if out is not None:
+        writable_dir("--out", out)  # refused now, not after the figures are drawn
     rep = make_report(store, out, recompute=False if no_recompute else "auto")
     click.echo(f"report: {rep.out_dir / 'report.md'}")
     for path in rep.files[1:]:
@@ -241,6 +244,16 @@ def bench(which, out, quick, gpu, sections) -> None:
     """Benchmark the coding kernels or the pipeline; ratios against baselines measured in the same run."""
     from gcc_dask.bench.report import write_report
 
+    from gcc_dask._paths import writable_dir
+    from gcc_dask.errors import ConfigError
+
+    if which == "coding" and sections:
+        raise ConfigError(f"--section: got {', '.join(sections)}; expected no --section with bench coding (the "
+                          "sections are the pipeline bench's)")
+    if which == "pipeline" and gpu is not None:
+        raise ConfigError(f"--{'gpu' if gpu else 'no-gpu'}: got it with bench pipeline; expected it with bench "
+                          "coding only (the pipeline bench uses the cluster's workers as they are)")
+    writable_dir("--out", out)  # refused now, not once the bench has run
     command = "gcc-dask " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["bench"] else f"gcc-dask bench {which}"
     if which == "coding":
         from gcc_dask.bench.coding import run_coding_bench

@@ -28,6 +28,7 @@ import pandas as pd
 
 from gcc_dask import store as store_mod
 from gcc_dask._digest import files_digest
+from gcc_dask._paths import writable_file
 from gcc_dask.analysis.summary import summarize_run
 from gcc_dask.coding import make_code
 from gcc_dask.coding.points import spread_order
@@ -473,6 +474,8 @@ def run_pipeline(
         After marking the store ``interrupted`` (a rerun resumes it).
     """
     say = echo or (lambda _msg: None)
+    if performance_report is not None:
+        writable_file("--performance-report", performance_report)  # refused now, not once the run is done
     cfg = config if isinstance(config, PipelineConfig) else load_config(config, overrides=overrides)
     # the path the store itself takes ('~' expanded, absolute, '..' and links resolved: '~/nope/../s.zarr' is
     # '~/s.zarr'): the reachability probe, the workers' sink, the composition reader and the summary all get it

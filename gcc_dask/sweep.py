@@ -489,6 +489,10 @@ def run_sweep(config: str | os.PathLike | Mapping[str, Any] | SweepConfig, clien
     from gcc_dask.runtime.cluster import performance_report as perf_report
 
     say = echo or (lambda _msg: None)
+    if performance_report is not None:
+        from gcc_dask._paths import writable_file
+
+        writable_file("--performance-report", performance_report)  # refused now, not once the job is done
     cfg = load_sweep_config(config, overrides=overrides)
     check_code_params(cfg)
     path = Path(os.fspath(out) if out is not None else cfg.store.path).expanduser().absolute()

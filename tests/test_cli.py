@@ -118,3 +118,42 @@ def test_performance_report_of_a_sweep(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "Dask Performance Report" in report.read_text()
+
+
+@pytest.mark.parametrize("where", ["a-file/x", "/proc/gcc-dask-nope"], ids=["under-a-file", "unwritable"])
+@pytest.mark.parametrize("command", [
+    ["run", "pipelines/smoke.yaml", "--performance-report", "{p}.html"],
+    ["report", "runs/does-not-matter.zarr", "--out", "{p}"],
+    ["bench", "coding", "--quick", "--out", "{p}"],
+    ["bench", "pipeline", "--quick", "--section", "checksums", "--out", "{p}"],
+], ids=["run-performance-report", "report-out", "bench-coding-out", "bench-pipeline-out"])
+def test_an_output_path_that_cannot_be_written_is_refused_before_any_work(tmp_path, command, where):
+    """One line naming the option and the path, exit status 2, before a cluster starts or a bench runs (they
+    used to fail with a traceback once the work was done; a run's store then stayed 'running')."""
+    (tmp_path / "a-file").write_text("")
+    path = str(tmp_path / where) if not where.startswith("/") else where
+    args = [a.replace("{p}", path) for a in command]
+    t0 = time.monotonic()
+    res = subprocess.run(GCC_DASK + args + (["--out", str(tmp_path / "s.zarr")] if args[0] == "run" else []),
+                         capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])
+    assert res.returncode == 2, res.stderr[-2000:]
+    lines = res.stderr.strip().splitlines()
+    option = "--performance-report" if args[0] == "run" else "--out"
+    shown = path + ".html" if args[0] == "run" else path
+    assert len(lines) == 1 and lines[0].startswith(f"gcc-dask: error: {option}: got {shown!r}"), res.stderr
+    if where == "a-file/x":
+        assert f"({tmp_path / 'a-file'} is a file)" in lines[0]
+    assert not (tmp_path / "s.zarr").exists()  # nothing ran
+    assert time.monotonic() - t0 < 60
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["bench", "coding", "--quick", "--section", "tail"],
+     "gcc-dask: error: --section: got tail; expected no --section with bench coding"),
+    (["bench", "pipeline", "--quick", "--gpu", "--section", "checksums"],
+     "gcc-dask: error: --gpu: got it with bench pipeline; expected it with bench coding only"),
+])
+def test_bench_options_of_the_other_bench_are_refused(tmp_path, args, line):
+    res = subprocess.run(GCC_DASK + args + ["--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and res.stderr.strip().startswith(line), res.stderr
+    assert not list(tmp_path.iterdir())  # no report: nothing ran

@@ -295,6 +295,10 @@ def run_frontier(config: str | os.PathLike | Mapping[str, Any] | FrontierConfig,
     from gcc_dask.sweep import function_workload
 
     say = echo or (lambda _msg: None)
+    if performance_report is not None:
+        from gcc_dask._paths import writable_file
+
+        writable_file("--performance-report", performance_report)  # refused now, not once the job is done
     cfg = load_frontier_config(config, overrides)
     path = Path(os.fspath(out) if out is not None else cfg.store.path).expanduser().absolute()
     cached = _prepare(path, cfg)

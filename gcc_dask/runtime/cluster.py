@@ -10,12 +10,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any, Iterator
 
 import dask
 
 from gcc_dask._blas import one_blas_thread
+from gcc_dask._paths import writable_file
 from gcc_dask.errors import ClusterError
 from gcc_dask.limits import MAX_LOCAL_WORKERS
 from gcc_dask.runtime.signals import DeferredSignals
@@ -459,10 +461,25 @@ def performance_report(client, path) -> Iterator[None]:
         return
     from distributed import performance_report as report
 
-    target = os.path.abspath(os.path.expanduser(os.fspath(path)))
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    with client.as_current(), report(filename=target):
-        yield
+    target = writable_file("--performance-report", path)
+    rep = report(filename=target)
+    with client.as_current():
+        rep.__enter__()
+        done = False
+        try:
+            yield
+            done = True
+        finally:
+            try:
+                rep.__exit__(None, None, None)
+            except OSError as e:  # checked writable at the start: a full disk, say; the job's results are kept
+                if done:
+                    warnings.warn(f"--performance-report: could not write {target!r} ({e.strerror or e}); the "
+                                  "job's results are not affected", RuntimeWarning, stacklevel=3)
+            except Exception:  # the job failed: its own error is the one to see
+                if done:
+                    raise
+                logger.debug("no performance report after the job's error", exc_info=True)
 
 
 def run_on_cluster(client, func, *args):
