@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import math
 import os
 import shutil
 import tempfile
@@ -168,8 +169,16 @@ def _source_section(X: Any) -> tuple[dict[str, Any], dict[str, Any]]:
 
         X = da.from_zarr(X)
     if callable(getattr(X, "__dask_graph__", None)):
-        how.update(lazy=True, chunks=tuple(int(c) for c in X.chunks[0]))
+        sizes = tuple(X.chunks[0]) if getattr(X, "chunks", None) else ()
+        if any(isinstance(c, float) and math.isnan(c) for c in sizes):
+            raise ConfigError(f"X: got a dask array of shape {tuple(X.shape)} whose chunk sizes are unknown (NaN, "
+                              "as after boolean indexing); expected known chunk sizes: call X.compute_chunk_sizes() "
+                              "first")
+        how.update(lazy=True, chunks=tuple(int(c) for c in sizes))
         return {"kind": "array", "array": X}, how
+    if module == "scipy" and hasattr(X, "toarray"):
+        raise ConfigError(f"X: got a SciPy sparse {type(X).__name__} of shape {X.shape}; expected a dense array "
+                          "(NumPy, dask, xarray or Zarr): pass X.toarray()")
     if not isinstance(X, np.ndarray):
         X = np.asarray(X)
     return {"kind": "array", "array": X}, how

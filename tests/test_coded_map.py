@@ -191,6 +191,21 @@ def test_bad_f_and_X():
         gd.coded_map(3, X)
 
 
+def test_unknown_chunks_and_sparse_X_are_one_line_each():
+    """A dask array after boolean indexing (NaN chunk sizes) and a SciPy sparse matrix: what to call instead."""
+    import dask.array as da
+
+    dX = da.from_array(X, chunks=10)
+    dX = dX[dX[:, 0] > -10]
+    with pytest.raises(ConfigError, match=r"^X: got a dask array of shape \(nan, 4\) whose chunk sizes are unknown "
+                                          r".*call X.compute_chunk_sizes\(\) first$"):
+        gd.coded_map(f, dX)
+    sparse = pytest.importorskip("scipy.sparse")
+    with pytest.raises(ConfigError, match=r"^X: got a SciPy sparse csr_matrix of shape \(600, 4\); expected a dense "
+                                          r"array .*: pass X.toarray\(\)$"):
+        gd.coded_map(f, sparse.csr_matrix(X))
+
+
 def test_integer_X_is_refused_before_anything_runs(client, tmp_path):
     with pytest.raises(gd.errors.SourceError, match="got int64 samples in .array.; expected real floating data"):
         gd.coded_map(f, np.arange(40).reshape(10, 4), client=client, out=tmp_path / "int.zarr")
