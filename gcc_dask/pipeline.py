@@ -36,7 +36,7 @@ from gcc_dask.composition import BatchLayout, compose, num_windows, window_unit
 from gcc_dask.config import FINGERPRINT_IGNORED, PipelineConfig, load_config
 from gcc_dask.limits import MAX_SAMPLES
 from gcc_dask.errors import (
-    ClusterError, GccDaskError, InvalidInputError, SourceError, StoreError, WorkloadError,
+    ClusterError, ConfigError, GccDaskError, InvalidInputError, SourceError, StoreError, WorkloadError,
 )
 from gcc_dask.runtime.cluster import (
     ClusterSpec, allowed_failures, check_gpu_workers, cluster_has_gpu, connect, map_on_cluster,
@@ -479,7 +479,12 @@ def run_pipeline(
     cfg = config if isinstance(config, PipelineConfig) else load_config(config, overrides=overrides)
     # the path the store itself takes ('~' expanded, absolute, '..' and links resolved: '~/nope/../s.zarr' is
     # '~/s.zarr'): the reachability probe, the workers' sink, the composition reader and the summary all get it
-    path = store_mod.store_path(os.fspath(out) if out is not None else cfg.store.path)
+    raw = os.fspath(out) if out is not None else cfg.store.path
+    if not str(raw).strip():
+        raise ConfigError(f"{'--out' if out is not None else 'store.path'}: got {raw!r}; expected a store path (a "
+                          "folder: a new store, or a run store to resume)")
+    path = store_mod.store_path(raw)
+    store_mod.check_target(path, cfg.store.overwrite)  # a file, or a foreign folder to overwrite: refused now
     advice = None
     if "auto" in cfg.schemes:  # the estimator the advice chooses (recorded in the store, reused on resume)
         from gcc_dask.frontier.advise import resolve_auto

@@ -50,7 +50,7 @@ from .integrity import check_structure
 from .layout import BATCH_CHUNK, DONE_STATUSES, INPUTS, STORE_FORMAT, BatchStatus
 from .lock import StoreLock
 from .readers import check_writable, open_run, open_scheme, read_in_dataset_order, store_path
-from .run_store import RunStore, SampleIndex, remove_leftovers
+from .run_store import RunStore, SampleIndex, check_target, remove_leftovers
 from .writes import write_batch, write_decoded, write_inputs
 
 __all__ = [
@@ -61,6 +61,7 @@ __all__ = [
     "SampleIndex",
     "StoreLock",
     "check_structure",
+    "check_target",
     "check_writable",
     "open_run",
     "open_scheme",

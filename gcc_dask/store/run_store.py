@@ -7,6 +7,7 @@ import shutil
 import uuid
 import warnings
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -63,6 +64,26 @@ def remove_leftovers(path: str | os.PathLike) -> list[str]:
             shutil.rmtree(p, ignore_errors=True)
             removed.append(p.name)
     return removed
+
+
+def check_target(path: str | os.PathLike, overwrite: bool) -> None:
+    """Refuse, before any work, a store path that neither a new store nor a resume could use: a file, or (with
+    `overwrite`) a folder that holds something other than a gcc-dask store (such folders are never deleted).
+
+    Raises
+    ------
+    StoreError
+        One line naming the path and what is there.
+    """
+    target = Path(path)
+    if target.exists() and not target.is_dir():
+        raise StoreError(f"store path: got {str(target)!r}, which is a file; expected a folder: a new store, or a "
+                         "run store to resume")
+    if overwrite and target.is_dir():
+        if any(target.iterdir()) and not (target / "zarr.json").is_file():
+            raise StoreError(f"store path: got {str(target)!r}, a folder of other files; expected a run store or an "
+                             "empty folder to overwrite (no other folder is ever deleted): choose another store path")
+        _check_replaceable(target)
 
 
 def _check_replaceable(path) -> None:

@@ -150,9 +150,16 @@ CASES = {
                                                "composition": {"policy": "similarity", "window": 4}},
                                     ["source: got values up to 3e+38 in sample 9 of 'npy:", "too large to compose"]),
     "store-path-is-a-file": (lambda t: {"store": {"path": _npy(t, "f.npy", np.zeros(3))}},
-                             ["store path: got", "f.npy", "not a Zarr v3 store"]),
+                             ["store path: got", "f.npy", "which is a file; expected a folder"]),
     "store-path-is-not-a-run": (lambda t: {"store": {"path": _folder_with_a_file(t / "notes")}},
                                 ["store path: got", "notes", "not a Zarr v3 store"]),
+    "overwrite-a-folder-of-other-files": (lambda t: {"store": {"path": _folder_with_a_file(t / "notes"),
+                                                               "overwrite": True}},
+                                          ["store path: got", "notes', a folder of other files; expected a run store "
+                                           "or an empty folder to overwrite"]),
+    "store-path-empty": (lambda t: {"store": {"path": ""}},
+                         ["store.path: got ''; expected a store path (a folder: a new store, or a run store to "
+                          "resume)"]),
 }
 
 
