@@ -109,8 +109,13 @@ def test_replication_copies_and_uncoded_stop():
                                                                     r"used once"),
     ("schemes=[{label: u, code: uncoded, params: {stop: cutoff}}]",
      None),  # valid: S = 4 < K = 8
+    ("schemes=[{label: inputs, code: gcc}]", r"^schemes.0.label: got 'inputs'; expected a label other than 'inputs'"),
+    ("schemes=[{label: -x, code: gcc}]", r"^schemes.0.label: got '-x'; expected a label of letters, digits, '_' or "
+                                         r"'-' that starts with a letter or a digit"),
+    ("name=_x", r"^name: got '_x'; expected a name of letters, digits, '.', '_' or '-' that starts with a letter"),
 ], ids=["unknown-param", "bad-fill", "slash-label", "unknown-code", "uncoded-n", "gcc-n-below-k", "copies-and-n",
-        "unknown-entry-key", "repeated-label", "uncoded-cutoff-ok"])
+        "unknown-entry-key", "repeated-label", "uncoded-cutoff-ok", "inputs-label", "label-first-char",
+        "name-first-char"])
 def test_bad_scheme_entries_are_one_line(override, match):
     if match is None:
         assert load_config("pipelines/mnist_lenet.yaml", [override]).stop_of("u") == "cutoff"

@@ -93,8 +93,11 @@ def split_entries(schemes: Any, entries: Any) -> tuple[Any, Any]:
             raise _Invalid(f"schemes.{i}.code", code, f"one of {', '.join(SCHEMES)}")
         label = item.get("label", code)
         if not isinstance(label, str) or not LABEL_RE.match(label):
-            raise _Invalid(f"schemes.{i}.label", label, "a label of letters, digits, '_' or '-' (it names the "
-                                                      "scheme's group in the store)")
+            raise _Invalid(f"schemes.{i}.label", label, "a label of letters, digits, '_' or '-' that starts with a "
+                                                      "letter or a digit (it names the scheme's group in the store)")
+        if label == "inputs":
+            raise _Invalid(f"schemes.{i}.label", label, "a label other than 'inputs' (the store's group of the "
+                                                      "labels and the reference)")
         params = item.get("params") or {}
         if not isinstance(params, Mapping):
             raise _Invalid(f"schemes.{i}.params", params, "a mapping of the code's parameters")

@@ -801,7 +801,8 @@ class PipelineConfig(SchemeLookup, _Section):
     @classmethod
     def _name(cls, value: str) -> str:
         if not _NAME_RE.match(value):
-            raise _Invalid(None, value, "a name of letters, digits, '.', '_' or '-' (used in file names)")
+            raise _Invalid(None, value, "a name of letters, digits, '.', '_' or '-' that starts with a letter or a "
+                                        "digit (used in file names)")
         return value
 
     @model_validator(mode="after")
