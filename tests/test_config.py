@@ -244,6 +244,24 @@ def test_code_num_workers_is_required_by_a_scheme_that_runs_on_it(schemes, why):
                                "num_workers set N themselves)")
 
 
+@pytest.mark.parametrize("overrides", [
+    ["schemes=[uncoded]", "code.num_inputs=4", "code.num_workers=4"],
+    ["schemes=[speculative]", "code.num_inputs=1", "code.num_workers=1"],
+    ["schemes=[replication]", "replication.stop=recovery", "code.num_inputs=4", "code.num_workers=4"],
+    ["schemes=[uncoded]", "code.num_inputs=4", "code.num_workers=4", "cutoff.wait_for=9"],
+], ids=["uncoded", "speculative", "replication-recovery", "wait-for"])
+def test_s_and_wait_for_are_not_checked_against_schemes_that_never_read_them(overrides):
+    """S = 4 (and wait_for) bound only the schemes that stop at the cutoff: uncoded (stop: all), speculative and
+    replication at recovery wait for their inputs whatever S is."""
+    cfg = load_config(BASE, overrides, check_paths=False)
+    assert cfg.cutoff.stragglers == 4
+
+
+def test_s_is_still_checked_against_the_schemes_at_the_cutoff():
+    with pytest.raises(ConfigError, match=r"^cutoff.stragglers: got 4; expected an integer S with 0 <= S < N = 4 "):
+        load_config(BASE, ["schemes=[uncoded, gcc]", "code.num_inputs=4", "code.num_workers=4"], check_paths=False)
+
+
 def test_lcc_recovery_threshold():
     with pytest.raises(ConfigError, match=r"code.num_workers: got 16; expected an integer >= \(K - 1\)"):
         load_config(BASE, ["schemes=[lcc]", "lcc.degree=3"])

@@ -845,8 +845,11 @@ class PipelineConfig(SchemeLookup, _Section):
             except ConfigError as e:
                 raise _Invalid("code.points", points, f"points that fit K = {k}, "
                                f"N = {self.workers_for(scheme)} ({e})") from None
-        n_max = max(self.workers_for(s) for s in self.concrete_schemes)
-        if self.cutoff.stragglers >= n_max:
+        # S and wait_for apply to the schemes that stop at the cutoff; uncoded (stop: all), speculative, replication
+        # (stop: recovery) and lcc wait for their recovery and never read them
+        at_cutoff = [s for s in self.concrete_schemes if self.stop_of(s) == "cutoff"]
+        n_max = max((self.workers_for(s) for s in at_cutoff), default=None)
+        if n_max is not None and self.cutoff.stragglers >= n_max:
             raise _Invalid("cutoff.stragglers", self.cutoff.stragglers,
                            f"an integer S with 0 <= S < N = {n_max} workers")
         # every scheme that stops at the cutoff keeps N - S of its own N results: S must leave it some
@@ -860,7 +863,7 @@ class PipelineConfig(SchemeLookup, _Section):
                 raise _Invalid("cutoff.stragglers", self.cutoff.stragglers,
                                f"S < {n_s}, the N of scheme {scheme!r}, which stops after N - S "
                                f"results{hint.get(code, '')}")
-        if isinstance(self.cutoff.wait_for, int) and self.cutoff.wait_for > n_max:
+        if n_max is not None and isinstance(self.cutoff.wait_for, int) and self.cutoff.wait_for > n_max:
             raise _Invalid("cutoff.wait_for", self.cutoff.wait_for,
                            f"'N-S', 'all' or an integer in [1, {n_max}] (N = {n_max} workers)")
         n_min, smallest = min((self.workers_for(s), s) for s in self.concrete_schemes)
