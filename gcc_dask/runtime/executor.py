@@ -742,6 +742,13 @@ class BatchRunner:
     def _decode(self, state: _BatchState, s: _SchemeState, d) -> None:
         plan = s.plan
         received = [w for w in range(plan.num_workers) if s.arrivals[w] <= d.time and not s.failed[w]]
+        if plan.speculation is not None:  # the first copy of each input wins (copy c of input k is shard k + c·K)
+            first: dict[int, int] = {}
+            for w in received:
+                k = w % plan.num_inputs
+                if k not in first or s.arrivals[w] < s.arrivals[first[k]]:
+                    first[k] = w
+            received = sorted(first.values())
         if not received and s.failed.any():
             self._raise_if_bad_data(state, s)
         keep = set(received)

@@ -317,7 +317,9 @@ def test_two_copies_on_the_virtual_clock_follow_the_schedule(client, tmp_path):
         want.append(int(np.isfinite(launch[1:]).sum()))
         second += int(np.isfinite(launch[2]).sum())
         winner = arrival.argmin(axis=0)  # the copy of each input that arrived first is the one received
-        assert root["speculative/received"][b].reshape(3, 8)[winner, np.arange(8)].all()
+        got = root["speculative/received"][b].reshape(3, 8)
+        assert got[winner, np.arange(8)].all() and (got.sum(axis=0) == 1).all()  # and no other copy of it
+    assert (root["speculative/n_received"][:] == 8).all()
     np.testing.assert_array_equal(root["speculative/n_backups"][:], want)
     assert second > 0  # some first backups hung too: the test sees second copies
 
