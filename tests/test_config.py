@@ -262,6 +262,19 @@ def test_s_is_still_checked_against_the_schemes_at_the_cutoff():
         load_config(BASE, ["schemes=[uncoded, gcc]", "code.num_inputs=4", "code.num_workers=4"], check_paths=False)
 
 
+def test_null_means_not_set_the_default_applies():
+    """docs/configuration.rst: ``key: null`` is the default, for any key whose type has no None of its own;
+    a required key set to null is missing; a key that admits None keeps it."""
+    default = load_config(BASE, check_paths=False)
+    cfg = load_config(BASE, ["speculation.copies=null", "code.block_size=null", "gcc.kernel=null",
+                             "composition.policy=null", "run.max_batches_in_flight=null"], check_paths=False)
+    assert cfg.speculation.copies == 1 and cfg.code.block_size == 512 and cfg.composition.policy == "similarity"
+    assert cfg.gcc.kernel == default.gcc.kernel and cfg.run.max_batches_in_flight == default.run.max_batches_in_flight
+    assert load_config(BASE, ["cutoff.deadline=null"], check_paths=False).cutoff.deadline is None  # no deadline
+    with pytest.raises(ConfigError, match=r"^code.num_inputs: got nothing; expected a value \(this key is required\)$"):
+        load_config(BASE, ["code.num_inputs=null"], check_paths=False)
+
+
 def test_lcc_recovery_threshold():
     with pytest.raises(ConfigError, match=r"code.num_workers: got 16; expected an integer >= \(K - 1\)"):
         load_config(BASE, ["schemes=[lcc]", "lcc.degree=3"])

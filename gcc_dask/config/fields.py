@@ -10,10 +10,12 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Sequence
+import types
+import typing
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from gcc_dask.errors import ConfigError
 from gcc_dask.limits import MAX_CODE_ENTRIES, MAX_FIT_SAMPLES, MAX_INPUTS, MAX_WINDOW, MAX_WORKERS, parse_seconds
@@ -178,5 +180,24 @@ FitSamples = Annotated[int, Field(ge=1), AfterValidator(
     _at_most(MAX_FIT_SAMPLES, "samples read at once, as float64, to fit the principal components"))]
 
 
+def _accepts_none(annotation: Any) -> bool:
+    """Whether a field's type admits None (``X | None``, ``Optional[X]``, ``Any``)."""
+    if annotation is None or annotation is type(None) or annotation is Any:
+        return True
+    return any(_accepts_none(a) for a in typing.get_args(annotation)) if typing.get_origin(annotation) in (
+        typing.Union, types.UnionType) else False
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_not_set(cls, data: Any) -> Any:
+        """``key: null`` (or a key left empty in YAML) means "not set": the default applies, and a required key is
+        missing. A key whose type admits None keeps it (``cutoff.deadline: null`` is no deadline)."""
+        if not isinstance(data, Mapping):
+            return data
+        fields = cls.model_fields
+        return {k: v for k, v in data.items()
+                if not (v is None and k in fields and not _accepts_none(fields[k].annotation))}
