@@ -113,9 +113,17 @@ def test_replication_copies_and_uncoded_stop():
     ("schemes=[{label: -x, code: gcc}]", r"^schemes.0.label: got '-x'; expected a label of letters, digits, '_' or "
                                          r"'-' that starts with a letter or a digit"),
     ("name=_x", r"^name: got '_x'; expected a name of letters, digits, '.', '_' or '-' that starts with a letter"),
+    ("replication.extra=foo", r"^replication.extra: got 'foo'; expected 'spread', 'ends' or a list of distinct "
+                              r"positions \(integers >= 0\)"),
+    ("schemes=[{label: r, code: replication, params: {extra: foo}}]",
+     r"^schemes.r.params.extra: got 'foo'; expected 'spread', 'ends' or a list"),
+    ("schemes=[{label: r, code: replication, params: {num_workers: 12, extra: [0]}}]",
+     r"^schemes.r.params.extra: got \[0\]; expected 'spread', 'ends' or 4 distinct positions in \[0, 8\)"),
+    ("schemes=[{label: g, code: gcc, params: {points: {alpha: [0, 0, 0, 0, 0, 0, 0, 0]}}}]",
+     r"^schemes.g.params.points: got \{'alpha'"),
 ], ids=["unknown-param", "bad-fill", "slash-label", "unknown-code", "uncoded-n", "gcc-n-below-k", "copies-and-n",
         "unknown-entry-key", "repeated-label", "uncoded-cutoff-ok", "inputs-label", "label-first-char",
-        "name-first-char"])
+        "name-first-char", "extra-word", "entry-extra-word", "entry-extra-length", "entry-points"])
 def test_bad_scheme_entries_are_one_line(override, match):
     if match is None:
         assert load_config("pipelines/mnist_lenet.yaml", [override]).stop_of("u") == "cutoff"

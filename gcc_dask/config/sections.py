@@ -371,6 +371,18 @@ class LccConfig(_Section):
     degree: PosInt = 1
 
 
+def _extra_rule(value: Any) -> Any:
+    """``replication.extra``: ``spread``, ``ends`` or a list of positions (integers >= 0; one line otherwise)."""
+    if isinstance(value, tuple):
+        value = list(value)
+    if isinstance(value, str) and value in ("spread", "ends"):
+        return value
+    if isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+        return value
+    raise _Invalid(None, value, "'spread', 'ends' or a list of distinct positions (integers >= 0), one for each of the "
+                                "N mod K extra copies")
+
+
 class ReplicationConfig(_Section):
     """Replication, full or partial: N workers hold copies of the K inputs (docs/methods.rst, section
     'Replication and uncoded').
@@ -400,8 +412,7 @@ class ReplicationConfig(_Section):
     """
 
     copies: Annotated[int, Field(ge=1)] | None = None
-    extra: Annotated[Literal["spread", "ends"] | list[Annotated[int, Field(ge=0)]],
-                     BeforeValidator(_as_list)] = "spread"
+    extra: Annotated[str | list[int], BeforeValidator(_extra_rule)] = "spread"
     stop: Literal["cutoff", "recovery"] = "cutoff"
     fill: Literal["none", "nearest", "linear"] = "linear"
 
@@ -834,17 +845,30 @@ class PipelineConfig(SchemeLookup, _Section):
                 key, value = self._workers_key(scheme)
                 raise _Invalid(key, n, f"an integer >= (K - 1) * lcc.degree + 1 = {need} "
                                        "(the recovery threshold of lcc)")
+        for scheme in self.concrete_schemes:  # partial replication: the positions of its N mod K extra copies
+            extra = self.section_for(scheme).extra if self.code_of(scheme) == "replication" else None
+            count = self.workers_for(scheme) % k
+            if isinstance(extra, list) and count:
+                from gcc_dask.coding.replication import extra_positions
+
+                entry = self.scheme_entries.get(scheme)
+                key = f"schemes.{scheme}.params.extra" if entry and "extra" in entry.params else "replication.extra"
+                try:
+                    extra_positions(extra, k, count)
+                except ConfigError as e:
+                    raise _Invalid(key, extra, str(e).partition("; expected ")[2]) from None
         from gcc_dask.coding.points import placement
 
         for scheme in self.concrete_schemes:
             points = self.points_for(scheme)
             if points is None or (isinstance(points, str) and points == "chebyshev"):
                 continue
+            entry = self.scheme_entries.get(scheme)
+            key = f"schemes.{scheme}.params.points" if entry and "points" in entry.params else "code.points"
             try:
-                placement(points, k, self.workers_for(scheme), name="code.points")
+                placement(points, k, self.workers_for(scheme), name=key)
             except ConfigError as e:
-                raise _Invalid("code.points", points, f"points that fit K = {k}, "
-                               f"N = {self.workers_for(scheme)} ({e})") from None
+                raise _Invalid(key, points, f"points that fit K = {k}, N = {self.workers_for(scheme)} ({e})") from None
         # S and wait_for apply to the schemes that stop at the cutoff; uncoded (stop: all), speculative, replication
         # (stop: recovery) and lcc wait for their recovery and never read them
         at_cutoff = [s for s in self.concrete_schemes if self.stop_of(s) == "cutoff"]
