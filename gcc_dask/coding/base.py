@@ -363,7 +363,7 @@ class CodingScheme:
             )
         if not floating:
             raise InvalidInputError(
-                f"{name} must be a real floating array (float32 or float64); got dtype {A.dtype}. "
+                f"{name} must be a real floating array (float16, float32 or float64); got dtype {A.dtype}. "
                 f"Cast it first, e.g. {name}.astype('float32')"
             )
         return xp, A
@@ -534,7 +534,7 @@ class CodingScheme:
 
         Parameters
         ----------
-        X : array of shape ``(K, *shape)``, real floating (float32 or float64)
+        X : array of shape ``(K, *shape)``, real floating (float32 or float64; float16 works, in float16)
             The batch of K inputs; numpy, cupy or any Array API array.
         workers : sequence of int, optional
             Only the coded inputs of these workers (indices in ``[0, N)``), in this order: rows ``E[workers]``
@@ -577,7 +577,8 @@ class CodingScheme:
         except Exception:  # noqa: BLE001 - anything that is not a sequence of ints is refused the same way
             arr = np.asarray([None])
         n = self.num_workers
-        if (arr.ndim != 1 or arr.size == 0 or not np.issubdtype(arr.dtype, np.integer)
+        has_bool = isinstance(workers, (list, tuple)) and any(isinstance(w, (bool, np.bool_)) for w in workers)
+        if (has_bool or arr.ndim != 1 or arr.size == 0 or not np.issubdtype(arr.dtype, np.integer)
                 or arr.min() < 0 or arr.max() >= n):
             raise InvalidInputError(f"workers: got {workers!r}; expected a non-empty sequence of worker indices "
                                     f"in [0, {n}) for code {self.name!r}")

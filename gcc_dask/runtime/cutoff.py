@@ -284,6 +284,11 @@ class Speculation:
     copies: int = 1
 
     def __post_init__(self) -> None:
+        for name in ("quantile", "multiplier", "min_runtime"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+                    or not math.isfinite(value):
+                raise ConfigError(f"speculation.{name}: got {value!r}; expected a finite number")
         if not 0 < self.quantile <= 1:
             raise ConfigError(f"speculation.quantile: got {self.quantile!r}; expected 0 < quantile <= 1")
         if not self.multiplier >= 1:

@@ -353,7 +353,7 @@ def test_encode_of_some_workers_is_those_rows(name, k, n, dtype):
                 code.encode(bad, workers=[w])
 
 
-@pytest.mark.parametrize("workers", [[], [-1], [12], [0.5], [[0, 1]], "0", None])
+@pytest.mark.parametrize("workers", [[], [-1], [12], [0.5], [[0, 1]], "0", [1, True], (np.True_,), None])
 def test_encode_refuses_bad_workers(workers):
     code = build("gcc", K=4, N=12)
     X = np.ones((4, 2))

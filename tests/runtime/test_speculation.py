@@ -131,7 +131,11 @@ def test_the_virtual_schedule_launches_what_the_rule_and_the_failures_say():
     ({"min_runtime": -1.0}, "speculation.min_runtime: got -1.0"),
     ({"copies": 0}, r"speculation.copies: got 0; expected an integer in \[1, 8\]"),
     ({"copies": 1.5}, r"speculation.copies: got 1.5; expected an integer in \[1, 8\]"),
-], ids=["quantile", "multiplier", "min-runtime", "copies-0", "copies-float"])
+    ({"quantile": "0.5"}, r"speculation.quantile: got '0.5'; expected a finite number"),
+    ({"quantile": None}, r"speculation.quantile: got None; expected a finite number"),
+    ({"multiplier": float("nan")}, r"speculation.multiplier: got nan; expected a finite number"),
+], ids=["quantile", "multiplier", "min-runtime", "copies-0", "copies-float", "quantile-str", "quantile-none",
+        "multiplier-nan"])
 def test_speculation_rejects_bad_values(kwargs, match):
     with pytest.raises(ConfigError, match=match):
         Speculation(**kwargs)
