@@ -286,6 +286,11 @@ def coded_map(f: Callable[..., Any] | str | os.PathLike, X: Any, *, schemes: Seq
 
     if isinstance(schemes, str):
         schemes = (schemes,)
+    if not isinstance(schemes, (list, tuple)) or not schemes:
+        raise ConfigError(f"schemes: got {schemes!r}; expected a scheme name or a non-empty list of them (e.g. "
+                          "('gcc',), the default)")
+    if out is not None and not isinstance(out, (str, os.PathLike)):
+        raise ConfigError(f"out: got {out!r}; expected a store path (str or os.PathLike) or None")
     data = _merged_config(config)
     data["workload"] = _workload_section(f)
     data["source"], how = _source_section(X)

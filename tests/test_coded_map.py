@@ -177,7 +177,11 @@ def test_not_picklable_f_is_one_error_naming_it(process_client, tmp_path):
     ({"cutoff": {"stragglers": 16}}, r"cutoff\.stragglers: got 16"),
     ({"source": {"kind": "mnist"}}, r"source: .*no source= keyword in coded_map \(the data are X\)"),
     ({"code": 8}, r"code: got 8; expected a mapping"),
-], ids=["typo-in-section", "typo-section", "impossible-S", "source-keyword", "not-a-mapping"])
+    ({"schemes": None}, r"^schemes: got None; expected a scheme name or a non-empty list of them"),
+    ({"schemes": []}, r"^schemes: got \[\]; expected a scheme name or a non-empty list of them"),
+    ({"out": 123}, r"^out: got 123; expected a store path \(str or os.PathLike\) or None$"),
+], ids=["typo-in-section", "typo-section", "impossible-S", "source-keyword", "not-a-mapping", "schemes-none",
+        "schemes-empty", "out-int"])
 def test_config_keywords_are_checked_as_yaml(config, match):
     with pytest.raises(ConfigError, match=match) as err:
         gd.coded_map(f, X, **config)
