@@ -43,6 +43,8 @@ from .validation import check_choice
 __all__ = ["EXTRA_RULES", "FILLS", "Replication", "Speculative", "Uncoded", "extra_positions", "fill_weights"]
 
 FILLS = ("none", "nearest", "linear")
+#: the most backup copies of an input ``speculative`` runs (``speculation.copies``, at most 8)
+MAX_BACKUP_COPIES = 8
 #: rules for the positions that get the extra copies of partial replication (:func:`extra_positions`)
 EXTRA_RULES = ("spread", "ends")
 
@@ -308,11 +310,11 @@ class Speculative(Replication):
 
     def _check_layout(self) -> None:
         k, n = self.num_inputs, self.num_workers
-        if n < 2 * k or n % k:
+        if n < 2 * k or n % k or n > (MAX_BACKUP_COPIES + 1) * k:
             raise ConfigError(
-                f"num_workers must be (copies + 1) * num_inputs for code 'speculative' (K originals and copies >= 1 "
-                f"backup copies of each); got num_workers={n!r}, num_inputs={k!r}. Use num_workers={2 * k} "
-                f"(one backup copy each, speculation.copies: 1)."
+                f"num_workers must be (copies + 1) * num_inputs for code 'speculative' (K originals and 1 to "
+                f"{MAX_BACKUP_COPIES} backup copies of each); got num_workers={n!r}, num_inputs={k!r}. Use "
+                f"num_workers={2 * k} (one backup copy each, speculation.copies: 1)."
             )
 
     def backup_of(self, worker: int, copy: int = 1) -> int:

@@ -152,6 +152,9 @@ def test_the_speculative_code_is_replication_with_two_copies():
     with pytest.raises(ConfigError, match=r"num_workers must be \(copies \+ 1\) \* num_inputs for code "
                        r"'speculative' .*got num_workers=6, num_inputs=4. Use num_workers=8"):
         gd.make_code("speculative", num_inputs=4, num_workers=6)
+    assert gd.make_code("speculative", num_inputs=4, num_workers=36).copies == 8  # the most speculation.copies allows
+    with pytest.raises(ConfigError, match=r"1 to 8 backup copies of each\); got num_workers=40, num_inputs=4"):
+        gd.make_code("speculative", num_inputs=4, num_workers=40)
     three = gd.make_code("speculative", num_inputs=4, num_workers=12)  # two backup copies of each input
     assert three.copies == 2 and three.backup_of(1, copy=2) == 9 and three.recovery_threshold == 10
     np.testing.assert_array_equal(three.decode((np.arange(12.0)[:, None] * 10)[[8, 5, 2, 11]],
