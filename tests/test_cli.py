@@ -157,3 +157,15 @@ def test_bench_options_of_the_other_bench_are_refused(tmp_path, args, line):
     res = subprocess.run(GCC_DASK + args + ["--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and res.stderr.strip().startswith(line), res.stderr
     assert not list(tmp_path.iterdir())  # no report: nothing ran
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["--no-progress", "--set", "run.progress=maybe"],
+     "gcc-dask: error: run.progress: got 'maybe'; expected true or false"),
+    (["--overwrite", "--set", "store.overwrite=2"],
+     "gcc-dask: error: store.overwrite: got '2'; expected true or false"),
+])
+def test_a_shortcut_does_not_hide_a_bad_value_of_its_key(tmp_path, args, line):
+    res = subprocess.run(GCC_DASK + ["run", "pipelines/smoke.yaml", "--out", str(tmp_path / "s.zarr"), *args],
+                         capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])
+    assert res.returncode == 2 and res.stderr.strip() == line, res.stderr
