@@ -86,6 +86,9 @@ def test_an_auto_run_records_its_choice_and_a_resume_keeps_it(client, tmp_path, 
     monkeypatch.setattr(advise_mod, "advise", boom)
     again = gd.run_pipeline(cfg, client=client)
     assert again.wall_s == 0 and list(again.summary.index) == list(run.summary.index)
+    # a changed advise section: the resume is refused naming the key, before any advice is measured again
+    with pytest.raises(gd.errors.StoreError, match=r"advise.margin"):
+        gd.run_pipeline(cfg, client=client, overrides=["advise.margin=0.01"])
 
 
 @pytest.mark.parametrize(("args", "match"), [
