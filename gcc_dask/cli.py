@@ -82,20 +82,14 @@ def _job_options(example: str):
 def _overrides(overrides, scheduler, overwrite, no_progress) -> list[str]:
     """``--set`` values plus the config keys that the shortcut options stand for (after them, so they win). A
     ``--set`` of a boolean key that a shortcut also sets is still checked: the shortcut must not hide a bad value."""
-    import yaml
-
+    from gcc_dask.config.loading import _parse_value  # what --set does with the value
     from gcc_dask.errors import ConfigError
 
     shortcuts = {"store.overwrite": overwrite, "run.progress": no_progress}
     for item in overrides:
         key, _, value = item.partition("=")
-        if shortcuts.get(key.strip()):
-            try:
-                parsed = yaml.safe_load(value)
-            except yaml.YAMLError:
-                parsed = value
-            if not isinstance(parsed, bool):
-                raise ConfigError(f"{key.strip()}: got {value.strip()!r}; expected true or false")
+        if shortcuts.get(key.strip()) and not isinstance(_parse_value(value), bool):
+            raise ConfigError(f"{key.strip()}: got {value.strip()!r}; expected true or false")
     out = list(overrides)
     if scheduler:
         out.append(f"cluster.address={scheduler}")
@@ -257,9 +251,8 @@ def report(store, out, no_recompute) -> None:
 @_user_errors
 def bench(which, out, quick, gpu, sections) -> None:
     """Benchmark the coding kernels or the pipeline; ratios against baselines measured in the same run."""
-    from gcc_dask.bench.report import write_report
-
     from gcc_dask._paths import writable_dir
+    from gcc_dask.bench.report import write_report
     from gcc_dask.errors import ConfigError
 
     if which == "coding" and sections:

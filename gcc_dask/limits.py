@@ -49,6 +49,8 @@ MAX_DURATION = 86_400.0
 #: held in memory as float64 while the store is created: 2**24 entries = 128 MiB).
 MAX_TRIALS = 1_000_000
 MAX_SWEEP_ENTRIES = 2**24
+#: Most backup copies of an input for ``speculative`` (``speculation.copies``): N = (copies + 1)·K.
+MAX_BACKUP_COPIES = 8
 
 # a decimal number (no sign, no '_', optional exponent), optional blanks, a unit of letters
 _DURATION_RE = re.compile(r"(?P<number>(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(?P<unit>[A-Za-z]+)")

@@ -638,18 +638,25 @@ def _finish(rows, identical, samples, block, m, threads, quick, own, rounds):
     def pick(tag, contender):
         return next((r for r in rows if r["scenario"].startswith(tag) and r["contender"] == contender), None)
 
+    # the rounds' ratios summarised per (scenario, contender): (e)'s targets, and the rounds table's notes
+    stats = {}
+    for r in rounds:
+        stats.setdefault((r["scenario"], r["contender"]), []).append(r["vs_plain_map"])
+    stats = {key: ratio_summary(ratios) for key, ratios in stats.items()}
+
+    def with_se(st):
+        return f"{st['mean']:.2f}x" + (f" +- {st['se']:.2f}" if math.isfinite(st["se"]) else "")
+
     targets = []
     for label, name, limit, extra in (
             ("uncoded", "uncoded", UNCODED_VS_MAP_MIN, ""),
             ("gcc-16", "gcc N=2K, S=K/2", GCC_VS_MAP_MIN, "; its work limit K/(N-S) is 0.67x")):
-        ratios = [r["vs_plain_map"] for r in rounds if r["contender"] == label and r["scenario"] == "e"]
-        if not ratios:
+        st = stats.get(("e", label))
+        if st is None:
             continue
-        st = ratio_summary(ratios)
-        se = f" +- {st['se']:.2f}" if math.isfinite(st["se"]) else ""
         targets.append(Target(f"e: compressed Zarr, default composition: {name} samples/s / plain map, mean of "
                               f"{st['n']} interleaved rounds", st["mean"], limit, ">=", "x",
-                              f"{st['mean']:.2f}x{se} (SE), median {st['median']:.2f}x, range {st['min']:.2f}-"
+                              f"{with_se(st)} (SE), median {st['median']:.2f}x, range {st['min']:.2f}-"
                               f"{st['max']:.2f}x; {_decided(st, limit)}{extra}"))
     map_b = pick("b", "plain client.map")
     hedged = [r for r in (pick("b", label) for label, _ in HEDGED) if r is not None]
@@ -707,14 +714,7 @@ def _finish(rows, identical, samples, block, m, threads, quick, own, rounds):
                                                                          "one plain run per scenario." if quick else ""))
     table = Table("tail", "Tail latency against compute spent: the plain map, the plain map with backups, and the "
                   "pipeline's estimators", rows, notes)
-    summaries = []
-    for tag in ("e", "f"):
-        for label in ROUNDS_CONTENDERS:
-            ratios = [r["vs_plain_map"] for r in rounds if r["contender"] == label and r["scenario"] == tag]
-            if ratios:
-                st = ratio_summary(ratios)
-                se = f" +- {st['se']:.2f}" if math.isfinite(st["se"]) else ""
-                summaries.append(f"{tag} {label}: {st['mean']:.2f}x{se} over {st['n']} rounds")
+    summaries = [f"{tag} {label}: {with_se(st)} over {st['n']} rounds" for (tag, label), st in stats.items()]
     rounds_notes = ("Throughput against the plain map on compressed Zarr, in interleaved rounds (plain map, uncoded, "
                     "plain map, gcc-16, plain map, ...): vs_plain_map is the mean of the plain map runs just before "
                     "and after a pipeline's over its job wall time. (e): LeNet-5 on the scenario's images, each "

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from gcc_dask.errors import ConfigError
+from gcc_dask.limits import MAX_BACKUP_COPIES
 
 from .base import CodingScheme, _Entry
 from .registry import register_code
@@ -43,8 +44,6 @@ from .validation import check_choice
 __all__ = ["EXTRA_RULES", "FILLS", "Replication", "Speculative", "Uncoded", "extra_positions", "fill_weights"]
 
 FILLS = ("none", "nearest", "linear")
-#: the most backup copies of an input ``speculative`` runs (``speculation.copies``, at most 8)
-MAX_BACKUP_COPIES = 8
 #: rules for the positions that get the extra copies of partial replication (:func:`extra_positions`)
 EXTRA_RULES = ("spread", "ends")
 

@@ -241,6 +241,12 @@ class SchemeLookup:
         the coded schemes and for replication (``replication.copies * K`` when copies is set), K for uncoded and
         ``(speculation.copies + 1) · K`` for speculative (K shards and their backup copies, launched when
         late; 2K by default)."""
+        own = self._own_workers(scheme)
+        return self.code.num_workers if own is None else own
+
+    def _own_workers(self, scheme: str) -> int | None:
+        """The N that `scheme` sets itself (uncoded, speculative, an entry's ``num_workers``,
+        ``replication.copies``), or None when it runs on ``code.num_workers``."""
         k = self.code.num_inputs
         code = self.code_of(scheme)
         if code == "uncoded":
@@ -252,19 +258,13 @@ class SchemeLookup:
             return int(entry.params["num_workers"])
         if code == "replication" and self.section_for(scheme).copies is not None:
             return self.section_for(scheme).copies * k
-        return self.code.num_workers
+        return None
 
     def _runs_on_code_workers(self, scheme: str) -> bool:
         """Whether `scheme` (a label of ``schemes``, ``auto`` included) takes its N from ``code.num_workers``."""
         if scheme == "auto" and scheme not in self.scheme_entries:
             return True  # its budget: the N/K it chooses within
-        code = self.code_of(scheme)
-        if code in ("uncoded", "speculative"):
-            return False
-        entry = self.scheme_entries.get(scheme)
-        if entry is not None and "num_workers" in entry.params:
-            return False
-        return not (code == "replication" and self.section_for(scheme).copies is not None)
+        return self._own_workers(scheme) is None
 
     def wait_for_count(self, scheme: str) -> int:
         """The cutoff's ``wait_for`` as a count of results for `scheme`, clamped to [1, N]."""

@@ -19,7 +19,7 @@ from pydantic import BeforeValidator, ConfigDict, Field, PrivateAttr
 from pydantic import field_validator, model_validator
 
 from gcc_dask.errors import ConfigError
-from gcc_dask.limits import MAX_SAMPLES
+from gcc_dask.limits import MAX_BACKUP_COPIES, MAX_SAMPLES
 
 from .fields import (
     ADDED_KEYS,
@@ -543,7 +543,7 @@ class SpeculationConfig(_Section):
     quantile: Annotated[float, Field(gt=0, le=1)] = 0.75
     multiplier: Annotated[float, Field(ge=1)] = 1.5
     min_runtime: Duration = 0.1
-    copies: Annotated[int, Field(ge=1, le=8)] = 1
+    copies: Annotated[int, Field(ge=1, le=MAX_BACKUP_COPIES)] = 1
 
 
 class CutoffConfig(_Section):

@@ -507,12 +507,11 @@ def resolve_auto(cfg, path: str | os.PathLike, client=None, say: Callable[[str],
         raise ConfigError(f"advise.samples: got {cfg.advise.samples!r}; expected an integer >= 2·K = {2 * k} "
                           "(the sample schemes: [auto] measures the estimators on)")
     fingerprint = cfg.fingerprint()
-    stored = None if cfg.store.overwrite else _stored_advice(path, fingerprint)
-    earlier = None if cfg.store.overwrite or stored is not None else _stored_advice(path, None)
-    if earlier is not None:
+    stored = None if cfg.store.overwrite else _stored_advice(path)
+    if stored is not None and stored.get("for_fingerprint") != fingerprint:
         # a store made by another config: its resume refuses and names what changed, so the choice recorded
         # there stands in, and no advice is measured for a run that will not start
-        return apply_choice(cfg, earlier["choice"]), earlier
+        return apply_choice(cfg, stored["choice"]), stored
     if stored is None:
         store = Path(os.fspath(path)).expanduser()
         stem = store.name[:-5] if store.name.endswith(".zarr") else store.name
@@ -539,9 +538,9 @@ def apply_choice(cfg, choice: Mapping[str, Any]):
     return load_config(cfg, overrides=[f"schemes={json.dumps(schemes)}"])
 
 
-def _stored_advice(path: str | os.PathLike, fingerprint: str | None) -> dict | None:
-    """The advice recorded in the run store at `path` for the config with this fingerprint (any config for None),
-    if any."""
+def _stored_advice(path: str | os.PathLike) -> dict | None:
+    """The advice recorded in the run store at `path` (with the fingerprint of the config it was made for), if
+    any."""
     from gcc_dask.analysis.stores import root_attrs
     from gcc_dask.errors import StoreError
 
@@ -549,7 +548,6 @@ def _stored_advice(path: str | os.PathLike, fingerprint: str | None) -> dict | N
         advice = root_attrs(path).get("advice")
     except StoreError:
         return None
-    if isinstance(advice, dict) and "choice" in advice and (fingerprint is None
-                                                            or advice.get("for_fingerprint") == fingerprint):
+    if isinstance(advice, dict) and "choice" in advice:
         return advice
     return None

@@ -465,21 +465,17 @@ def performance_report(client, path) -> Iterator[None]:
     rep = report(filename=target)
     with client.as_current():
         rep.__enter__()
-        done = False
         try:
             yield
-            done = True
-        finally:
-            try:
+        except BaseException:  # the job failed: its own error is the one to see
+            with contextlib.suppress(Exception):
                 rep.__exit__(None, None, None)
-            except OSError as e:  # checked writable at the start: a full disk, say; the job's results are kept
-                if done:
-                    warnings.warn(f"--performance-report: could not write {target!r} ({e.strerror or e}); the "
-                                  "job's results are not affected", RuntimeWarning, stacklevel=3)
-            except Exception:  # the job failed: its own error is the one to see
-                if done:
-                    raise
-                logger.debug("no performance report after the job's error", exc_info=True)
+            raise
+        try:
+            rep.__exit__(None, None, None)
+        except OSError as e:  # checked writable at the start: a full disk, say; the job's results are kept
+            warnings.warn(f"--performance-report: could not write {target!r} ({e.strerror or e}); the job's "
+                          "results are not affected", RuntimeWarning, stacklevel=3)
 
 
 def run_on_cluster(client, func, *args):

@@ -31,6 +31,7 @@ from typing import Literal
 import numpy as np
 
 from gcc_dask.errors import ConfigError
+from gcc_dask.limits import MAX_BACKUP_COPIES
 
 __all__ = ["CutoffPolicy", "CutoffDecision", "Speculation", "backup_schedule", "backup_threshold", "backup_time",
            "backups_due", "cutoff_time", "decide", "needed_results", "resolve_wait_for", "spares_due"]
@@ -296,8 +297,9 @@ class Speculation:
         if not self.min_runtime >= 0:
             raise ConfigError(f"speculation.min_runtime: got {self.min_runtime!r}; expected seconds >= 0")
         if isinstance(self.copies, bool) or not isinstance(self.copies, (int, np.integer)) \
-                or not 1 <= self.copies <= 8:
-            raise ConfigError(f"speculation.copies: got {self.copies!r}; expected an integer in [1, 8]")
+                or not 1 <= self.copies <= MAX_BACKUP_COPIES:
+            raise ConfigError(f"speculation.copies: got {self.copies!r}; expected an integer in "
+                              f"[1, {MAX_BACKUP_COPIES}]")
 
     def needed(self, num_inputs: int) -> int:
         """Inputs that must have a result before any backup: ``max(floor(quantile · K), 1)`` (Spark's
