@@ -68,6 +68,35 @@ def test_every_array_is_checksummed_and_writes_empty_chunks(tmp_path):
     assert (path / "gcc" / "decoded" / "c" / "1" / "0").is_file()
 
 
+def test_each_arrays_metadata_is_what_zarr_create_array_makes_of_the_same_arguments(tmp_path):
+    # the store writes every node's metadata at once (zarr.create_hierarchy): each must be what zarr's own
+    # create_array would have written, codecs, fill value and chunk keys included
+    from gcc_dask.store.layout import codecs
+
+    path = tmp_path / "run.zarr"
+    make(path)
+    root = zarr.open_group(str(path), mode="r")
+    arrays = dict(root.arrays())
+    for group in root.group_values():
+        arrays.update({f"{group.basename}/{k}": a for k, a in group.arrays()})
+    assert {"inputs/sample", "inputs/labels", "gcc/decoded", "uncoded/status", "gcc/worker_point"} <= set(arrays)
+    for name, arr in arrays.items():
+        m = arr.metadata
+        made = zarr.create_array(zarr.storage.MemoryStore(), shape=m.shape, chunks=m.chunks, dtype=arr.dtype,
+                                 fill_value=m.fill_value, compressors=codecs(), attributes=m.attributes,
+                                 dimension_names=m.dimension_names).metadata
+        assert m.to_dict() == made.to_dict(), name
+
+
+def test_a_coordinate_of_fill_values_only_has_its_chunk(tmp_path):
+    # one batch: the batch coordinate is [0], zarr's fill value; its chunk is written all the same
+    path = tmp_path / "run.zarr"
+    st = make(path, num_samples=K)
+    assert (path / "inputs" / "batch" / "c" / "0").is_file()
+    check_structure(path, st.attrs)  # raises on a missing coordinate chunk
+    assert zarr.open_array(str(path / "gcc" / "batch"), mode="r")[:].tolist() == [0]
+
+
 def test_a_flipped_byte_in_a_chunk_is_named_with_its_batch(tmp_path):
     path = tmp_path / "run.zarr"
     filled(path)

@@ -26,7 +26,6 @@ from .layout import (
     STORE_FORMAT,
     _batch_rows,
     _check_layout,
-    Concurrently,
     _create_arrays,
     _git_sha,
     _local,
@@ -267,11 +266,9 @@ class RunStore:
         tmp = _aside(path, "creating")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            root = _zarr().open_group(str(tmp), mode="w-", attributes=root_attrs)
-            with Concurrently() as run:
-                _create_arrays(run, root, schemes, n, k, num_batches, output_shape, np.dtype(dtype),
-                               has_labels, has_reference, scheme_attrs or {}, sample_index=sample_index,
-                               group_size=group_size, worker_points=worker_points, groups=groups)
+            _create_arrays(tmp, root_attrs, schemes, n, k, num_batches, output_shape, np.dtype(dtype),
+                           has_labels, has_reference, scheme_attrs or {}, sample_index=sample_index,
+                           group_size=group_size, worker_points=worker_points, groups=groups)
             _swap_in(tmp, path)
         except (OSError, PermissionError) as exc:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -19,8 +19,8 @@ def test_a_crash_while_creating_the_store_leaves_nothing(client, tmp_path, monke
     cfg = synthetic_config(tmp_path / "run.zarr", batches=3, schemes=("gcc", "uncoded"))
     real = gcc_dask.store.run_store._create_arrays  # where RunStore.create looks it up
 
-    def dies_half_way(run, root, schemes, *args, **kwargs):
-        real(run, root, dict(list(schemes.items())[:1]), *args, **kwargs)  # the first scheme's arrays only
+    def dies_half_way(tmp, root_attrs, schemes, *args, **kwargs):
+        real(tmp, root_attrs, dict(list(schemes.items())[:1]), *args, **kwargs)  # the first scheme's arrays only
         raise KeyboardInterrupt  # the driver stops here
 
     monkeypatch.setattr(gcc_dask.store.run_store, "_create_arrays", dies_half_way)
