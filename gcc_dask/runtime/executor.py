@@ -41,6 +41,7 @@ from __future__ import annotations
 import logging
 import math
 import queue
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -55,6 +56,7 @@ from gcc_dask.runtime.cutoff import (
 )
 from gcc_dask.runtime.events import FutureEvents
 from gcc_dask.runtime.graph import GraphUpdate
+from gcc_dask.runtime.liveness import MISSED_HEARTBEATS, keys_stuck_on
 from gcc_dask.runtime.signals import SignalFlag
 from gcc_dask.runtime.tasks import (
     RunPlugin,
@@ -368,6 +370,120 @@ class BatchRunner:
             return {}
         return {"workers": [workers[(batch + w) % len(workers)]], "allow_other_workers": True}
 
+    def _away_from_quiet(self) -> dict:
+        """Where a task the scheduler places (an exact scheme's shards, as a plain map's tasks; a decode,
+        next to its inputs; a batch's labels or reference) may run: anywhere, or, while a worker is quiet
+        (:attr:`~.workers.WorkerList.quiet`), on the others."""
+        if not self._workers.quiet:
+            return {}
+        workers = self._workers.refresh()
+        return {"workers": list(workers), "allow_other_workers": True} if workers else {}
+
+    def _rerun_quiet(self, fetching: list[_BatchState] | None,
+                     ready: list[_BatchState]) -> tuple[list[_BatchState] | None, list[_BatchState]]:
+        """Run again, on the other workers, what the batches wait for on a quiet worker (one that missed
+        :data:`~.liveness.MISSED_HEARTBEATS` heartbeats while others sent theirs): a scheme's batch whose decode
+        runs there, or needs a result that worker runs or holds alone (an exact scheme's shards, a cutoff's
+        kept results), or whose record only it holds (new keys, same draws, as when kept shards are lost), and a batch's labels or
+        reference (with the scores that wait for it). A quiet worker may be frozen (SIGSTOP, swapping hard):
+        without this, those batches waited until it came back or was ended (``cluster.unresponsive_after``).
+        Its shards that a cutoff does not keep are left to the cutoff.
+
+        `fetching` (the batches whose records are being fetched) and `ready` (finished, not fetched yet) are
+        the loop's; returned as they are, or, when a record of the fetch under way waits for a quiet worker,
+        with that fetch abandoned: its batches are back in flight (those with a record to make again) or in
+        `ready`."""
+        quiet = self._workers.quiet
+        if not quiet or not (self._inflight or fetching):
+            return fetching, ready
+        waits: dict[str, list[tuple[str, _BatchState, _SchemeState | None]]] = {}
+
+        def wait(fut, why, state, s=None):  # (a finished task counts while its result is held there alone)
+            if fut is not None:
+                waits.setdefault(fut.key, []).append((why, state, s))
+
+        for state in self._inflight.values():
+            for s in state.schemes.values():
+                if s.result is None and not s.done and s.decode is not None and s.received is not None \
+                        and s.restarts + 1 < MAX_ATTEMPTS:
+                    for fut in (s.decode, s.score, *(s.shards[w] for w in s.received)):
+                        wait(fut, "scheme", state, s)
+                if s.plan.speculation is not None and s.received is None and not s.done \
+                        and s.restarts + 1 < MAX_ATTEMPTS:  # its copies running there (see below)
+                    for w in np.flatnonzero(s.launched & ~s.known).tolist():
+                        wait(s.shards[w], "copy", state, s)
+            if state.attempt + 1 < MAX_ATTEMPTS:
+                if state.labels is not None and state.labels.status != "finished":  # (written once finished)
+                    wait(state.labels, "inputs", state)
+                wait(state.reference, "inputs", state)  # (the scores join its result)
+        records: dict[str, list] = {}
+        for state in fetching or ():
+            for s in state.schemes.values():
+                if s.result is None and s.restarts + 1 < MAX_ATTEMPTS:
+                    records.setdefault(_final(s).key, []).append(("record", state, s))
+        if not waits and not records:
+            return fetching, ready
+        try:
+            stuck = keys_stuck_on(self.client, [*waits, *records], quiet)
+        except Exception as e:  # the scheduler is busy or going away: look again at the next check
+            logger.debug("could not ask which tasks wait for %s: %r", sorted(quiet), e)
+            return fetching, ready
+        again: dict[tuple[int, str], tuple[str, _BatchState, _SchemeState | None]] = {}
+        for key in stuck:
+            for why, state, s in waits.get(key, []) + records.get(key, []):
+                if why != "copy" or self._blocked(s, stuck):
+                    again[(state.batch, "" if s is None else s.plan.name)] = (why, state, s)
+        if not again:
+            return fetching, ready
+        if any(why == "record" for why, _, _ in again.values()):  # abandon the fetch: its batches go back
+            back = {state.batch for why, state, _ in again.values() if why == "record"}
+            for state in fetching:
+                if state.batch in back:
+                    self._inflight[state.batch] = state
+                else:
+                    ready.append(state)
+            fetching, self._fetch_gen = None, self._fetch_gen + 1
+            # its gather may wait for the quiet worker as long as the worker stays frozen: the next fetches
+            # get a thread of their own (the old one ends with that gather)
+            self._fetcher.shutdown(wait=False)
+            self._fetcher = ThreadPoolExecutor(1, thread_name_prefix="gcc-dask-records")
+        old: list = []
+        for why, state, s in again.values():
+            if s is not None:  # a decode, or a record, that waits for the quiet worker: the scheme runs again
+                old += [f for f in (*s.shards, s.decode, s.score) if f is not None]
+                self._submit_scheme(state, s.plan, restarts=s.restarts + 1)
+                continue
+            # (the old labels or reference are let go, not cancelled: cancelling a task cancels the tasks that
+            # depend on it, the finished scores of the batch's other schemes among them)
+            state.attempt += 1
+            self._submit_reference(state)
+            for other in state.schemes.values():  # scores joined with the old reference: join the new one
+                if other.score is not None and other.score.status != "finished" and other.result is None:
+                    old.append(other.score)
+                    other.attempt += 1  # a key of its own: the old one is being cancelled
+                    self._submit_score(state, other)
+        self._cancel(old)
+        what = sorted(f"{b} ({scheme or 'inputs'})" for b, scheme in again)
+        self.echo(f"Dask worker{'s' if len(quiet) > 1 else ''} {', '.join(sorted(quiet))} missed "
+                  f"{MISSED_HEARTBEATS} heartbeats: {'what batches' if len(what) > 1 else 'what batch'} "
+                  f"{', '.join(what)} waited for there runs again on the other workers")
+        return fetching, ready
+
+    @staticmethod
+    def _blocked(s: _SchemeState, stuck: set[str]) -> bool:
+        """Whether an input of a speculative scheme's batch has no result yet and every copy of it launched so
+        far is one of the `stuck` keys (running on a quiet worker): then no copy can come, and Spark's rule
+        may never launch another (it waits for a quantile of the inputs, which that worker may hold)."""
+        k = s.plan.num_inputs
+        for i in range(k):
+            copies = list(range(i, s.plan.num_workers, k))
+            if any(s.known[w] and not s.failed[w] for w in copies):
+                continue
+            live = [w for w in copies if s.launched[w] and not s.failed[w] and s.shards[w] is not None]
+            if live and all(s.shards[w].key in stuck for w in live):
+                return True
+        return False
+
     def _cancel(self, futures: list) -> None:
         """Cancel `futures` (stragglers past a cutoff, spares submitted again, a failed batch's shards) from a
         thread of its own, in order. ``client.cancel`` waits for the scheduler's answer (about 30 ms a call with
@@ -475,15 +591,15 @@ class BatchRunner:
                 state.reference = futs[0]
 
             update.add(reference_task, [(self.plugin.name, state.batch, True, True, self.output_size)],
-                       priority=priority, then=bind,
-                       keys=[f"reference-b{state.batch}{sfx}-{self.token}"])
+                       priority=priority, then=bind, keys=[f"reference-b{state.batch}{sfx}-{self.token}"],
+                       **self._away_from_quiet())
         elif getattr(self.plugin.source, "has_labels", False):
             def bind(futs):
                 state.labels = futs[0]
                 self._events.watch([(state.labels, ("labels", state.batch, "", -1))])
 
             update.add(reference_task, [(self.plugin.name, state.batch, True, False)], priority=priority,
-                       then=bind, keys=[f"labels-b{state.batch}{sfx}-{self.token}"])
+                       then=bind, keys=[f"labels-b{state.batch}{sfx}-{self.token}"], **self._away_from_quiet())
         if own:
             update.send()
 
@@ -521,8 +637,9 @@ class BatchRunner:
             s.launch_s = np.where(regular, 0.0, INF)
             if s.virtual:
                 self._launch_scheduled(s)
+        away = self._away_from_quiet() if direct else {}
         for w in np.flatnonzero(s.launched).tolist():
-            place = {} if direct else self._placement(batch, self._slot(plan, w))
+            place = away if direct else self._placement(batch, self._slot(plan, w))
             groups.setdefault((repr(place), bool(regular[w])), (place, []))[1].append(w)
         s.shards = [None] * plan.num_workers
         # regular shards first: an idle worker starts whatever reaches it first
@@ -806,13 +923,15 @@ class BatchRunner:
             s.decode = futs[0]
             self._events.watch([(s.decode, ("decode", state.batch, plan.name, -1))])
 
+        away = self._away_from_quiet()
         if update is None:
             bind([self._submit(decode_task, self.plugin.name, plan.name, state.batch, state.n_real, s.received,
-                               [s.shards[w] for w in s.received], s.meta, key=key, priority=-state.seq + 1)])
+                               [s.shards[w] for w in s.received], s.meta, key=key, priority=-state.seq + 1,
+                               **away)])
             return
         update.add(decode_task, [(self.plugin.name, plan.name, state.batch, state.n_real, s.received,
                                   [self._shard_key(state.batch, w, s) for w in s.received], s.meta)],
-                   keys=[f"{key}-{self.token}"], priority=-state.seq + 1, then=bind)
+                   keys=[f"{key}-{self.token}"], priority=-state.seq + 1, then=bind, **away)
 
     def _submit_score(self, state: _BatchState, s: _SchemeState) -> None:
         """Join the scheme's decoded batch with the batch's reference (a reference lost with its worker is
@@ -1057,8 +1176,9 @@ class BatchRunner:
                             break
                     if batches:
                         self._submit_batches(batches)
-                if self._workers.due:
+                if self._workers.due or self._workers.answered:
                     self._check_workers()  # also while events flow: an unresponsive worker stalls only some
+                    fetching, ready = self._rerun_quiet(fetching, ready)
                 if self._workers.replaced:  # every worker was replaced: rerun what was lost with them
                     self._workers.replaced = False
                     held, ready = ready + (fetching or []), []
@@ -1084,6 +1204,7 @@ class BatchRunner:
                     t, tag, fut, status = self._events.next(timeout)
                 except queue.Empty:
                     self._check_workers()
+                    fetching, ready = self._rerun_quiet(fetching, ready)
                     continue
                 kind, batch, scheme, w = tag
                 if kind == "records":
@@ -1146,7 +1267,17 @@ class BatchRunner:
             try:
                 if leftovers:
                     self.client.cancel(leftovers)
-                self.client.unregister_worker_plugin(self.plugin.name)
+                if self._workers.quiet:  # a frozen worker would hold the run until it resumes: not waited for
+                    threading.Thread(target=self._unregister, name="gcc-dask-unregister", daemon=True).start()
+                else:
+                    self._unregister()
             except Exception:  # pragma: no cover - the cluster may be gone already
                 logger.debug("could not clean up plugin %s", self.plugin.name, exc_info=True)
         return results
+
+    def _unregister(self) -> None:
+        """Remove the run's plugin from the workers (what the next run of the store does, if this fails)."""
+        try:
+            self.client.unregister_worker_plugin(self.plugin.name)
+        except Exception:  # pragma: no cover - the cluster may be gone already
+            logger.debug("could not remove plugin %s", self.plugin.name, exc_info=True)

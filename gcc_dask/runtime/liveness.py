@@ -11,6 +11,11 @@ scheduler's own remedy (``distributed.scheduler.worker-ttl``) takes 5 minutes by
 samples them (tested without a cluster); :func:`end_worker` the remedy: the worker's nanny SIGKILLs its
 process and starts a new one, exactly what a crashed worker gets; a worker without a nanny is removed from
 the scheduler instead.
+
+Before that, a worker that has missed :data:`MISSED_HEARTBEATS` heartbeats while others sent theirs is
+*quiet* (:attr:`HeartbeatWatch.quiet`): it gets no new shards, and a batch that waits for a task on it (a kept
+result it holds, an exact scheme's shard it runs, the batch's labels) is run again on the other workers
+(:func:`keys_stuck_on` finds them; docs/pipeline.rst, section 'Unresponsive workers').
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from typing import Any, Mapping
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["MISSED_HEARTBEATS", "HeartbeatWatch", "end_worker", "heartbeat_interval"]
+__all__ = ["MISSED_HEARTBEATS", "HeartbeatWatch", "end_worker", "heartbeat_interval", "keys_stuck_on"]
 
 #: a worker counts as unresponsive only after at least this many heartbeat intervals without one
 MISSED_HEARTBEATS = 3
@@ -58,6 +63,9 @@ class HeartbeatWatch:
         self._seen: dict[str, tuple[Any, float]] = {}  # address -> (last_seen value, when it last moved)
         self._moved: set[str] = set()  # workers whose heartbeat moved at least once since first seen
         self.reported: set[str] = set()
+        #: the workers quiet at the last sample: their last heartbeat MISSED_HEARTBEATS intervals older than
+        #: another worker's (a worker is quiet well before it is unresponsive; it leaves the set when one comes)
+        self.quiet: set[str] = set()
 
     def update(self, workers: Mapping[str, Mapping[str, Any]], now: float) -> list[tuple[str, float]]:
         """Take one sample (``scheduler_info()["workers"]``) at driver time `now` (monotonic seconds); return
@@ -73,13 +81,24 @@ class HeartbeatWatch:
         self._seen = seen
         self.reported &= set(seen)
         self._moved &= set(seen)
+        self.quiet = set()
         if self.after is None or len(seen) < 2:
             return []
-        limit = max(self.after, MISSED_HEARTBEATS * heartbeat_interval(len(seen)))
-        quiet = {a: now - t for a, (_, t) in seen.items() if now - t > limit}
-        if len(quiet) == len(seen):  # nobody's heartbeat moved: not one worker's fault
+        beats = MISSED_HEARTBEATS * heartbeat_interval(len(seen))
+        ages = {a: now - t for a, (_, t) in seen.items()}
+        if all(age > beats for age in ages.values()):  # nobody's heartbeat moved: not one worker's fault
             return []
-        new = [(a, age) for a, age in sorted(quiet.items()) if a not in self.reported and a in self._moved]
+        # quiet: on the scheduler's own clock, against the latest heartbeat of any worker (sooner than the ages
+        # above, which count from the sample that first saw a heartbeat: up to one sampling interval late)
+        stamps = {a: float(info["last_seen"]) for a, info in workers.items()
+                  if isinstance(info.get("last_seen"), (int, float)) and not isinstance(info["last_seen"], bool)}
+        newest = max(stamps.values(), default=0.0)
+        self.quiet = {a for a, t in stamps.items() if newest - t > beats and a in self._moved}
+        limit = max(self.after, beats)
+        silent = {a: age for a, age in ages.items() if age > limit}
+        if len(silent) == len(seen):
+            return []
+        new = [(a, age) for a, age in sorted(silent.items()) if a not in self.reported and a in self._moved]
         self.reported.update(a for a, _ in new)
         return new
 
@@ -120,3 +139,25 @@ def end_worker(client, address: str, nanny: str | None) -> str:
 
     client.run_on_scheduler(remove, address=address)
     return "the scheduler removed it"
+
+
+def keys_stuck_on(client, keys: list[str], workers: set[str]) -> set[str]:
+    """The keys among `keys` that wait for one of `workers`: running there, or finished and held there only.
+
+    One call to the scheduler (the function is shipped by value: the scheduler need not import gcc-dask). A
+    key the scheduler no longer knows, or that some other worker holds, is not stuck.
+    """
+    def stuck(dask_scheduler, keys, workers):  # runs on the scheduler
+        out = []
+        for key in keys:
+            ts = dask_scheduler.tasks.get(key)
+            if ts is None:
+                continue
+            if ts.state == "processing" and ts.processing_on is not None:
+                if ts.processing_on.address in workers:
+                    out.append(key)
+            elif ts.state == "memory" and ts.who_has and all(ws.address in workers for ws in ts.who_has):
+                out.append(key)
+        return out
+
+    return set(client.run_on_scheduler(stuck, keys=list(keys), workers=sorted(workers)))

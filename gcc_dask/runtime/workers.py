@@ -70,6 +70,17 @@ class WorkerList:
         self._pending: Future | None = None  # the question under way
 
     @property
+    def quiet(self) -> set[str]:
+        """The workers that missed :data:`~.liveness.MISSED_HEARTBEATS` heartbeats at the latest answer (none of
+        :attr:`addresses`): a batch waiting for a task on one of them runs again elsewhere."""
+        return set(self._liveness.quiet)
+
+    @property
+    def answered(self) -> bool:
+        """Whether the question under way has its answer (the next :meth:`refresh` takes it)."""
+        return self._pending is not None and self._pending.done()
+
+    @property
     def due(self) -> bool:
         """Whether the next :meth:`refresh` would ask the scheduler again (``ttl`` seconds have passed)."""
         return time.monotonic() - self.asked_at > self.ttl
@@ -115,15 +126,17 @@ class WorkerList:
     def _take(self, workers: dict[str, Any] | None, now: float) -> None:
         """Apply an answer of :meth:`_ask`: end the unresponsive workers, keep the others (with a GPU when asked),
         and note when every worker seen before was replaced."""
+        present: list[str] = []  # the workers there (quiet ones included), for `replaced`
         if workers is None:
             self.addresses = []
         else:
             for address, age in self._liveness.update(workers, now):
                 self._end_unresponsive(address, age, workers[address].get("nanny"))
-            self.addresses = sorted(a for a, ws in workers.items()
-                                    if (not self.gpu or ws.get("resources", {}).get("GPU", 0) > 0)
-                                    and a not in self._liveness.unresponsive)
-        current = set(self.addresses)
+            present = sorted(a for a, ws in workers.items()
+                             if (not self.gpu or ws.get("resources", {}).get("GPU", 0) > 0)
+                             and a not in self._liveness.unresponsive)
+            self.addresses = [a for a in present if a not in self._liveness.quiet]
+        current = set(present)
         if current and self._seen and not current & self._seen:
             self.replaced = True
         if current:

@@ -165,8 +165,67 @@ def test_a_frozen_worker_is_ended_and_batches_go_on_finishing(tmp_path):
         assert (status(path, scheme) > 0).all()
 
 
-def _done(path) -> int:
+def _done(path, schemes=("gcc", "uncoded")) -> int:
     try:
-        return int(min((status(path, s) > 0).sum() for s in ("gcc", "uncoded")))
+        return int(min((status(path, s) > 0).sum() for s in schemes))
     except Exception:  # being created
         return 0
+
+
+def test_what_waits_for_a_quiet_worker_runs_again_elsewhere_and_the_run_ends_while_it_is_frozen(tmp_path):
+    """One of 3 worker processes is SIGSTOPped mid-run and stays stopped until the run has returned, with
+    ``cluster.unresponsive_after`` far beyond the run: it is never ended. Once it has missed 3 heartbeats it
+    is quiet: what the batches wait for there (uncoded's shards and decodes, speculative's kept results, the
+    labels) runs again on the other two, and the run completes, exact, while the worker is still frozen.
+    Before, the batches that needed it waited until it resumed or was ended."""
+    import dask
+    from distributed import Client, LocalCluster
+
+    path = tmp_path / "quiet.zarr"
+    cfg = synthetic_config(path, batches=60, k=4, schemes=("uncoded", "speculative"),
+                           stragglers={"shift": "100ms", "scale": "20ms", "clock": "wall"},
+                           cluster={"unresponsive_after": "120s"}, run={"max_batches_in_flight": 4})
+    said: list[str] = []
+    log: dict = {}
+    stop = threading.Event()
+
+    def freeze(client):
+        while not stop.is_set() and (not path.exists() or _done(path, ("uncoded", "speculative")) < 8):
+            time.sleep(0.05)
+        if stop.is_set():
+            return
+        busy = {w: len(keys) for w, keys in client.processing().items()}
+        address = max(busy, key=busy.get)
+        pid = client.run(os.getpid, workers=[address])[address]
+        os.kill(pid, signal.SIGSTOP)
+        log.update(address=address, pid=pid, done_at_stop=_done(path, ("uncoded", "speculative")))
+
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        cluster = LocalCluster(n_workers=3, threads_per_worker=8, processes=True, dashboard_address=":0",
+                               silence_logs=50)
+    with cluster, Client(cluster) as client:
+        thread = threading.Thread(target=freeze, args=(client,), daemon=True)
+        thread.start()
+        try:
+            result = gd.run_pipeline(cfg, client=client, echo=said.append)
+            thread.join(timeout=60)
+            still_frozen = psutil.Process(log["pid"]).status() == psutil.STATUS_STOPPED
+        finally:
+            stop.set()
+            if "pid" in log:
+                os.kill(log["pid"], signal.SIGCONT)
+    assert "address" in log and log["done_at_stop"] < 60, log
+    assert result.status == "complete"
+    assert still_frozen  # the run ended while the worker was stopped
+    assert not [line for line in said if "sent no heartbeat" in line], said  # never ended
+    reruns = [line for line in said if "missed 3 heartbeats" in line]
+    assert reruns and all(log["address"] in line and "runs again on the other workers" in line
+                          for line in reruns), said
+    uncoded = read_group(path, "uncoded", ("decoded", "status"))
+    speculative = read_group(path, "speculative", ("decoded", "status"))
+    reference = read_group(path, "inputs", ("reference",))["reference"]
+    assert (uncoded["status"] == 1).all() and (speculative["status"] == 1).all()
+    # exact: speculative's copies are uncoded's shards, bit for bit; both are f of the same blocks (the reference
+    # evaluates whole batches at once: the last bits may differ)
+    np.testing.assert_array_equal(speculative["decoded"], uncoded["decoded"])
+    np.testing.assert_allclose(uncoded["decoded"], reference, rtol=1e-5, atol=1e-6)

@@ -66,6 +66,34 @@ def test_a_worker_that_never_sent_a_heartbeat_since_it_joined_is_left_alone():
     assert watch.update(_info(a=6.0, b=8.0), now=8.0) == [("a", 2.0)]
 
 
+def test_a_worker_is_quiet_after_three_missed_heartbeats_and_leaves_that_state_with_its_next_one():
+    """Quiet (no new shards; what waits for it runs again elsewhere) counts on the scheduler's clock, against
+    the newest heartbeat of any worker, long before the worker is unresponsive (ended)."""
+    watch = HeartbeatWatch(5.0)
+    watch.update(_info(a=0.0, b=0.0, c=0.0), now=0.0)
+    watch.update(_info(a=0.5, b=0.5, c=0.5), now=0.5)  # every heartbeat moved once
+    assert watch.update(_info(a=0.5, b=2.0, c=1.9), now=2.0) == [] and watch.quiet == set()  # 1.5 s: not beyond
+    assert watch.update(_info(a=0.5, b=2.1, c=2.0), now=2.1) == [] and watch.quiet == {"a"}
+    assert watch.unresponsive == set()  # quiet is not ended
+    assert watch.update(_info(a=2.6, b=2.6, c=2.6), now=2.6) == [] and watch.quiet == set()  # its heartbeat came
+
+
+def test_no_worker_is_quiet_when_every_heartbeat_is_late_or_with_none():
+    watch = HeartbeatWatch(5.0)
+    watch.update(_info(a=0.0, b=0.0), now=0.0)
+    watch.update(_info(a=1.0, b=1.0), now=1.0)
+    watch.update(_info(a=1.0, b=1.0), now=9.0)  # the scheduler (or the driver) stalled: nobody's fault
+    assert watch.quiet == set()
+    never = HeartbeatWatch(None)  # cluster.unresponsive_after: null: a silent worker is left alone
+    never.update(_info(a=0.0, b=0.0), now=0.0)
+    never.update(_info(a=0.0, b=3.0), now=3.0)
+    assert never.quiet == set()
+    joined = HeartbeatWatch(5.0)  # a worker whose heartbeat never moved since it joined: setting up
+    joined.update(_info(a=0.0, b=0.0), now=0.0)
+    joined.update(_info(a=0.0, b=3.0), now=3.0)
+    assert joined.quiet == set()
+
+
 def test_a_worker_without_a_nanny_is_removed_from_the_scheduler():
     """end_worker on a worker without a nanny (threads in this process): the scheduler forgets it, and the
     tasks that wait for it are no longer held by it (the nanny case is test_cluster_faults.py's)."""

@@ -79,8 +79,8 @@ def test_replaced_is_set_only_when_no_worker_seen_before_is_left():
 
 
 def test_an_unresponsive_worker_is_ended_and_gets_no_shards(monkeypatch):
-    """After `unresponsive_after` seconds without a heartbeat a worker leaves the list, the user is told once,
-    and its nanny is asked (from a thread) to end it."""
+    """A worker quiet for 3 heartbeat intervals leaves the list; after `unresponsive_after` seconds without a
+    heartbeat the user is told once, and its nanny is asked (from a thread) to end it."""
     monkeypatch.setattr("gcc_dask.runtime.liveness.heartbeat_interval", lambda n: 0.01)
     told = []
     client = _Client([{}])
@@ -91,8 +91,10 @@ def test_an_unresponsive_worker_is_ended_and_gets_no_shards(monkeypatch):
 
     wl._take(info(0.0, 0.0), 0.0)
     wl._take(info(1.0, 1.0), 1.0)
-    wl._take(info(1.0, 2.0), 2.0)
-    assert wl.addresses == ["tcp://a", "tcp://b"] and not told
+    wl._take(info(1.0, 1.01), 1.01)
+    assert wl.addresses == ["tcp://a", "tcp://b"] and not told and wl.quiet == set()
+    wl._take(info(1.0, 2.0), 2.0)  # quiet (3 heartbeats missed): no shards for it, not ended yet
+    assert wl.addresses == ["tcp://b"] and wl.quiet == {"tcp://a"} and not told
     wl._take(info(1.0, 3.5), 3.5)  # a silent for 2.5 s > 1 s
     assert wl.addresses == ["tcp://b"]
     assert len(told) == 1 and "tcp://a sent no heartbeat for 2 s" in told[0]
