@@ -175,18 +175,17 @@ def test_a_death_erases_only_the_shards_placed_on_that_worker(killed_run):
     a killed worker restarts, the scheduler may put more than N/W shards on one worker (8 of 12 seen once with
     2 alive), so the bound asserted is "not all of them", and the counts are printed.
 
-    For gcc (N = 12 shards a batch) the bound holds batch by batch. Uncoded has only K = 4 shards a batch, and with
-    2 workers alive, work stealing (which may move loosely restricted tasks) has put all 4 of one batch on the
-    worker killed next (seen once in CI); so for uncoded the bound is over the batches the dead worker held: not
-    every one of them wholly."""
+    For gcc (N = 12 shards a batch) the bound holds batch by batch. Uncoded's shards are not spread: a scheme that
+    keeps every result gains nothing from it (any loss means a rerun), so the scheduler places them as a plain
+    map's tasks (``BatchRunner._submit_scheme``), and all K = 4 of a batch on the worker killed next has been seen
+    in CI (twice); their counts are printed, not bounded."""
     for i, keys in enumerate(killed_run["assigned"]):
         per_batch = Counter(k.split("-w")[0] + "-" + k.split("-")[3] for k in map(str, keys))
         print(f"kill {i}: shards per (batch, scheme) on the dead worker:", dict(per_batch))
-        uncoded = [count for batch_scheme, count in per_batch.items() if batch_scheme.endswith("uncoded")]
-        for batch_scheme, count in per_batch.items():
-            if batch_scheme.endswith("gcc"):
-                assert count < N, (i, batch_scheme, count)
-        assert sum(uncoded) < K * len(uncoded), (i, per_batch)
+        gcc = {batch_scheme: count for batch_scheme, count in per_batch.items() if batch_scheme.endswith("gcc")}
+        assert gcc, (i, per_batch)  # the dead worker held gcc shards (the bound below is not vacuous)
+        for batch_scheme, count in gcc.items():
+            assert count < N, (i, batch_scheme, count)
     recomputed = sum(1 for key, runs in killed_run["runs"].items() if runs > 1 and key.startswith("eval-"))
     print(f"shards executed twice: {recomputed} (finished, kept, then lost with their worker before the "
           f"decode fetched them: Dask recomputes those from lineage)")
