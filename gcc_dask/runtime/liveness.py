@@ -64,8 +64,10 @@ class HeartbeatWatch:
         self._moved: set[str] = set()  # workers whose heartbeat moved at least once since first seen
         self.reported: set[str] = set()
         #: the workers quiet at the last sample: their last heartbeat MISSED_HEARTBEATS intervals older than
-        #: another worker's (a worker is quiet well before it is unresponsive; it leaves the set when one comes)
+        #: another worker's, at this sample and the one before (a worker is quiet well before it is
+        #: unresponsive; it leaves the set when a heartbeat comes)
         self.quiet: set[str] = set()
+        self._behind: set[str] = set()  # the workers behind at the sample before
 
     def update(self, workers: Mapping[str, Mapping[str, Any]], now: float) -> list[tuple[str, float]]:
         """Take one sample (``scheduler_info()["workers"]``) at driver time `now` (monotonic seconds); return
@@ -83,17 +85,22 @@ class HeartbeatWatch:
         self._moved &= set(seen)
         self.quiet = set()
         if self.after is None or len(seen) < 2:
+            self._behind = set()
             return []
         beats = MISSED_HEARTBEATS * heartbeat_interval(len(seen))
         ages = {a: now - t for a, (_, t) in seen.items()}
         if all(age > beats for age in ages.values()):  # nobody's heartbeat moved: not one worker's fault
+            self._behind = set()
             return []
         # quiet: on the scheduler's own clock, against the latest heartbeat of any worker (sooner than the ages
         # above, which count from the sample that first saw a heartbeat: up to one sampling interval late)
         stamps = {a: float(info["last_seen"]) for a, info in workers.items()
                   if isinstance(info.get("last_seen"), (int, float)) and not isinstance(info["last_seen"], bool)}
         newest = max(stamps.values(), default=0.0)
-        self.quiet = {a for a, t in stamps.items() if newest - t > beats and a in self._moved}
+        behind = {a for a, t in stamps.items() if newest - t > beats and a in self._moved}
+        # in two samples running: after a stall of the scheduler's loop the heartbeats it then takes in come one
+        # by one, and for a moment every worker but the first looks behind
+        self.quiet, self._behind = behind & self._behind, behind
         limit = max(self.after, beats)
         silent = {a: age for a, age in ages.items() if age > limit}
         if len(silent) == len(seen):

@@ -73,9 +73,20 @@ def test_a_worker_is_quiet_after_three_missed_heartbeats_and_leaves_that_state_w
     watch.update(_info(a=0.0, b=0.0, c=0.0), now=0.0)
     watch.update(_info(a=0.5, b=0.5, c=0.5), now=0.5)  # every heartbeat moved once
     assert watch.update(_info(a=0.5, b=2.0, c=1.9), now=2.0) == [] and watch.quiet == set()  # 1.5 s: not beyond
-    assert watch.update(_info(a=0.5, b=2.1, c=2.0), now=2.1) == [] and watch.quiet == {"a"}
+    assert watch.update(_info(a=0.5, b=2.1, c=2.0), now=2.1) == [] and watch.quiet == set()  # behind once
+    assert watch.update(_info(a=0.5, b=2.6, c=2.5), now=2.6) == [] and watch.quiet == {"a"}  # twice running
     assert watch.unresponsive == set()  # quiet is not ended
-    assert watch.update(_info(a=2.6, b=2.6, c=2.6), now=2.6) == [] and watch.quiet == set()  # its heartbeat came
+    assert watch.update(_info(a=2.7, b=2.7, c=2.7), now=2.7) == [] and watch.quiet == set()  # its heartbeat came
+
+
+def test_a_worker_behind_for_one_sample_only_is_not_quiet():
+    """After a stall of the scheduler's loop the heartbeats come in one by one: for one sample every worker
+    but the first looks behind. Quiet needs two samples running."""
+    watch = HeartbeatWatch(5.0)
+    watch.update(_info(a=0.0, b=0.0), now=0.0)
+    watch.update(_info(a=0.5, b=0.5), now=0.5)
+    assert watch.update(_info(a=0.5, b=2.5), now=2.5) == [] and watch.quiet == set()  # b's came first
+    assert watch.update(_info(a=2.7, b=2.8), now=3.0) == [] and watch.quiet == set()  # then a's
 
 
 def test_no_worker_is_quiet_when_every_heartbeat_is_late_or_with_none():

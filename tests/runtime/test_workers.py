@@ -93,7 +93,9 @@ def test_an_unresponsive_worker_is_ended_and_gets_no_shards(monkeypatch):
     wl._take(info(1.0, 1.0), 1.0)
     wl._take(info(1.0, 1.01), 1.01)
     assert wl.addresses == ["tcp://a", "tcp://b"] and not told and wl.quiet == set()
-    wl._take(info(1.0, 2.0), 2.0)  # quiet (3 heartbeats missed): no shards for it, not ended yet
+    wl._take(info(1.0, 1.5), 1.5)  # behind (3 heartbeats missed) once
+    assert wl.addresses == ["tcp://a", "tcp://b"] and wl.quiet == set()
+    wl._take(info(1.0, 2.0), 2.0)  # twice running: quiet, no shards for it, not ended yet
     assert wl.addresses == ["tcp://b"] and wl.quiet == {"tcp://a"} and not told
     wl._take(info(1.0, 3.5), 3.5)  # a silent for 2.5 s > 1 s
     assert wl.addresses == ["tcp://b"]
