@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -105,9 +106,6 @@ def test_a_frozen_worker_is_ended_and_batches_go_on_finishing(tmp_path):
     longest: the cutoff waits for every shard whose drawn latency is below it). Batches go on finishing while
     it is stopped (none did: the same number of batches was done at the SIGSTOP and at the SIGCONT); the
     shards it was running are erasures in the store; the run completes."""
-    import dask
-    from distributed import Client, LocalCluster
-
     # shards sleep 300-700 ms (virtual clock), so that the stopped worker always holds running shards that
     # the cutoffs of the batches in flight wait for
     path = tmp_path / "frozen.zarr"
@@ -135,10 +133,7 @@ def test_a_frozen_worker_is_ended_and_batches_go_on_finishing(tmp_path):
         except ProcessLookupError:  # ended by the run: its nanny started another worker
             log["still_alive"] = False
 
-    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
-        cluster = LocalCluster(n_workers=3, threads_per_worker=16, processes=True, dashboard_address=":0",
-                               silence_logs=50)
-    with cluster, Client(cluster) as client:
+    with _three_worker_processes(16) as client:
         thread = threading.Thread(target=freeze, args=(client,), daemon=True)
         thread.start()
         try:
@@ -165,6 +160,20 @@ def test_a_frozen_worker_is_ended_and_batches_go_on_finishing(tmp_path):
         assert (status(path, scheme) > 0).all()
 
 
+@contextlib.contextmanager
+def _three_worker_processes(threads: int):
+    """A client of 3 local worker processes (with nannies) whose scheduler never re-runs a task lost with its
+    worker (an erasure stays one)."""
+    import dask
+    from distributed import Client, LocalCluster
+
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        cluster = LocalCluster(n_workers=3, threads_per_worker=threads, processes=True, dashboard_address=":0",
+                               silence_logs=50)
+    with cluster, Client(cluster) as client:
+        yield client
+
+
 def _done(path, schemes=("gcc", "uncoded")) -> int:
     try:
         return int(min((status(path, s) > 0).sum() for s in schemes))
@@ -178,9 +187,6 @@ def test_what_waits_for_a_quiet_worker_runs_again_elsewhere_and_the_run_ends_whi
     is quiet: what the batches wait for there (uncoded's shards and decodes, speculative's kept results, the
     labels) runs again on the other two, and the run completes, exact, while the worker is still frozen.
     Before, the batches that needed it waited until it resumed or was ended."""
-    import dask
-    from distributed import Client, LocalCluster
-
     path = tmp_path / "quiet.zarr"
     cfg = synthetic_config(path, batches=60, k=4, schemes=("uncoded", "speculative"),
                            stragglers={"shift": "100ms", "scale": "20ms", "clock": "wall"},
@@ -200,10 +206,7 @@ def test_what_waits_for_a_quiet_worker_runs_again_elsewhere_and_the_run_ends_whi
         os.kill(pid, signal.SIGSTOP)
         log.update(address=address, pid=pid, done_at_stop=_done(path, ("uncoded", "speculative")))
 
-    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
-        cluster = LocalCluster(n_workers=3, threads_per_worker=8, processes=True, dashboard_address=":0",
-                               silence_logs=50)
-    with cluster, Client(cluster) as client:
+    with _three_worker_processes(8) as client:
         thread = threading.Thread(target=freeze, args=(client,), daemon=True)
         thread.start()
         try:
