@@ -321,63 +321,188 @@ def _returning_errors(func, *args):
         return _Raised(e)
 
 
-def map_on_cluster(client, func, items, *shared, attempts: int = MAP_ATTEMPTS):
-    """``[func(*shared, item) for item in items]`` as Dask tasks, one per item, in item order.
+#: shared arguments of :func:`map_on_cluster` smaller than this (pickled, in all) travel with each task; larger
+#: ones (an in-memory source) are scattered to every worker once per attempt
+SHARED_BY_VALUE_BYTES = 1 << 20
 
-    The ``shared`` arguments (a source, a projection) are scattered once per attempt, to every worker, and
-    passed to every task by reference, never pickled per task. A task lost with its worker (``KilledWorker``)
-    is submitted again, at most `attempts` times in all (the tasks are pure functions of their inputs); a
-    :class:`~gcc_dask.errors.GccDaskError` raised by `func` is raised here, as it is. Used by
-    :func:`gcc_dask.composition.compose` for its windows.
+
+def map_on_cluster(client, func, items, *shared, attempts: int = MAP_ATTEMPTS, speculation=None):
+    """``[func(*shared, item) for item in items]`` as Dask tasks, one per item, in item order, with backup
+    copies of the late ones.
+
+    The ``shared`` arguments (a source, a projection) travel with each task when they are small (under
+    :data:`SHARED_BY_VALUE_BYTES` pickled: a Zarr or image source, a projection); larger ones (an in-memory
+    source) are scattered once per attempt, to every worker, and passed to every task by reference, never
+    pickled per task.
+
+    A task late by Spark's rule (`speculation`, default :class:`~gcc_dask.runtime.cutoff.Speculation`: once
+    3/4 of the items have a result, an item out for 1.5 x their median time and 100 ms) gets a backup copy
+    on another worker than the one running it; the first copy to return wins and the other is cancelled (the
+    tasks are pure functions of their inputs, so either is the result). A frozen or overloaded worker then
+    holds the map for about 1.5 x a typical task, not until it resumes or is ended (docs/pipeline.rst,
+    section 'Unresponsive workers').
+
+    A task lost with its worker (``KilledWorker``) gets its copy at once; an item whose every copy was lost is
+    submitted again, at most `attempts` times in all; a :class:`~gcc_dask.errors.GccDaskError` raised by `func`
+    is raised here, as it is. Used by :func:`gcc_dask.composition.compose` for its windows.
 
     Raises
     ------
     ClusterError
-        If an item's task was lost with its worker `attempts` times.
+        If an item's tasks were lost with their workers `attempts` times.
     """
     import functools
 
-    from distributed import KilledWorker, wait
     from distributed.comm import CommClosedError
+
+    from gcc_dask.runtime.cutoff import Speculation
 
     items = list(items)
     if not items:
         return []
+    rule = Speculation() if speculation is None else speculation
     results: list = [None] * len(items)
     todo = list(range(len(items)))
     call = functools.partial(_returning_errors, func)
+    by_value = _small(shared)
     for attempt in range(1, attempts + 1):
-        futures, tasks, lost = [], [], []
+        scattered: list = []
         try:
-            try:
-                futures = client.scatter(list(shared), hash=False, broadcast=True) if shared else []
-            except (OSError, CommClosedError) as e:  # a worker died while it received them: try again
-                logger.info("scattering to the workers failed (%s); attempt %d of %d", e, attempt, attempts)
-                lost = todo
-                continue
-            tasks = client.map(call, *([f] * len(todo) for f in futures), [items[i] for i in todo], pure=False)
-            wait(tasks)
-            for i, task in zip(todo, tasks):
-                if task.status == "finished":
-                    value = task.result()
-                    if isinstance(value, _Raised):
-                        raise value.error
-                    results[i] = value
+            if not by_value:
+                try:
+                    scattered = client.scatter(list(shared), hash=False, broadcast=True)
+                except (OSError, CommClosedError) as e:  # a worker died while it received them: try again
+                    logger.info("scattering to the workers failed (%s); attempt %d of %d", e, attempt, attempts)
                     continue
-                error = task.exception() if task.status == "error" else None
-                if error is not None and not isinstance(error, KilledWorker):
-                    raise error
-                lost.append(i)  # died with its worker (or was dropped with it)
+            args = tuple(scattered) if scattered else shared
+            todo = _map_with_backups(client, call, args, items, todo, results, rule)
         finally:
-            client.cancel([*tasks, *futures])
-        if not lost:
+            client.cancel(scattered)
+        if not todo:
             return results
         logger.info("%d of %d tasks were lost with their workers (attempt %d of %d); submitting them again",
-                    len(lost), len(items), attempt, attempts)
-        todo = lost
+                    len(todo), len(items), attempt, attempts)
     raise ClusterError(f"cluster: {len(todo)} of {len(items)} tasks of {getattr(func, '__name__', func)!r} were "
                        f"lost with their workers {attempts} times in a row; check the workers' memory and logs, "
                        "then run the same command again")
+
+
+def _small(shared: tuple) -> bool:
+    """Whether `shared` pickles to fewer than :data:`SHARED_BY_VALUE_BYTES` (what cannot be pickled here is
+    not small: the scatter reports it)."""
+    import pickle
+
+    try:
+        import cloudpickle
+
+        return len(cloudpickle.dumps(shared, protocol=pickle.HIGHEST_PROTOCOL)) < SHARED_BY_VALUE_BYTES
+    except Exception:
+        return False
+
+
+def _map_with_backups(client, call, args: tuple, items: list, todo: list[int], results: list, rule) -> list[int]:
+    """Run ``call(*args, items[i])`` for each i in `todo` into ``results[i]``, with backup copies of the late
+    ones (:func:`~gcc_dask.runtime.cutoff.backups_due`) and of those whose every copy runs on a worker that has
+    missed :data:`~gcc_dask.runtime.liveness.MISSED_HEARTBEATS` heartbeats (a frozen worker may hold more than
+    the quarter of the tasks Spark's rule lets wait); return the items whose every copy was lost with its
+    worker. Every copy still out is cancelled on the way out."""
+    import math
+    import time
+
+    import numpy as np
+    from distributed import KilledWorker, wait
+
+    from gcc_dask.runtime.cutoff import backups_due
+    from gcc_dask.runtime.liveness import MISSED_HEARTBEATS, heartbeat_interval
+
+    k = len(todo)
+    start = time.monotonic()
+    first = np.full(k, math.inf)  # when each item's first result came (seconds since start)
+    launch = np.full((rule.copies + 1, k), math.inf)
+    failed = np.zeros((rule.copies + 1, k), dtype=bool)
+    copies: list[list] = [[] for _ in range(k)]
+    open_ = set(range(k))  # items without a result and with a copy out or to come
+    beat = heartbeat_interval(len(client.scheduler_info().get("workers", ())) or 1)
+    silent_after = MISSED_HEARTBEATS * beat
+    check_at = silent_after  # the first look at the workers' heartbeats
+
+    def submit(j: int, away: set[str] | None = None) -> None:
+        kwargs = {"workers": sorted(away), "allow_other_workers": True} if away else {}
+        copies[j].append(client.submit(call, *args, items[todo[j]], pure=False, **kwargs))
+        launch[len(copies[j]) - 1, j] = time.monotonic() - start
+
+    try:
+        for j in range(k):
+            submit(j)
+        while open_:
+            now = time.monotonic() - start
+            due, later = backups_due(first, launch, failed, now, rule)
+            due = {j for j in due.tolist() if j in open_}
+            spare = [j for j in open_ if len(copies[j]) <= rule.copies]
+            if due or (spare and now >= check_at):
+                check_at = now + beat  # the heartbeats move once a beat: no need to look more often
+                running, workers, behind = _placement(client, {j: [f.key for f in copies[j]] for j in spare},
+                                                      silent_after)
+                # an item whose copies all run on workers that have gone quiet: its next copy now
+                stuck = {j for j in spare if running.get(j) and set(running[j]) <= behind}
+                for j in sorted(due | stuck):
+                    away = set(workers) - behind - set(running.get(j, ()))
+                    submit(j, away or None)
+                if due or stuck:
+                    logger.info("backup copies of %d late task(s) of %d (%d on quiet workers)",
+                                len(due | stuck), k, len(stuck - due))
+                    continue
+            out = [f for j in open_ for c, f in enumerate(copies[j]) if not failed[c, j]]
+            if not out:  # every item left lost all its copies, none to come
+                break
+            timeout = beat if not math.isfinite(later) else min(max(later - now, 0.01), beat)
+            try:
+                wait(out, timeout=timeout, return_when="FIRST_COMPLETED")
+            except TimeoutError:
+                pass
+            now = time.monotonic() - start
+            for j in sorted(open_):
+                for c, f in enumerate(copies[j]):
+                    if failed[c, j] or f.status == "pending":
+                        continue
+                    if f.status == "finished":
+                        value = f.result()
+                        if isinstance(value, _Raised):
+                            raise value.error
+                        results[todo[j]], first[j] = value, now
+                        open_.discard(j)
+                        break
+                    error = f.exception() if f.status == "error" else None
+                    if error is not None and not isinstance(error, KilledWorker):
+                        raise error
+                    failed[c, j] = True  # died with its worker (or was dropped with it): an erasure
+                if j in open_ and failed[:len(copies[j]), j].all() and len(copies[j]) > rule.copies:
+                    open_.discard(j)  # lost, every copy: the next attempt
+        return [todo[j] for j in range(k) if not math.isfinite(first[j])]
+    finally:
+        client.cancel([f for fs in copies for f in fs])
+
+
+def _placement(client, keys: dict, silent_after: float) -> tuple[dict, list[str], set[str]]:
+    """Where copies run, in one call to the scheduler (the function is shipped by value): per entry of `keys`
+    (an item -> the keys of its copies) the workers running one of them; every worker; and the workers whose
+    last heartbeat is more than `silent_after` seconds older than the newest worker's (on the scheduler's
+    clock)."""
+    def where(dask_scheduler, keys, silent_after):  # runs on the scheduler
+        running = {}
+        for item, names in keys.items():
+            busy = set()
+            for key in names:
+                ts = dask_scheduler.tasks.get(key)
+                if ts is not None and ts.processing_on is not None:
+                    busy.add(ts.processing_on.address)
+            running[item] = sorted(busy)
+        seen = {a: ws.last_seen for a, ws in dask_scheduler.workers.items()}
+        newest = max(seen.values(), default=0.0)
+        return running, sorted(seen), sorted(a for a, t in seen.items() if newest - t > silent_after)
+
+    running, workers, behind = client.run_on_scheduler(where, keys=keys, silent_after=silent_after)
+    return {int(j): busy for j, busy in running.items()}, workers, set(behind)
 
 
 def remove_plugins(client, prefix: str) -> list[str]:

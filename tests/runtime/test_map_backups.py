@@ -1,0 +1,120 @@
+"""``map_on_cluster`` (the composition's windows as Dask tasks): backup copies of late tasks, Spark's rule, on
+another worker; the first copy wins; small shared arguments travel with the tasks, large ones are scattered."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from gcc_dask.runtime import cluster as cluster_mod
+from gcc_dask.runtime.cluster import map_on_cluster
+from gcc_dask.runtime.cutoff import Speculation
+
+_RELEASE = threading.Event()
+_LOCK = threading.Lock()
+_CALLS: list[tuple[int, str, str]] = []  # (item, worker address, "returned" or "released")
+
+
+def _late_first_call(late: int, item: int) -> int:
+    """``item * 10``; the first call for item `late` blocks until the test releases it."""
+    from distributed import get_worker
+
+    address = get_worker().address
+    with _LOCK:
+        first = item == late and not any(i == late for i, _, _ in _CALLS)
+        _CALLS.append((item, address, "started"))
+    if first:
+        _RELEASE.wait(60)
+        with _LOCK:
+            _CALLS.append((item, address, "released"))
+    return item * 10
+
+
+def test_a_late_task_gets_one_backup_on_another_worker_and_the_first_copy_wins(client):
+    """Of 8 items, the first copy of item 3 blocks: once 6 results are in (Spark's 3/4) and it is out for
+    1.5 x their median (and 100 ms), one copy is submitted, on the other worker, and its result is used
+    while the original still blocks. No other item gets a copy."""
+    _CALLS.clear()
+    _RELEASE.clear()
+    try:
+        out = map_on_cluster(client, _late_first_call, range(8), 3)
+        with _LOCK:
+            calls = list(_CALLS)
+    finally:
+        _RELEASE.set()
+    assert out == [i * 10 for i in range(8)]
+    started = [(i, w) for i, w, what in calls if what == "started"]
+    assert sorted(i for i, _ in started) == [0, 1, 2, 3, 3, 4, 5, 6, 7]  # one backup, of item 3 only
+    (w_original, w_backup) = [w for i, w in started if i == 3]
+    assert w_original != w_backup
+    assert not [c for c in calls if c[2] == "released"]  # the result came while the original still blocked
+
+
+def test_without_a_late_task_no_copy_is_launched(client):
+    _CALLS.clear()
+    _RELEASE.set()
+    out = map_on_cluster(client, _late_first_call, range(6), -1)
+    assert out == [i * 10 for i in range(6)]
+    assert sorted(i for i, _, what in _CALLS if what == "started") == list(range(6))
+
+
+def _sum_plus(shared: np.ndarray, item: int) -> float:
+    return float(shared.sum()) + item
+
+
+def test_small_shared_arguments_travel_with_the_tasks_and_large_ones_are_scattered(client, monkeypatch):
+    small, large = np.arange(10.0), np.arange(400_000.0)  # 80 bytes; 3.2 MB
+    assert cluster_mod._small((small,)) and not cluster_mod._small((large,))
+    scatters = []
+    scatter = client.scatter
+    monkeypatch.setattr(client, "scatter", lambda *a, **kw: scatters.append(kw) or scatter(*a, **kw))
+    assert map_on_cluster(client, _sum_plus, range(3), small) == [45.0, 46.0, 47.0]
+    assert scatters == []
+    total = float(large.sum())
+    assert map_on_cluster(client, _sum_plus, range(3), large) == [total, total + 1, total + 2]
+    assert len(scatters) == 1 and scatters[0]["broadcast"] is True
+
+
+_TWICE = threading.Event()
+_COUNTS: list[int] = []
+
+
+def _late_twice(late: int, item: int) -> int:
+    """``-item``; the first two calls for item `late` block until the test releases them."""
+    with _LOCK:
+        _COUNTS.append(item)
+        n = _COUNTS.count(item)
+    if item == late and n <= 2:
+        _TWICE.wait(60)
+    return -item
+
+
+def test_with_more_copies_allowed_a_late_backup_gets_the_next_one(client):
+    """``copies=2``: item 5's original and its first backup block; the third copy returns."""
+    _COUNTS.clear()
+    _TWICE.clear()
+    try:
+        out = map_on_cluster(client, _late_twice, range(8), 5, speculation=Speculation(copies=2))
+        with _LOCK:
+            calls = list(_COUNTS)
+    finally:
+        _TWICE.set()
+    assert out == [-i for i in range(8)]
+    assert calls.count(5) == 3 and all(calls.count(i) == 1 for i in range(8) if i != 5)
+
+
+def _bad_item(bad: int, item: int) -> int:
+    from gcc_dask.errors import SourceError
+
+    if item == bad:
+        raise SourceError(f"source: sample {item} is bad")
+    return item
+
+
+def test_a_user_error_in_a_task_is_raised_as_it_is(client):
+    from gcc_dask.errors import SourceError
+
+    with pytest.raises(SourceError, match="sample 1 is bad"):
+        map_on_cluster(client, _bad_item, range(4), 1)
