@@ -40,10 +40,11 @@ from gcc_dask.errors import (
 )
 from gcc_dask.runtime.cluster import (
     ClusterSpec, allowed_failures, check_gpu_workers, cluster_has_gpu, connect, map_on_cluster,
-    performance_report as perf_report, remove_plugins, run_on_cluster, thread_slots,
+    past_frozen, performance_report as perf_report, remove_plugins, run_on_cluster, thread_slots,
 )
 from gcc_dask.runtime.cutoff import CutoffPolicy, Speculation
 from gcc_dask.runtime.executor import BatchRunner, SchemePlan
+from gcc_dask.runtime.liveness import MISSED_HEARTBEATS
 from gcc_dask.runtime.tasks import RunPlugin
 from gcc_dask.sources import make_source
 from gcc_dask.store import StoreLock
@@ -294,8 +295,10 @@ def _wait_for_workers(client, timeout: float) -> None:
         ) from None
 
 
-def _check_reachable(client, path: str) -> None:
-    """Every worker must see the driver's store (it writes its batches there itself).
+def _check_reachable(client, path: str) -> set[str]:
+    """Every worker must see the driver's store (it writes its batches there itself); returns the workers not
+    checked because they are frozen (:func:`~gcc_dask.runtime.cluster.past_frozen`: they get no shards until
+    they answer, and are ended if they stay silent).
 
     The driver has created the store: it leaves a token file in it, and each worker must read that
     token back and write a file of its own there. A worker on a machine without the shared file system
@@ -324,8 +327,9 @@ def _check_reachable(client, path: str) -> None:
             return f"{type(e).__name__}: {e.strerror or e}"
         return None
 
+    frozen: set[str] = set()
     try:
-        outcome = client.run(_probe)
+        outcome, frozen = past_frozen(client, lambda workers: client.run(_probe, workers=workers))
     except Exception as e:
         outcome = {"?": f"{type(e).__name__}: {e}"}
     finally:
@@ -340,6 +344,7 @@ def _check_reachable(client, path: str) -> None:
             f"store.path: got {path!r}, which {len(bad)} of {len(outcome)} Dask workers cannot see or write "
             f"(worker {worker}: {why}); use a path on a file system that the driver and every worker mount"
         )
+    return frozen
 
 
 def _inputs_digest(source, workload) -> str:
@@ -636,7 +641,7 @@ def _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, la
 
     Marks the store ``failed`` when the run stops on an error, ``interrupted`` on Ctrl-C (and re-raises).
     """
-    _check_reachable(c, os.path.abspath(path))
+    frozen = _check_reachable(c, os.path.abspath(path))
     # an in-process cluster (workers are threads of this process) cannot lose a worker alone: nothing to warn of
     failures = None if str(c.scheduler.address).startswith("inproc://") else allowed_failures(c)
     if failures and warn is not None:
@@ -661,7 +666,7 @@ def _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, la
     # that outlives them: remove them, so that those tasks write nothing (their writes would be refused anyway:
     # they carry another token than the store's)
     prefix = _plugin_prefix(path)
-    stale = remove_plugins(c, prefix)
+    stale = remove_plugins(c, prefix, frozen)
     if stale:
         say(f"removed from the cluster what {len(stale)} earlier run{'s' if len(stale) > 1 else ''} of this store "
             f"left there (worker plugin{'s' if len(stale) > 1 else ''} {', '.join(stale)}): their tasks still "
@@ -679,6 +684,11 @@ def _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, la
         worker_timeout=cfg.cluster.connect_timeout, unresponsive_after=cfg.cluster.unresponsive_after,
         spares=cfg.cutoff.spares, echo=say, warn=warn,
     )
+    if frozen:
+        say(f"Dask worker{'s' if len(frozen) > 1 else ''} {', '.join(sorted(frozen))} missed "
+            f"{MISSED_HEARTBEATS} heartbeats: the run starts without {'them' if len(frozen) > 1 else 'it'} (no "
+            "shards until a heartbeat comes; ended after cluster.unresponsive_after)")
+        runner.suspect(frozen)
     bar = _progress(len(work), cfg.run.progress and progress, cfg.name)
     records = RecordBuffer(store)
 

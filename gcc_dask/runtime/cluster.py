@@ -484,11 +484,10 @@ def _map_with_backups(client, call, args: tuple, items: list, todo: list[int], r
 
 
 def _placement(client, keys: dict, silent_after: float) -> tuple[dict, list[str], set[str]]:
-    """Where copies run, in one call to the scheduler (the function is shipped by value): per entry of `keys`
-    (an item -> the keys of its copies) the workers running one of them; every worker; and the workers whose
-    last heartbeat is more than `silent_after` seconds older than the newest worker's (on the scheduler's
-    clock)."""
-    def where(dask_scheduler, keys, silent_after):  # runs on the scheduler
+    """Where copies run: per entry of `keys` (an item -> the keys of its copies) the workers running one of
+    them (one call to the scheduler, the function shipped by value); every worker; and the
+    :func:`frozen_workers`."""
+    def where(dask_scheduler, keys):  # runs on the scheduler
         running = {}
         for item, names in keys.items():
             busy = set()
@@ -497,17 +496,76 @@ def _placement(client, keys: dict, silent_after: float) -> tuple[dict, list[str]
                 if ts is not None and ts.processing_on is not None:
                     busy.add(ts.processing_on.address)
             running[item] = sorted(busy)
+        return running, sorted(dask_scheduler.workers)
+
+    running, workers = client.run_on_scheduler(where, keys=keys)
+    return {int(j): busy for j, busy in running.items()}, workers, frozen_workers(client, silent_after)
+
+
+def frozen_workers(client, silent_after: float) -> set[str]:
+    """The workers whose latest heartbeat is more than `silent_after` seconds older than the newest worker's,
+    on the scheduler's clock (``last_seen``): frozen, stopped or swapping hard. One call to the scheduler."""
+    def behind(dask_scheduler, silent_after):  # runs on the scheduler (shipped by value)
         seen = {a: ws.last_seen for a, ws in dask_scheduler.workers.items()}
         newest = max(seen.values(), default=0.0)
-        return running, sorted(seen), sorted(a for a, t in seen.items() if newest - t > silent_after)
+        return sorted(a for a, t in seen.items() if newest - t > silent_after)
 
-    running, workers, behind = client.run_on_scheduler(where, keys=keys, silent_after=silent_after)
-    return {int(j): busy for j, busy in running.items()}, workers, set(behind)
+    return set(client.run_on_scheduler(behind, silent_after=silent_after))
 
 
-def remove_plugins(client, prefix: str) -> list[str]:
+def past_frozen(client, call, frozen: set[str] | None = None):
+    """``call(workers)`` for a client call that waits for each of `workers` (``client.run``, a plugin's
+    registration), not held by a frozen worker: ``(its value, the workers it left out)``.
+
+    The call runs in a thread of its own with ``workers=None`` (every worker), or the workers not in `frozen`
+    when some are given. While it waits, the workers' heartbeats are read once a heartbeat interval; once a
+    worker has missed :data:`~gcc_dask.runtime.liveness.MISSED_HEARTBEATS` of them
+    (:func:`frozen_workers`), the wait stops and the call is made again for the others (the first one goes on
+    in its thread and ends when that worker answers or dies). A frozen worker used to hold a run's set-up for
+    as long as it stayed frozen (docs/pipeline.rst, section 'Unresponsive workers'). An error of `call` is
+    raised here.
+    """
+    import threading
+
+    from gcc_dask.runtime.liveness import MISSED_HEARTBEATS, heartbeat_interval
+
+    frozen = set(frozen or ())
+    while True:
+        box: dict = {}
+        done = threading.Event()
+        workers = None
+        if frozen:
+            workers = sorted(set(client.scheduler_info().get("workers", {})) - frozen)
+
+        def target(workers=workers):
+            try:
+                box["value"] = call(workers)
+            except BaseException as e:  # raised in the caller's thread
+                box["error"] = e
+            finally:
+                done.set()
+
+        threading.Thread(target=target, name="gcc-dask-setup", daemon=True).start()
+        beat = heartbeat_interval(max(1, len(client.scheduler_info().get("workers", {}))))
+        new: set[str] = set()
+        while not done.wait(beat):
+            new = frozen_workers(client, MISSED_HEARTBEATS * beat) - frozen
+            if new:
+                break
+        if done.is_set():
+            if "error" in box:
+                raise box["error"]
+            return box["value"], frozen
+        logger.info("workers %s missed %d heartbeats: not waited for", sorted(new), MISSED_HEARTBEATS)
+        frozen |= new
+
+
+def remove_plugins(client, prefix: str, frozen: set[str] | None = None) -> list[str]:
     """Unregister every worker plugin whose name starts with `prefix`, on the scheduler (so that new workers do
     not get it) and on the workers (their :meth:`teardown` runs); the names removed.
+
+    The workers in `frozen` are not asked, nor waited for (:func:`past_frozen`); the ones found frozen on the
+    way are added to it.
 
     A run on a store removes the plugins of earlier runs on the same store whose driver died without removing
     them (``gcc-dask-<store>-``, :func:`gcc_dask.pipeline.run_pipeline`): their tasks still running then write
@@ -524,21 +582,29 @@ def remove_plugins(client, prefix: str) -> list[str]:
             if n in dask_worker.plugins:
                 await dask_worker.plugin_remove(n)
 
+    frozen = set() if frozen is None else frozen
+
+    def run(func, **kwargs):  # on every worker but the frozen ones
+        value, found = past_frozen(client, lambda workers: client.run(func, workers=workers, **kwargs), frozen)
+        frozen.update(found)
+        return value
+
     try:
         registered = set(client.run_on_scheduler(on_scheduler))
-        everywhere = registered | {n for names in client.run(on_workers).values() for n in names}
+        everywhere = registered | {n for names in run(on_workers).values() for n in names}
     except Exception:  # pragma: no cover - a scheduler that cannot answer: nothing to clean up here
         logger.debug("could not list the worker plugins", exc_info=True)
         return []
     for name in sorted(registered):
-        try:
-            client.unregister_worker_plugin(name)
+        try:  # (on the scheduler, which then tells the workers; a frozen one is not waited for)
+            _, found = past_frozen(client, lambda workers, name=name: client.unregister_worker_plugin(name), frozen)
+            frozen.update(found)
         except Exception:  # pragma: no cover - removed meanwhile
             logger.debug("could not unregister plugin %s", name, exc_info=True)
     left = sorted(everywhere - registered)
     if left:  # installed on workers only (their scheduler forgot it): remove them there
         try:
-            client.run(remove_here, names=left)
+            run(remove_here, names=left)
         except Exception:  # pragma: no cover
             logger.debug("could not remove plugins %s from the workers", left, exc_info=True)
     return sorted(everywhere)

@@ -54,6 +54,7 @@ from gcc_dask.errors import ClusterError, GccDaskError
 from gcc_dask.runtime.cutoff import (
     CutoffPolicy, Speculation, backup_schedule, backups_due, cutoff_time, decide, needed_results, spares_due,
 )
+from gcc_dask.runtime.cluster import past_frozen
 from gcc_dask.runtime.events import FutureEvents
 from gcc_dask.runtime.graph import GraphUpdate
 from gcc_dask.runtime.liveness import MISSED_HEARTBEATS, keys_stuck_on
@@ -342,6 +343,7 @@ class BatchRunner:
         self._inflight: dict[int, _BatchState] = {}
         # the workers shards are spread over (refreshed off the loop; unresponsive ones ended)
         self._workers = WorkerList(client, gpu=use_gpu, unresponsive_after=unresponsive_after, echo=self.echo)
+        self._suspected: set[str] = set()  # workers found frozen before the run (suspect)
         self._canceller: ThreadPoolExecutor | None = None  # cancels stragglers, off the loop (_cancel)
         self._fetch_gen = 0  # the fetch whose records the loop takes (an abandoned one's are dropped)
         self._no_workers_since: float | None = None
@@ -1151,7 +1153,7 @@ class BatchRunner:
         The records are returned only when there is no ``on_batch_done``: a caller that takes them as they
         come gets an empty list, so that a long run keeps nothing per batch on the driver.
         """
-        self.client.register_plugin(self.plugin, name=self.plugin.name)
+        self._register()
         quiet = _LostFetchLogFilter(self.token)
         logging.getLogger("distributed.client").addFilter(quiet)
         restore = self._catch_sigint()
@@ -1274,6 +1276,46 @@ class BatchRunner:
             except Exception:  # pragma: no cover - the cluster may be gone already
                 logger.debug("could not clean up plugin %s", self.plugin.name, exc_info=True)
         return results
+
+    def suspect(self, addresses) -> None:
+        """Workers found frozen before the run (its set-up, :func:`~.cluster.past_frozen`): no shards while
+        they stay silent, ended as any unresponsive worker, and not waited for by the plugin's registration."""
+        self._suspected |= set(addresses)
+        self._workers.suspect(addresses)
+
+    def _register(self) -> None:
+        """Register the run's plugin on the workers; a frozen worker is not waited for (it gets the plugin when
+        it answers, and no shards before: :meth:`suspect`)."""
+        name = self.plugin.name
+
+        def has_plugin(dask_worker, name):  # runs on a worker (shipped by value)
+            plugin = dask_worker.plugins.get(name)
+            if plugin is not None and getattr(plugin, "fn", True) is None:
+                plugin.setup(dask_worker)  # its setup failed there: raise its error here
+            return plugin is not None
+
+        started = []
+
+        def register(workers):
+            if workers is None:
+                started.append(True)
+                return self.client.register_plugin(self.plugin, name=name)
+            if not started:  # workers known frozen from the start: the registration waits for them, in a thread
+                started.append(True)
+                threading.Thread(target=self._register_all, name="gcc-dask-register", daemon=True).start()
+            # the registration under way (still waiting for the frozen workers) reaches the others
+            while not all(self.client.run(has_plugin, workers=workers, name=name).values()):
+                time.sleep(0.05)
+
+        _, frozen = past_frozen(self.client, register, self._suspected)
+        if frozen - self._suspected:
+            self.suspect(frozen)
+
+    def _register_all(self) -> None:
+        try:
+            self.client.register_plugin(self.plugin, name=self.plugin.name)
+        except Exception:  # a worker's own error is raised by has_plugin (see _register)
+            logger.debug("registering plugin %s", self.plugin.name, exc_info=True)
 
     def _unregister(self) -> None:
         """Remove the run's plugin from the workers (what the next run of the store does, if this fails)."""

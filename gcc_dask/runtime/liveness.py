@@ -109,6 +109,13 @@ class HeartbeatWatch:
         self.reported.update(a for a, _ in new)
         return new
 
+    def suspect(self, addresses) -> None:
+        """Take `addresses` as workers already seen behind (a run's set-up found them frozen,
+        :func:`~gcc_dask.runtime.cluster.past_frozen`): quiet from the next sample on if they are still behind
+        then, and ended once silent for ``after``, though their heartbeat has not moved since this watch began."""
+        self._moved |= set(addresses)
+        self._behind |= set(addresses)
+
     @property
     def unresponsive(self) -> set[str]:
         """The workers reported and still known to the scheduler (no shard is placed on them)."""

@@ -75,6 +75,11 @@ class WorkerList:
         :attr:`addresses`): a batch waiting for a task on one of them runs again elsewhere."""
         return set(self._liveness.quiet)
 
+    def suspect(self, addresses) -> None:
+        """Workers the run's set-up found frozen (:meth:`.liveness.HeartbeatWatch.suspect`): no shards while they
+        stay behind, and ended as any unresponsive worker."""
+        self._liveness.suspect(addresses)
+
     @property
     def answered(self) -> bool:
         """Whether the question under way has its answer (the next :meth:`refresh` takes it)."""

@@ -208,6 +208,45 @@ def test_the_composition_s_windows_finish_while_a_worker_is_frozen():
     assert victim not in {pid for pid, _ in out}
 
 
+def test_a_worker_frozen_before_the_run_is_not_waited_for(tmp_path):
+    """One of 3 worker processes is SIGSTOPped before the run and stays stopped until it has returned
+    (``cluster.unresponsive_after`` far beyond the run: it is never ended). The set-up's calls to every
+    worker (the store's reachability check, the plugin's registration) stop waiting for it once it has missed
+    3 heartbeats, the run says it starts without it, no shard goes there, and the run completes, exact for
+    ``uncoded``, while it is still frozen. Before, the run waited for as long as the worker stayed frozen."""
+    path = tmp_path / "frozen.zarr"
+    cfg = synthetic_config(path, batches=12, k=4, schemes=("uncoded", "gcc"), composition="similarity",
+                           stragglers={"shift": "20ms", "scale": "10ms", "clock": "wall"},
+                           cluster={"unresponsive_after": "120s"}, run={"max_batches_in_flight": 4})
+    said: list[str] = []
+    box: dict = {}
+    with _three_worker_processes(4) as client:
+        pids = client.run(os.getpid)
+        address = sorted(pids)[0]
+        victim = pids[address]
+        os.kill(victim, signal.SIGSTOP)
+        thread = threading.Thread(target=lambda: box.update(result=gd.run_pipeline(cfg, client=client,
+                                                                                   echo=said.append)),
+                                  daemon=True)
+        try:
+            thread.start()
+            thread.join(timeout=90)
+            returned_while_frozen = not thread.is_alive() and \
+                psutil.Process(victim).status() == psutil.STATUS_STOPPED
+        finally:
+            os.kill(victim, signal.SIGCONT)
+            thread.join(timeout=60)
+    assert returned_while_frozen, said
+    assert box["result"].status == "complete"
+    starts = [line for line in said if "the run starts without it" in line]
+    assert len(starts) == 1 and address in starts[0], said
+    assert not [line for line in said if "sent no heartbeat" in line], said  # never ended
+    uncoded = read_group(path, "uncoded", ("decoded", "status"))
+    reference = read_group(path, "inputs", ("reference",))["reference"]
+    assert (uncoded["status"] == 1).all() and (status(path, "gcc") > 0).all()
+    np.testing.assert_allclose(uncoded["decoded"], reference, rtol=1e-5, atol=1e-6)
+
+
 def _done(path, schemes=("gcc", "uncoded")) -> int:
     try:
         return int(min((status(path, s) > 0).sum() for s in schemes))

@@ -123,3 +123,56 @@ def test_a_worker_without_a_nanny_is_removed_from_the_scheduler():
             time.sleep(0.05)
         assert set(client.scheduler_info()["workers"]) == set(workers) - {victim}
         assert client.submit(lambda x: x + 1, 1, pure=False).result(timeout=10) == 2
+
+
+def test_a_suspect_is_quiet_at_the_first_sample_and_ended_after_the_limit():
+    """A worker the run's set-up found frozen (``suspect``) has not moved since the watch began, yet it is
+    quiet at once while behind and ended once silent for ``after``; one whose heartbeat is current is not."""
+    watch = HeartbeatWatch(2.0)
+    watch.suspect({"a", "c"})
+    assert watch.update(_info(a=1.0, b=10.0, c=10.0), now=0.0) == []
+    assert watch.quiet == {"a"}  # c is not behind
+    assert watch.update(_info(a=1.0, b=11.0, c=11.0), now=1.0) == [] and watch.quiet == {"a"}
+    assert watch.update(_info(a=1.0, b=12.5, c=12.5), now=2.5) == [("a", 2.5)]
+    # not a suspect: a worker that never moved since the watch began is left alone (it may be setting up)
+    other = HeartbeatWatch(2.0)
+    other.update(_info(a=1.0, b=10.0), now=0.0)
+    assert other.quiet == set() and other.update(_info(a=1.0, b=12.5), now=2.5) == []
+
+
+class _StubClient:
+    """What :func:`past_frozen` asks of a client: the workers, and who is behind (b: frozen)."""
+
+    def __init__(self, behind):
+        self.behind = behind
+
+    def scheduler_info(self):
+        return {"workers": {"a": {}, "b": {}}}
+
+    def run_on_scheduler(self, func, **kwargs):
+        return sorted(self.behind)
+
+
+def test_past_frozen_calls_again_without_a_worker_that_missed_its_heartbeats():
+    import threading
+
+    from gcc_dask.runtime.cluster import past_frozen
+
+    held = threading.Event()
+    calls = []
+
+    def call(workers):
+        calls.append(workers)
+        if workers is None:  # waits for every worker: b never answers
+            held.wait(30)
+        return {w: "ok" for w in workers or ()}
+
+    try:
+        value, frozen = past_frozen(_StubClient({"b"}), call)
+    finally:
+        held.set()
+    assert calls == [None, ["a"]] and value == {"a": "ok"} and frozen == {"b"}
+    # none behind: one call, its value; an error of the call is raised as it is
+    assert past_frozen(_StubClient(set()), lambda w: 7) == (7, set())
+    with pytest.raises(KeyError, match="boom"):
+        past_frozen(_StubClient(set()), lambda w: {}["boom"])
