@@ -117,6 +117,11 @@ class HeartbeatWatch:
         self._behind |= set(addresses)
 
     @property
+    def behind(self) -> set[str]:
+        """The workers behind at the latest sample (quiet if they still are at the next one)."""
+        return set(self._behind)
+
+    @property
     def unresponsive(self) -> set[str]:
         """The workers reported and still known to the scheduler (no shard is placed on them)."""
         return set(self.reported)

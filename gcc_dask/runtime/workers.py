@@ -88,7 +88,13 @@ class WorkerList:
     @property
     def due(self) -> bool:
         """Whether the next :meth:`refresh` would ask the scheduler again (``ttl`` seconds have passed)."""
-        return time.monotonic() - self.asked_at > self.ttl
+        return time.monotonic() - self.asked_at > self._ttl
+
+    @property
+    def _ttl(self) -> float:
+        """``ttl``, or a quarter of it while a worker is behind in one sample and not yet quiet (the second
+        sample that makes it quiet comes sooner)."""
+        return self.ttl / 4 if self._liveness.behind - self._liveness.quiet else self.ttl
 
     def refresh(self) -> list[str]:
         """Take the answer of the question under way if it has come, and ask again when ``ttl`` seconds have
@@ -99,7 +105,7 @@ class WorkerList:
             self._pending = None
             self._take(*pending.result())
         now = time.monotonic()
-        if now - self.asked_at <= self.ttl or self._pending is not None:
+        if now - self.asked_at <= self._ttl or self._pending is not None:
             return self.addresses
         first = not math.isfinite(self.asked_at)
         self.asked_at = now

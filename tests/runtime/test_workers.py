@@ -112,3 +112,17 @@ def test_an_unreachable_scheduler_counts_as_no_workers():
     wl._take({"tcp://a": {}}, 0.0)
     wl._take(None, 1.0)
     assert wl.addresses == [] and not wl.replaced
+
+
+def test_a_worker_behind_in_one_sample_is_asked_about_again_four_times_sooner():
+    """Quiet takes two samples running behind: while a worker is behind in one, the list asks every ttl / 4,
+    so the second sample comes sooner; once it is quiet (or caught up), every ttl again."""
+    wl = WorkerList(_Client([{}]), ttl=1.0)
+    watch = wl._liveness
+    watch.update({"a": {"last_seen": 0.0}, "b": {"last_seen": 0.0}}, now=0.0)
+    watch.update({"a": {"last_seen": 0.5}, "b": {"last_seen": 0.5}}, now=0.5)  # both moved once
+    assert wl._ttl == 1.0
+    watch.update({"a": {"last_seen": 0.5}, "b": {"last_seen": 2.5}}, now=2.5)  # a is 2 s behind: once
+    assert watch.behind == {"a"} and watch.quiet == set() and wl._ttl == 0.25
+    watch.update({"a": {"last_seen": 0.5}, "b": {"last_seen": 2.75}}, now=2.75)  # twice: quiet
+    assert watch.quiet == {"a"} and wl._ttl == 1.0
