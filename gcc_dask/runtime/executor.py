@@ -195,6 +195,7 @@ class _SchemeState:
     result: dict | None = None
     attempt: int = 0  # submissions of this scheme's decode (and score) lost with a worker so far
     restarts: int = 0  # times this scheme's shards were run again because the kept ones were lost
+    rescues: int = 0  # times some of its shards were run again off a quiet worker (_rerun_quiet)
     received: list | None = None  # the kept shards, once the cutoff is final
     meta: dict | None = None
     wake: float | None = None  # wall clock: when to look at the cutoff again (monotonic); None: now
@@ -389,7 +390,8 @@ class BatchRunner:
         kept results), or whose record only it holds (new keys, same draws, as when kept shards are lost), and a batch's labels or
         reference (with the scores that wait for it). A quiet worker may be frozen (SIGSTOP, swapping hard):
         without this, those batches waited until it came back or was ended (``cluster.unresponsive_after``).
-        Its shards that a cutoff does not keep are left to the cutoff.
+        Its shards that a cutoff waits for are left to the cutoff, unless the batch cannot reach its cutoff
+        without them: then the missing ones run again elsewhere (:meth:`_short_of`).
 
         `fetching` (the batches whose records are being fetched) and `ready` (finished, not fetched yet) are
         the loop's; returned as they are, or, when a record of the fetch under way waits for a quiet worker,
@@ -399,6 +401,7 @@ class BatchRunner:
         if not quiet or not (self._inflight or fetching):
             return fetching, ready
         waits: dict[str, list[tuple[str, _BatchState, _SchemeState | None]]] = {}
+        shards: dict[str, tuple[_BatchState, _SchemeState, int]] = {}  # key -> a shard a cutoff waits for
 
         def wait(fut, why, state, s=None):  # (a finished task counts while its result is held there alone)
             if fut is not None:
@@ -414,6 +417,12 @@ class BatchRunner:
                         and s.restarts + 1 < MAX_ATTEMPTS:  # its copies running there (see below)
                     for w in np.flatnonzero(s.launched & ~s.known).tolist():
                         wait(s.shards[w], "copy", state, s)
+                if s.plan.speculation is None and s.received is None and s.decode is None and not s.done \
+                        and not s.direct:  # the shards a cutoff waits for (run again only if it needs them)
+                    awaited = (self._regular[s.plan.name] | s.promoted) & ~s.known & ~s.failed
+                    for w in np.flatnonzero(awaited).tolist():
+                        if s.shards[w] is not None:
+                            shards[s.shards[w].key] = (state, s, w)
             if state.attempt + 1 < MAX_ATTEMPTS:
                 if state.labels is not None and state.labels.status != "finished":  # (written once finished)
                     wait(state.labels, "inputs", state)
@@ -423,10 +432,10 @@ class BatchRunner:
             for s in state.schemes.values():
                 if s.result is None and s.restarts + 1 < MAX_ATTEMPTS:
                     records.setdefault(_final(s).key, []).append(("record", state, s))
-        if not waits and not records:
+        if not waits and not records and not shards:
             return fetching, ready
         try:
-            stuck = keys_stuck_on(self.client, [*waits, *records], quiet)
+            stuck = keys_stuck_on(self.client, [*waits, *records, *shards], quiet)
         except Exception as e:  # the scheduler is busy or going away: look again at the next check
             logger.debug("could not ask which tasks wait for %s: %r", sorted(quiet), e)
             return fetching, ready
@@ -435,7 +444,8 @@ class BatchRunner:
             for why, state, s in waits.get(key, []) + records.get(key, []):
                 if why != "copy" or self._blocked(s, stuck):
                     again[(state.batch, "" if s is None else s.plan.name)] = (why, state, s)
-        if not again:
+        short = self._short_of(shards, stuck, again)
+        if not again and not short:
             return fetching, ready
         if any(why == "record" for why, _, _ in again.values()):  # abandon the fetch: its batches go back
             back = {state.batch for why, state, _ in again.values() if why == "record"}
@@ -464,12 +474,47 @@ class BatchRunner:
                     old.append(other.score)
                     other.attempt += 1  # a key of its own: the old one is being cancelled
                     self._submit_score(state, other)
+        if short:  # the shards a cutoff cannot do without: the same shards again, elsewhere, at the batch's priority
+            update = self._update()
+            for state, s, ws in short.values():
+                s.rescues += 1
+                old += [s.shards[w] for w in ws]
+                places: dict[str, tuple[dict, list[int]]] = {}
+                for w in ws:
+                    place = self._placement(state.batch, w)
+                    places.setdefault(repr(place), (place, []))[1].append(w)
+                for place, group in places.values():
+                    self._map_shards(state, s, group, place, update, priority=-state.seq, sfx=f"-q{s.rescues}")
+            update.send()
         self._cancel(old)
-        what = sorted(f"{b} ({scheme or 'inputs'})" for b, scheme in again)
+        what = sorted([f"{b} ({scheme or 'inputs'})" for b, scheme in again]
+                      + [f"{b} ({scheme}: {len(ws)} shard{'s' if len(ws) > 1 else ''})"
+                         for (b, scheme), (_, _, ws) in short.items()])
         self.echo(f"Dask worker{'s' if len(quiet) > 1 else ''} {', '.join(sorted(quiet))} missed "
                   f"{MISSED_HEARTBEATS} heartbeats: {'what batches' if len(what) > 1 else 'what batch'} "
                   f"{', '.join(what)} waited for there runs again on the other workers")
         return fetching, ready
+
+    def _short_of(self, shards: dict, stuck: set[str], again: dict) -> dict:
+        """The shards on a quiet worker that a cutoff cannot do without: per (batch, scheme) not run again
+        whole (`again`), the state, the scheme's state and as many of its `stuck` shards as the results in
+        hand plus the shards awaited elsewhere fall short of :func:`~.cutoff.needed_results` (a batch with
+        more than N - needed of its awaited shards there waited for its deadline, or for the worker to be
+        ended; a smaller shortfall is the spares' to cover, as before)."""
+        found: dict[tuple[int, str], tuple[_BatchState, _SchemeState, list[int]]] = {}
+        for key in sorted(stuck & shards.keys()):
+            state, s, w = shards[key]
+            if (state.batch, s.plan.name) not in again:
+                found.setdefault((state.batch, s.plan.name), (state, s, []))[2].append(w)
+        short = {}
+        for name, (state, s, ws) in found.items():
+            awaited = (self._regular[s.plan.name] | s.promoted) & ~s.known & ~s.failed
+            spares = ~self._regular[s.plan.name] & ~s.promoted & ~s.known & ~s.failed
+            have = int((s.known & ~s.failed).sum()) + int(awaited.sum()) - len(ws) + int(spares.sum())
+            missing = needed_results(s.plan.policy) - have
+            if missing > 0:
+                short[name] = (state, s, sorted(ws)[:missing])
+        return short
 
     @staticmethod
     def _blocked(s: _SchemeState, stuck: set[str]) -> bool:
@@ -1310,6 +1355,23 @@ class BatchRunner:
         _, frozen = past_frozen(self.client, register, self._suspected)
         if frozen - self._suspected:
             self.suspect(frozen)
+        # no shard for a worker left out until it has the plugin (a task there would find none); asked in a
+        # thread per worker: the question waits for the worker to answer
+        self._workers.unready(frozen)
+
+        def confirm(address):
+            while True:
+                try:
+                    if self.client.run(has_plugin, workers=[address], name=name).get(address):
+                        self._workers.ready([address])
+                        return
+                except Exception as e:  # ended, gone, or its set-up failed there: it stays without shards
+                    logger.debug("worker %s: the run's plugin is not there (%r)", address, e)
+                    return
+                time.sleep(0.2)
+
+        for address in sorted(frozen):
+            threading.Thread(target=confirm, args=(address,), name="gcc-dask-plugin-check", daemon=True).start()
 
     def _register_all(self) -> None:
         try:

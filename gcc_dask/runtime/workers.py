@@ -68,12 +68,25 @@ class WorkerList:
         self._asker: ThreadPoolExecutor | None = None  # asks the scheduler, off the loop
         self._ender: ThreadPoolExecutor | None = None  # ends unresponsive workers, off the loop
         self._pending: Future | None = None  # the question under way
+        self._unready: set[str] = set()  # workers without shards until ready (see unready)
 
     @property
     def quiet(self) -> set[str]:
-        """The workers that missed :data:`~.liveness.MISSED_HEARTBEATS` heartbeats at the latest answer (none of
-        :attr:`addresses`): a batch waiting for a task on one of them runs again elsewhere."""
-        return set(self._liveness.quiet)
+        """The workers that missed :data:`~.liveness.MISSED_HEARTBEATS` heartbeats at the latest answer, and
+        those not ready (:meth:`unready`); none of them in :attr:`addresses`: a batch waiting for a task on one
+        of them runs again elsewhere."""
+        return set(self._liveness.quiet) | self._unready
+
+    def unready(self, addresses) -> None:
+        """Give `addresses` no shards until :meth:`ready` (workers left out of the run's set-up: they may not
+        have the run's plugin yet)."""
+        self._unready |= set(addresses)
+        if self._unready:
+            self.addresses = [a for a in self.addresses if a not in self._unready]
+
+    def ready(self, addresses) -> None:
+        """Workers :meth:`unready` before that may have shards again (from the next answer on)."""
+        self._unready -= set(addresses)
 
     def suspect(self, addresses) -> None:
         """Workers the run's set-up found frozen (:meth:`.liveness.HeartbeatWatch.suspect`): no shards while they
@@ -146,7 +159,7 @@ class WorkerList:
             present = sorted(a for a, ws in workers.items()
                              if (not self.gpu or ws.get("resources", {}).get("GPU", 0) > 0)
                              and a not in self._liveness.unresponsive)
-            self.addresses = [a for a in present if a not in self._liveness.quiet]
+            self.addresses = [a for a in present if a not in self.quiet]
         current = set(present)
         if current and self._seen and not current & self._seen:
             self.replaced = True

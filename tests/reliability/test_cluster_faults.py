@@ -247,6 +247,57 @@ def test_a_worker_frozen_before_the_run_is_not_waited_for(tmp_path):
     np.testing.assert_allclose(uncoded["decoded"], reference, rtol=1e-5, atol=1e-6)
 
 
+def test_the_shards_a_cutoff_needs_from_a_quiet_worker_run_again_elsewhere(tmp_path):
+    """gcc with N = 8, K = 4 and S = 1 on 3 worker processes: a batch's 7 regular shards go round-robin, so the
+    worker frozen mid-run holds 2 or 3 of them, more than its one spare covers; no deadline, and
+    ``unresponsive_after`` far beyond the run. Once the worker is quiet, the shards a batch cannot do without
+    run again on the other two, and the run completes while it is still frozen. Before, such a batch waited
+    for the worker to resume or be ended."""
+    path = tmp_path / "short.zarr"
+    cfg = synthetic_config(path, batches=40, k=4, n=8, schemes=("gcc",),
+                           stragglers={"shift": "200ms", "scale": "10ms", "clock": "wall"},
+                           cutoff={"stragglers": 1, "deadline": None},
+                           cluster={"unresponsive_after": "120s"}, run={"max_batches_in_flight": 4})
+    said: list[str] = []
+    log: dict = {}
+    box: dict = {}
+    stop = threading.Event()
+
+    def freeze(client):
+        while not stop.is_set() and (not path.exists() or _done(path, ("gcc",)) < 6):
+            time.sleep(0.02)
+        if stop.is_set():
+            return
+        busy = {w: len(keys) for w, keys in client.processing().items()}
+        address = max(busy, key=busy.get)
+        pid = client.run(os.getpid, workers=[address])[address]
+        os.kill(pid, signal.SIGSTOP)
+        log.update(address=address, pid=pid)
+
+    with _three_worker_processes(8) as client:
+        freezer = threading.Thread(target=freeze, args=(client,), daemon=True)
+        run = threading.Thread(target=lambda: box.update(result=gd.run_pipeline(cfg, client=client,
+                                                                                echo=said.append)),
+                               daemon=True)
+        try:
+            freezer.start()
+            run.start()
+            run.join(timeout=120)
+            returned_while_frozen = "pid" in log and not run.is_alive() and \
+                psutil.Process(log["pid"]).status() == psutil.STATUS_STOPPED
+        finally:
+            stop.set()
+            if "pid" in log:
+                os.kill(log["pid"], signal.SIGCONT)
+            run.join(timeout=60)
+    assert returned_while_frozen, (log, said)
+    assert box["result"].status == "complete"
+    # (on 2 busy cores another worker may look quiet for a moment too: a shard or two run again, no more)
+    rescued = [line for line in said if "missed 3 heartbeats" in line and log["address"] in line]
+    assert re.search(r"\(gcc: \d shards?\)", " ".join(rescued)), said
+    assert (status(path, "gcc") == 1).all()
+
+
 def _done(path, schemes=("gcc", "uncoded")) -> int:
     try:
         return int(min((status(path, s) > 0).sum() for s in schemes))

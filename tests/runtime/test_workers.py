@@ -126,3 +126,15 @@ def test_a_worker_behind_in_one_sample_is_asked_about_again_four_times_sooner():
     assert watch.behind == {"a"} and watch.quiet == set() and wl._ttl == 0.25
     watch.update({"a": {"last_seen": 0.5}, "b": {"last_seen": 2.75}}, now=2.75)  # twice: quiet
     assert watch.quiet == {"a"} and wl._ttl == 1.0
+
+
+def test_an_unready_worker_gets_no_shards_until_it_is_ready():
+    client = _Client([{"tcp://a": {}, "tcp://b": {}}])
+    wl = WorkerList(client, ttl=0.0)
+    assert wl.refresh() == ["tcp://a", "tcp://b"]
+    wl.unready({"tcp://b"})
+    assert wl.addresses == ["tcp://a"] and wl.quiet == {"tcp://b"}
+    _wait_for(lambda: wl.refresh() == ["tcp://a"] and client.calls >= 3)  # later answers leave it out too
+    wl.ready({"tcp://b"})
+    assert wl.quiet == set()
+    _wait_for(lambda: wl.refresh() == ["tcp://a", "tcp://b"])
