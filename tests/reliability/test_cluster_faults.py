@@ -264,15 +264,7 @@ def test_the_shards_a_cutoff_needs_from_a_quiet_worker_run_again_elsewhere(tmp_p
     stop = threading.Event()
 
     def freeze(client):
-        while not stop.is_set() and (not path.exists() or _done(path, ("gcc",)) < 6):
-            time.sleep(0.02)
-        if stop.is_set():
-            return
-        busy = {w: len(keys) for w, keys in client.processing().items()}
-        address = max(busy, key=busy.get)
-        pid = client.run(os.getpid, workers=[address])[address]
-        os.kill(pid, signal.SIGSTOP)
-        log.update(address=address, pid=pid)
+        _freeze_the_busiest(client, path, ("gcc",), 6, stop, log)
 
     with _three_worker_processes(8) as client:
         freezer = threading.Thread(target=freeze, args=(client,), daemon=True)
@@ -298,6 +290,20 @@ def test_the_shards_a_cutoff_needs_from_a_quiet_worker_run_again_elsewhere(tmp_p
     assert (status(path, "gcc") == 1).all()
 
 
+def _freeze_the_busiest(client, path, schemes, after: int, stop: threading.Event, log: dict) -> None:
+    """Once `after` batches of `schemes` are done, SIGSTOP the worker process running the most tasks; note
+    its address, pid and the batches done then in `log`."""
+    while not stop.is_set() and (not path.exists() or _done(path, schemes) < after):
+        time.sleep(0.02)
+    if stop.is_set():
+        return
+    busy = {w: len(keys) for w, keys in client.processing().items()}
+    address = max(busy, key=busy.get)
+    pid = client.run(os.getpid, workers=[address])[address]
+    os.kill(pid, signal.SIGSTOP)
+    log.update(address=address, pid=pid, done_at_stop=_done(path, schemes))
+
+
 def _done(path, schemes=("gcc", "uncoded")) -> int:
     try:
         return int(min((status(path, s) > 0).sum() for s in schemes))
@@ -320,15 +326,7 @@ def test_what_waits_for_a_quiet_worker_runs_again_elsewhere_and_the_run_ends_whi
     stop = threading.Event()
 
     def freeze(client):
-        while not stop.is_set() and (not path.exists() or _done(path, ("uncoded", "speculative")) < 8):
-            time.sleep(0.05)
-        if stop.is_set():
-            return
-        busy = {w: len(keys) for w, keys in client.processing().items()}
-        address = max(busy, key=busy.get)
-        pid = client.run(os.getpid, workers=[address])[address]
-        os.kill(pid, signal.SIGSTOP)
-        log.update(address=address, pid=pid, done_at_stop=_done(path, ("uncoded", "speculative")))
+        _freeze_the_busiest(client, path, ("uncoded", "speculative"), 8, stop, log)
 
     with _three_worker_processes(8) as client:
         thread = threading.Thread(target=freeze, args=(client,), daemon=True)
