@@ -1126,21 +1126,43 @@ class BatchRunner:
             s.attempt += 1
             self._submit_decode(state, s)
             try:
-                record = s.decode.result()
+                record = self._result(s.decode)
                 if self.reference and state.reference is not None:
                     self._submit_score(state, s)
-                    return s.score.result()
+                    return self._result(s.score)
                 return strip_record(record)
+            except ClusterError:  # the scheduler is gone: the run stops with its one line
+                raise
             except Exception as e:
                 logger.warning("batch %d (%s): decoding again failed (%r)", state.batch, s.plan.name, e)
         return None
+
+    def _result(self, fut):
+        return self._results([fut])[0]
+
+    def _results(self, futs: list, poll: float = 0.5) -> list:
+        """``client.gather(futs)``, for the few waits outside the loop: a lost scheduler ends it with the run's
+        one line (:meth:`_lost_scheduler_error`; the futures of a client that lost its scheduler may never
+        resolve, and the run used to hang there, on a loaded machine), and so does Ctrl-C or SIGTERM."""
+        from distributed import wait
+
+        while True:
+            try:
+                wait(futs, timeout=poll)
+                return self.client.gather(futs)
+            except TimeoutError:
+                if self._scheduler_lost():
+                    raise self._lost_scheduler_error() from None
+                self._signals.check()
 
     def _gather(self, state: _BatchState) -> list[dict]:
         """The batch's records (one per scheme), fetched in one round trip."""
         pending = [s for s in state.schemes.values() if s.result is None]
         if pending:
             try:
-                fetched = self.client.gather([_final(s) for s in pending])
+                fetched = self._results([_final(s) for s in pending])
+            except ClusterError:
+                raise
             except Exception as e:  # the worker holding a record died between finishing and the fetch
                 fetched = [None] * len(pending)
                 logger.warning("batch %d: lost decode results (%r)", state.batch, e)
