@@ -533,9 +533,8 @@ def past_frozen(client, call, frozen: set[str] | None = None):
     while True:
         box: dict = {}
         done = threading.Event()
-        workers = None
-        if frozen:
-            workers = sorted(set(client.scheduler_info().get("workers", {})) - frozen)
+        every = set(client.scheduler_info().get("workers", {}))
+        workers = sorted(every - frozen) if frozen else None
 
         def target(workers=workers):
             try:
@@ -546,7 +545,7 @@ def past_frozen(client, call, frozen: set[str] | None = None):
                 done.set()
 
         threading.Thread(target=target, name="gcc-dask-setup", daemon=True).start()
-        beat = heartbeat_interval(max(1, len(client.scheduler_info().get("workers", {}))))
+        beat = heartbeat_interval(max(1, len(every)))
         new: set[str] = set()
         while not done.wait(beat):
             new = frozen_workers(client, MISSED_HEARTBEATS * beat) - frozen

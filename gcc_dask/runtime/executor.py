@@ -419,8 +419,7 @@ class BatchRunner:
                         wait(s.shards[w], "copy", state, s)
                 if s.plan.speculation is None and s.received is None and s.decode is None and not s.done \
                         and not s.direct:  # the shards a cutoff waits for (run again only if it needs them)
-                    awaited = (self._regular[s.plan.name] | s.promoted) & ~s.known & ~s.failed
-                    for w in np.flatnonzero(awaited).tolist():
+                    for w in np.flatnonzero(self._awaited(s)).tolist():
                         if s.shards[w] is not None:
                             shards[s.shards[w].key] = (state, s, w)
             if state.attempt + 1 < MAX_ATTEMPTS:
@@ -479,12 +478,7 @@ class BatchRunner:
             for state, s, ws in short.values():
                 s.rescues += 1
                 old += [s.shards[w] for w in ws]
-                places: dict[str, tuple[dict, list[int]]] = {}
-                for w in ws:
-                    place = self._placement(state.batch, w)
-                    places.setdefault(repr(place), (place, []))[1].append(w)
-                for place, group in places.values():
-                    self._map_shards(state, s, group, place, update, priority=-state.seq, sfx=f"-q{s.rescues}")
+                self._map_placed(state, s, ws, update, sfx=f"-q{s.rescues}")
             update.send()
         self._cancel(old)
         what = sorted([f"{b} ({scheme or 'inputs'})" for b, scheme in again]
@@ -508,13 +502,16 @@ class BatchRunner:
                 found.setdefault((state.batch, s.plan.name), (state, s, []))[2].append(w)
         short = {}
         for name, (state, s, ws) in found.items():
-            awaited = (self._regular[s.plan.name] | s.promoted) & ~s.known & ~s.failed
             spares = ~self._regular[s.plan.name] & ~s.promoted & ~s.known & ~s.failed
-            have = int((s.known & ~s.failed).sum()) + int(awaited.sum()) - len(ws) + int(spares.sum())
+            have = int((s.known & ~s.failed).sum()) + int(self._awaited(s).sum()) - len(ws) + int(spares.sum())
             missing = needed_results(s.plan.policy) - have
             if missing > 0:
                 short[name] = (state, s, sorted(ws)[:missing])
         return short
+
+    def _awaited(self, s: _SchemeState) -> np.ndarray:
+        """The shards a cutoff scheme's batch waits for: its regular and promoted ones without a result, bool (N,)."""
+        return (self._regular[s.plan.name] | s.promoted) & ~s.known & ~s.failed
 
     @staticmethod
     def _blocked(s: _SchemeState, stuck: set[str]) -> bool:
@@ -827,14 +824,19 @@ class BatchRunner:
             picked = sorted(waiting.tolist(), key=lambda w: (groups[w] in covered, rank[w]))[:due]
         self._cancel([s.shards[w] for w in picked])
         s.promoted[picked] = True
+        update = self._update()
+        self._map_placed(state, s, picked, update, sfx="-p")
+        update.send()
+
+    def _map_placed(self, state: _BatchState, s: _SchemeState, ws: list[int], update: GraphUpdate, sfx: str) -> None:
+        """Add shards ``ws`` again, each at its :meth:`_placement` (away from quiet workers), at the batch's
+        priority, under keys ending in `sfx` (:meth:`_map_shards`, one call per placement)."""
         groups: dict[str, tuple[dict, list[int]]] = {}
-        for w in picked:
+        for w in ws:
             place = self._placement(state.batch, w)
             groups.setdefault(repr(place), (place, []))[1].append(w)
-        update = self._update()
-        for place, ws in groups.values():
-            self._map_shards(state, s, ws, place, update, priority=-state.seq, sfx="-p")
-        update.send()
+        for place, group in groups.values():
+            self._map_shards(state, s, group, place, update, priority=-state.seq, sfx=sfx)
 
     def _submit_batch(self, batch: int, schemes: list[str]) -> None:
         """Submit one batch (its tasks in one graph update)."""
