@@ -76,6 +76,22 @@ def _default_threads() -> int:
     return 16
 
 
+class _LostCommLogFilter(logging.Filter):
+    """Drop distributed's "Batched Comm Closed" record (log it at DEBUG level instead): on an external
+    cluster it is printed, with the traceback of the failed write, when the scheduler goes away; the run
+    then says so itself, in one line (a lost scheduler ends a run with ``ClusterError``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            text = record.getMessage()
+        except Exception:  # pragma: no cover - a record whose arguments do not format
+            return True
+        if text.startswith("Batched Comm Closed"):
+            logger.debug("%s", text)
+            return False
+        return True
+
+
 @contextlib.contextmanager
 def connect(spec: ClusterSpec, client=None) -> Iterator:
     """Yield a ``distributed.Client`` per the precedence above; close only what this function opened.
@@ -105,10 +121,15 @@ def connect(spec: ClusterSpec, client=None) -> Iterator:
                 f"{spec.connect_timeout:g} s ({type(e).__name__}: {e}); expected a running scheduler: start it "
                 f"with `dask scheduler`, or leave the address empty for an embedded LocalCluster"
             ) from None
+        quiet = _LostCommLogFilter()
+        logging.getLogger("distributed.batched").addFilter(quiet)
         try:
             yield c
         finally:
-            c.close()
+            try:
+                c.close()
+            finally:  # after close: no write of this client is left to fail
+                logging.getLogger("distributed.batched").removeFilter(quiet)
         return
     # Our own cluster: a shard lost with its worker is an erasure, so never re-run it elsewhere. The
     # statistical profiler is off: it walks the frames of running tasks and races with native extensions
