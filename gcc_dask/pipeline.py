@@ -186,7 +186,8 @@ def build_plans(cfg: PipelineConfig, codes: Mapping[str, Any]) -> list[SchemePla
     ``replication`` with ``stop: recovery`` for one copy of every input, ``lcc`` for its recovery threshold;
     a failed shard still ends the wait (its output is then missing, or filled). ``speculative`` waits for one
     copy of every input too, and its plan carries the ``speculation`` rule for its backup copies (in index
-    order: the K originals first).
+    order: the K originals first). The schemes that stop at the cutoff carry the same rule for one backup
+    copy of a late shard they cannot do without (``cutoff.backups``, wall clock only).
     """
     c = cfg.cutoff
     plans = []
@@ -205,14 +206,21 @@ def build_plans(cfg: PipelineConfig, codes: Mapping[str, Any]) -> list[SchemePla
                 deadline=c.deadline, quantile=c.quantile, multiplier=c.multiplier, min_runtime=c.min_runtime,
                 on_shortfall=c.on_shortfall,
             )
-        order = speculation = None
+        order = speculation = backups = None
+        wall = cfg.stragglers.model == "none" or cfg.stragglers.clock == "wall"
         if cfg.code_of(name) == "speculative":
             rule = cfg.section_for(name)
             speculation = Speculation(quantile=rule.quantile, multiplier=rule.multiplier,
                                       min_runtime=rule.min_runtime, copies=rule.copies)
-        elif cfg.cutoff.spares == "lazy" and (cfg.stragglers.model == "none" or cfg.stragglers.clock == "wall"):
-            order = tuple(int(w) for w in spread_order(code.data_points, code.worker_points))
-        plans.append(SchemePlan(name=name, num_workers=n, policy=policy, order=order, speculation=speculation))
+        else:
+            if cfg.cutoff.spares == "lazy" and wall:
+                order = tuple(int(w) for w in spread_order(code.data_points, code.worker_points))
+            if cfg.stop_of(name) == "cutoff" and c.backups and wall:  # one copy per late shard (cutoff.backups)
+                rule = cfg.speculation
+                backups = Speculation(quantile=c.backup_quantile, multiplier=rule.multiplier,
+                                      min_runtime=rule.min_runtime)
+        plans.append(SchemePlan(name=name, num_workers=n, policy=policy, order=order, speculation=speculation,
+                                backups=backups))
     return plans
 
 

@@ -9,13 +9,14 @@ same images and the same latency draws for every contender. The contenders:
   task per worker thread in flight (so a task's time since submission is its run time), ``as_completed``,
   and Spark's rule: once ``floor(0.75 x threads)`` chunks are done, a chunk out for longer than 1.5 x their
   median time from submission to result (and 100 ms) gets one copy; the first result wins and the other copy is cancelled (a
-  running task is not interrupted: its thread stays busy until it returns); and the same with up to two copies
-  (a copy out that long in its turn gets the next one);
+  running task is not interrupted: its thread stays busy until it returns); the same with up to two copies
+  (a copy out that long in its turn gets the next one); and with one copy on Spark's current rule (0.9 and 3,
+  fewer copies); the targets compare with the best of the three;
 - pipeline ``uncoded`` (N = K, waits for all K), ``speculative`` (N = 2K, backups of late shards; and
   ``speculative-2``, ``speculation.copies: 2``, N = 3K, a second backup when the first is late too), uncoded
   cut off at K - S with a linear fill, partial replication at N/K = 1.25 and 1.5 with a linear fill, and
   ``gcc`` at N/K = 1.25, 1.5 and 2; S = N/4 for the schemes at a cutoff (N - S results: 8 of 10, 9 of 12,
-  12 of 16, 6 of 8), lazy spares, no reference.
+  12 of 16, 6 of 8), lazy spares, ``cutoff.backups`` (the default), no reference.
 
 Scenarios: (a) no stragglers; (b) random hangs (each chunk or shard hangs with probability 0.05 for 20 x the
 median chunk time m, drawn per (batch, worker) for the pipeline and the same draw for the map's chunk);
@@ -92,8 +93,12 @@ CONTENDERS: tuple[tuple[str, str, int, int, dict], ...] = (
     ("gcc-16", "gcc", 16, 4, {}),
 )
 QUICK_CONTENDERS = ("uncoded", "speculative", "speculative-2", "gcc-16")
-#: the hedged maps: (label, backup copies a chunk may get)
-HEDGED = (("plain map + backups (as_completed)", 1), ("plain map + 2 backups (as_completed)", 2))
+#: Spark's current rule (its source since 3.x: spark.speculation.quantile 0.9, multiplier 3): fewer copies
+QUANTILE_3X, MULTIPLIER_3X = 0.9, 3.0
+#: the hedged maps: (label, backup copies a chunk may get, quantile, multiplier); the targets take the best of them
+HEDGED = (("plain map + backups (as_completed)", 1, QUANTILE, MULTIPLIER),
+          ("plain map + 2 backups (as_completed)", 2, QUANTILE, MULTIPLIER),
+          ("plain map + backups, Spark 3.x rule", 1, QUANTILE_3X, MULTIPLIER_3X))
 #: targets (issue 21), ratios in one run
 UNCODED_VS_MAP_MIN = 0.9
 GCC_VS_MAP_MIN = 0.55
@@ -537,11 +542,12 @@ def tail_section(client, work: Path, quick: bool, say: Callable[[str], None], mo
             run_plain()
             reference = np.asarray(zarr.open_array(out, mode="r")[:], dtype=np.float32)
             rows_here = []
-            for hedged_label, hedged_copies in HEDGED:
+            for hedged_label, hedged_copies, quantile, multiplier in HEDGED:
                 cpu0 = _cpu_s(c)
                 with condition():
                     hedged = hedged_map(c, src, str(work / "tail-hedged.zarr"), model, samples, block,
-                                        slots=threads, delay=delay, backup_delay=backup_delay, copies=hedged_copies)
+                                        slots=threads, delay=delay, backup_delay=backup_delay, copies=hedged_copies,
+                                        quantile=quantile, multiplier=multiplier)
                 hedged["cpu_s"] = _spent(cpu0, _cpu_s(c))
                 hedged_out = np.asarray(zarr.open_array(str(work / "tail-hedged.zarr"), mode="r")[:])
                 rows_here.append({"contender": hedged_label, "N": "-", **_percentiles(hedged["spans"]),
@@ -659,7 +665,7 @@ def _finish(rows, identical, samples, block, m, threads, quick, own, rounds):
                               f"{with_se(st)} (SE), median {st['median']:.2f}x, range {st['min']:.2f}-"
                               f"{st['max']:.2f}x; {_decided(st, limit)}{extra}"))
     map_b = pick("b", "plain client.map")
-    hedged = [r for r in (pick("b", label) for label, _ in HEDGED) if r is not None]
+    hedged = [r for r in (pick("b", label) for label, *_ in HEDGED) if r is not None]
     hedged_b = min(hedged, key=lambda r: r["batch_p99_s"]) if hedged else None  # the user's best hedged map
     exact = {"pipeline uncoded", *(f"pipeline {label}" for label, code, *_ in CONTENDERS if code == "speculative")}
     estimators = [r for r in rows if r["scenario"].startswith("b") and r["contender"].startswith("pipeline")
@@ -702,8 +708,10 @@ def _finish(rows, identical, samples, block, m, threads, quick, own, rounds):
              f"worker process stopped {SLOW_OFF_S * 1e3:.0f} of every {(SLOW_ON_S + SLOW_OFF_S) * 1e3:.0f} ms; (d) the "
              f"first worker process stopped for {FREEZE_FACTOR:g}m, {FREEZE_AFTER_S:g} s into each job (a pipeline "
              "ends a worker silent for cluster.unresponsive_after, 5 s, and its nanny starts another). Coded cutoff "
-             "N - S (S = N/4), deadline 10m in (b)-(d), lazy spares; speculative and the hedged maps use Spark's "
-             f"quantile {QUANTILE}, multiplier {MULTIPLIER}, minimum runtime {MIN_RUNTIME * 1e3:.0f} ms. in_flight: "
+             "N - S (S = N/4), deadline 10m in (b)-(d), lazy spares, backups of the late shards a cutoff cannot do "
+             "without (cutoff.backups, quantile 0.5 of the needed results); speculative and the first two hedged "
+             f"maps use Spark's classic quantile {QUANTILE}, multiplier {MULTIPLIER}, the third its current "
+             f"{QUANTILE_3X}, {MULTIPLIER_3X:g}; minimum runtime {MIN_RUNTIME * 1e3:.0f} ms. in_flight: "
              "batches a pipeline keeps in flight. vs_plain_map: against the mean of the plain map runs just before "
              "and after it (the plain row: the median of the scenario's runs). compute_s: seconds the job's tasks "
              "held a worker thread (sleeps and cancelled copies included), over the plain map's in compute_vs_plain "

@@ -579,6 +579,20 @@ class CutoffConfig(_Section):
         busy cluster runs a spare only when a result is still missing and cancels the rest unstarted;
         ``eager``: every shard at the batch's priority (each of the N workers computes, as in the papers'
         model). Applies to every scheme; on the virtual clock the kept sets are the same either way.
+    backups
+        ``true`` (the default): on the wall clock, a shard that a scheme stopping at the cutoff cannot do
+        without, late by the ``speculation`` section's rule (Spark's: once ``quantile`` of the results the
+        cutoff needs are in, a shard out for longer than ``multiplier`` × their median and ``min_runtime``),
+        gets one backup copy on a worker that has sent a result of the batch (the quantile:
+        ``backup_quantile``); the first copy to arrive is the
+        shard's result, the other is cancelled. Only as many shards get a copy as the results in hand, the
+        shards not late and the spares fall short of the cutoff: a slow worker holding more of a batch's
+        shards than its spares cover no longer holds the batch. ``false``: no copies (wait, or the deadline).
+    backup_quantile
+        The fraction of the results the cutoff needs that must be in before any backup (in place of
+        ``speculation.quantile``; default 0.5). A batch's shards go round-robin, so one worker of W holds
+        ceil(N/W) of them: 3 of the 8 needed at N = 10 on 4 workers, 3 of 7 at N = 8 on 3. Spark's 0.75
+        counts on tasks that a fast executor takes over; here it would wait for that worker before any copy.
     """
 
     wait_for: Annotated[int | str, BeforeValidator(_wait_for)] = "N-S"
@@ -589,6 +603,8 @@ class CutoffConfig(_Section):
     min_runtime: Duration = 0.1
     on_shortfall: Literal["wait", "decode", "fail"] = "wait"
     spares: Literal["lazy", "eager"] = "lazy"
+    backups: bool = True
+    backup_quantile: Annotated[float, Field(gt=0, le=1)] = 0.5
 
 
 class AdviseConfig(_Section):

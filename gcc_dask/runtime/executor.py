@@ -52,7 +52,8 @@ from distributed import KilledWorker
 
 from gcc_dask.errors import ClusterError, GccDaskError
 from gcc_dask.runtime.cutoff import (
-    CutoffPolicy, Speculation, backup_schedule, backups_due, cutoff_time, decide, needed_results, spares_due,
+    CutoffPolicy, Speculation, backup_schedule, backups_due, cutoff_time, decide, late_shards_due, needed_results,
+    spares_due,
 )
 from gcc_dask.runtime.cluster import past_frozen
 from gcc_dask.runtime.events import FutureEvents
@@ -134,13 +135,18 @@ class SchemePlan:
 
     With ``speculation`` (the ``speculative`` scheme: N = (copies + 1)·K, ``policy.groups[n] = n mod K``)
     shards 0..K-1 are the originals, the only shards submitted with the batch, and shard c·K + k is backup
-    copy c of original k, submitted when :func:`~.cutoff.backups_due` says so."""
+    copy c of original k, submitted when :func:`~.cutoff.backups_due` says so.
+
+    With ``backups`` (``cutoff.backups``, a scheme that stops at a cutoff, on the wall clock), a shard the
+    cutoff cannot do without that is late by that rule gets one backup copy on another worker
+    (:func:`~.cutoff.late_shards_due`); the first copy to arrive is the shard's result."""
 
     name: str
     num_workers: int
     policy: CutoffPolicy
     order: tuple[int, ...] | None = None
     speculation: Speculation | None = None
+    backups: Speculation | None = None
 
     def __post_init__(self) -> None:
         if self.speculation is not None:
@@ -205,6 +211,9 @@ class _SchemeState:
     launched: np.ndarray = None  # type: ignore[assignment]  # shards submitted (a plan's backups: when due)
     launch_s: np.ndarray = None  # type: ignore[assignment]  # when each shard was submitted (s since the start)
     vtimes: np.ndarray | None = None  # virtual clock: each shard's arrival (its delay; a backup's launch + delay)
+    backup: dict = field(default_factory=dict)  # a cutoff's late shard -> its backup copy still running
+    backed: np.ndarray = None  # type: ignore[assignment]  # shards given a backup copy (plan.backups)
+    turn_s: float | None = None  # when its turn for backups came (s since the start; BatchRunner._give_turn)
 
     def __post_init__(self) -> None:
         n = self.plan.num_workers
@@ -214,14 +223,15 @@ class _SchemeState:
         self.promoted = np.zeros(n, dtype=bool)
         self.launched = np.ones(n, dtype=bool)
         self.launch_s = np.zeros(n)
+        self.backed = np.zeros(n, dtype=bool)
         if self.delays is not None:
             self.vtimes = np.asarray(self.delays, dtype=float).copy()
 
     @property
     def backups(self) -> int:
-        """Backup copies launched so far (0 for a plan without speculation)."""
+        """Backup copies launched so far: a speculative plan's, or a cutoff's of its late shards."""
         if self.plan.speculation is None:
-            return 0
+            return int(self.backed.sum())
         return int(self.launched[self.plan.num_inputs:].sum())
 
 
@@ -420,7 +430,7 @@ class BatchRunner:
                 if s.plan.speculation is None and s.received is None and s.decode is None and not s.done \
                         and not s.direct:  # the shards a cutoff waits for (run again only if it needs them)
                     for w in np.flatnonzero(self._awaited(s)).tolist():
-                        if s.shards[w] is not None:
+                        if s.shards[w] is not None and w not in s.backup:
                             shards[s.shards[w].key] = (state, s, w)
             if state.attempt + 1 < MAX_ATTEMPTS:
                 if state.labels is not None and state.labels.status != "finished":  # (written once finished)
@@ -461,7 +471,7 @@ class BatchRunner:
         old: list = []
         for why, state, s in again.values():
             if s is not None:  # a decode, or a record, that waits for the quiet worker: the scheme runs again
-                old += [f for f in (*s.shards, s.decode, s.score) if f is not None]
+                old += [f for f in (*s.shards, *s.backup.values(), s.decode, s.score) if f is not None]
                 self._submit_scheme(state, s.plan, restarts=s.restarts + 1)
                 continue
             # (the old labels or reference are let go, not cancelled: cancelling a task cancels the tasks that
@@ -478,6 +488,7 @@ class BatchRunner:
             for state, s, ws in short.values():
                 s.rescues += 1
                 old += [s.shards[w] for w in ws]
+                s.launch_s[ws] = time.monotonic() - s.start_mono
                 self._map_placed(state, s, ws, update, sfx=f"-q{s.rescues}")
             update.send()
         self._cancel(old)
@@ -607,7 +618,7 @@ class BatchRunner:
             for s in list(state.schemes.values()):
                 if s.result is not None:  # its record is on the driver already
                     continue
-                old += [f for f in (*s.shards, s.decode, s.score) if f is not None]
+                old += [f for f in (*s.shards, *s.backup.values(), s.decode, s.score) if f is not None]
                 self._submit_scheme(state, s.plan, restarts=s.restarts + 1)
                 again += 1
         if old:
@@ -696,6 +707,8 @@ class BatchRunner:
         if own:
             update.send()
             self._cut_early(state, s)
+            if state.batch in self._inflight:  # run again: it may be the oldest waiting
+                self._give_turn(plan.name)
 
     @staticmethod
     def _slot(plan: SchemePlan, w: int) -> int:
@@ -755,6 +768,59 @@ class BatchRunner:
             return INF
         return s.start_mono + t_due
 
+    def _back_up_late(self, state: _BatchState, s: _SchemeState) -> float:
+        """Launch a backup copy of each late shard the cutoff cannot do without (:func:`~.cutoff.late_shards_due`,
+        ``cutoff.backups``), at the batch's priority, on a worker that has sent a result of this batch (and is
+        not the shard's own); return when to look again (monotonic; inf when no shard can become late without
+        another result). A slow worker (one that still sends its heartbeats) may hold more of a batch's shards
+        than its spares cover: without this the batch waited for it, or for its deadline."""
+        if s.virtual or s.direct or s.decode is not None or s.done or s.turn_s is None:
+            return INF
+        regular = self._regular[s.plan.name]
+        spares = ~regular & ~s.promoted & ~s.known & ~s.failed
+        now = time.monotonic() - s.start_mono
+        due, t_due = late_shards_due(np.where(s.failed, INF, s.arrivals), np.maximum(s.launch_s, s.turn_s),
+                                     self._awaited(s), s.backed, spares, needed_results(s.plan.policy), now,
+                                     s.plan.backups)
+        if due.size:
+            s.backed[due] = True
+            update = self._update()
+            for w in due.tolist():
+                self._map_shards(state, s, [w], self._backup_place(state, s, w), update, priority=-state.seq,
+                                 sfx="-b", backup=True)
+            update.send()
+        return s.start_mono + t_due if math.isfinite(t_due) else INF
+
+    def _give_turn(self, name: str, older_than: int | None = None) -> None:
+        """Give the oldest batch of scheme `name` still waiting (with `older_than`: every waiting batch submitted
+        before that seq, which a later one has overtaken) its turn for backups of its late shards, from now on
+        (``turn_s``, seconds since its start; the loop looks at its cutoff again at once). Only a batch whose
+        turn has come launches backups, and its shards count as launched no earlier than that: the shards of
+        the batches behind the oldest may wait for a thread, behind its own, so their time since the batch's
+        start is no sign of a slow worker (on 2 cores with 16 batches in flight it made many of them late)."""
+        waiting = [(other.seq, o) for other in self._inflight.values() if (o := other.schemes.get(name)) is not None
+                   and o.plan.backups is not None and o.decode is None and not o.done]
+        if older_than is None:
+            waiting = [min(waiting, key=lambda x: x[0])] if waiting else []
+        for seq, o in waiting:
+            if o.turn_s is None and (older_than is None or seq < older_than):
+                o.turn_s = time.monotonic() - o.start_mono
+                o.wake = None
+
+    def _backup_place(self, state: _BatchState, s: _SchemeState, w: int) -> dict:
+        """Where the backup copy of shard `w` runs: one of the faster half of the workers (round-robin,
+        :meth:`_placement`) that have sent a result of the batch, by their first result, other than `w`'s own,
+        one after the other over the copies; any other worker when none has. (A slow worker sends its results
+        too, last: a copy there would be as late.)"""
+        workers = self._workers.refresh()
+        if len(workers) < 2:
+            return {}
+        own = workers[(state.batch + w) % len(workers)]
+        sent = [v for v in np.argsort(s.arrivals, kind="stable").tolist() if s.known[v] and not s.failed[v]]
+        fast = [x for x in dict.fromkeys(workers[(state.batch + v) % len(workers)] for v in sent) if x != own]
+        choices = fast[:max(1, len(fast) // 2)] if len(fast) > 1 else fast or [x for x in workers if x != own]
+        return {"workers": [choices[int(s.backed.sum()) % len(choices)]], "allow_other_workers": True}
+
     def _cut_early(self, state: _BatchState, s: _SchemeState) -> None:
         """On the virtual clock the cutoff may be final before any shard reports (every injected latency
         beyond the deadline): decide once the shards are submitted, not on the first arrival."""
@@ -765,13 +831,17 @@ class BatchRunner:
         return f"eval-b{batch}-w{w}-{s.plan.name}{s.sfx}{sfx}-{self.token}"
 
     def _map_shards(self, state: _BatchState, s: _SchemeState, ws: list[int], place: dict, update: GraphUpdate,
-                    priority: int, sfx: str = "", watch: bool = True) -> None:
-        """Add shards ``ws`` of a scheme's batch, at one placement, to `update` (and watch them once sent)."""
+                    priority: int, sfx: str = "", watch: bool = True, backup: bool = False) -> None:
+        """Add shards ``ws`` of a scheme's batch, at one placement, to `update` (and watch them once sent);
+        with `backup`, as the backup copies of those shards (``s.backup``), the originals left running."""
         name, batch, plan = self.plugin.name, state.batch, s.plan
 
         def bind(futs):
             for w, fut in zip(ws, futs):
-                s.shards[w] = fut
+                if backup:
+                    s.backup[w] = fut
+                else:
+                    s.shards[w] = fut
             if watch:
                 self._events.watch([(fut, ("shard", batch, plan.name, w)) for w, fut in zip(ws, futs)])
 
@@ -824,6 +894,7 @@ class BatchRunner:
             picked = sorted(waiting.tolist(), key=lambda w: (groups[w] in covered, rank[w]))[:due]
         self._cancel([s.shards[w] for w in picked])
         s.promoted[picked] = True
+        s.launch_s[picked] = time.monotonic() - s.start_mono
         update = self._update()
         self._map_placed(state, s, picked, update, sfx="-p")
         update.send()
@@ -860,6 +931,8 @@ class BatchRunner:
             for s in state.schemes.values():
                 self._cut_early(state, s)
             self._inflight[state.batch] = state
+        for plan in self.plans:
+            self._give_turn(plan.name)
 
     @property
     def refill_size(self) -> int:
@@ -873,8 +946,17 @@ class BatchRunner:
         if state is None:
             return
         s = state.schemes[scheme]
-        if fut is not s.shards[w] or s.decode is not None or s.done or s.known[w]:
+        copy = s.backup.get(w)
+        if (fut is not s.shards[w] and fut is not copy) or s.decode is not None or s.done or s.known[w]:
             return  # a late report (decided already, or from a resubmitted scheme's first attempt)
+        if copy is not None:  # a late shard with a backup copy: the first result wins, a failure waits for the other
+            other = copy if fut is s.shards[w] else s.shards[w]
+            del s.backup[w]
+            s.shards[w] = other if status != "finished" else fut
+            if status != "finished" and other.status == "pending":
+                return
+            if status == "finished":
+                self._cancel([other])
         s.known[w] = True
         if status == "finished":
             s.arrivals[w] = s.vtimes[w] if s.virtual else t - s.start_mono
@@ -888,7 +970,10 @@ class BatchRunner:
         """Decode if the cutoff is final; else return the wall time (monotonic) to look again, or inf."""
         if s.decode is not None or s.done:
             return INF
-        spec_wake = self._speculate(state, s) if s.plan.speculation is not None else INF
+        if s.plan.speculation is not None:
+            spec_wake = self._speculate(state, s)
+        else:
+            spec_wake = self._back_up_late(state, s) if s.plan.backups is not None else INF
         outstanding = int((~s.known & s.launched).sum())
         c = cutoff_time(s.arrivals, s.plan.policy)
         if s.virtual:
@@ -918,7 +1003,8 @@ class BatchRunner:
         if not received and s.failed.any():
             self._raise_if_bad_data(state, s)
         keep = set(received)
-        drop = [f for w, f in enumerate(s.shards) if w not in keep and f is not None]
+        drop = [f for w, f in enumerate(s.shards) if w not in keep and f is not None] + list(s.backup.values())
+        s.backup.clear()
         if drop:
             self._cancel(drop)
         if s.virtual:
@@ -946,6 +1032,7 @@ class BatchRunner:
             "backups": s.backups,
         }
         self._submit_decode(state, s)
+        self._give_turn(plan.name)
 
     def _overtake(self, scheme: str, seq: int) -> None:
         """The batch submitted ``seq``-th reached its cutoff for ``scheme``: the batches submitted before it
@@ -958,6 +1045,7 @@ class BatchRunner:
             s = older.schemes.get(scheme)
             if older.seq < seq and s is not None:
                 self._maybe_promote(older, s)
+        self._give_turn(scheme, older_than=seq)
 
     def _keys_suffix(self, s: _SchemeState) -> str:
         return "".join(f"-{c}{n}" for c, n in (("r", s.restarts), ("a", s.attempt)) if n)
@@ -1333,7 +1421,8 @@ class BatchRunner:
                 self._canceller.shutdown(wait=clean, cancel_futures=not clean)
                 self._canceller = None
             leftovers = [f for st in self._inflight.values() for s in st.schemes.values()
-                         for f in [*s.shards, s.decode, s.score, st.reference, st.labels] if f is not None]
+                         for f in [*s.shards, *s.backup.values(), s.decode, s.score, st.reference, st.labels]
+                         if f is not None]
             self._inflight.clear()
             try:
                 if leftovers:

@@ -256,7 +256,7 @@ def test_the_shards_a_cutoff_needs_from_a_quiet_worker_run_again_elsewhere(tmp_p
     path = tmp_path / "short.zarr"
     cfg = synthetic_config(path, batches=40, k=4, n=8, schemes=("gcc",),
                            stragglers={"shift": "200ms", "scale": "10ms", "clock": "wall"},
-                           cutoff={"stragglers": 1, "deadline": None},
+                           cutoff={"stragglers": 1, "deadline": None, "backups": False},  # (the rescue alone)
                            cluster={"unresponsive_after": "120s"}, run={"max_batches_in_flight": 4})
     said: list[str] = []
     log: dict = {}
@@ -344,8 +344,9 @@ def test_what_waits_for_a_quiet_worker_runs_again_elsewhere_and_the_run_ends_whi
     assert still_frozen  # the run ended while the worker was stopped
     assert not [line for line in said if "sent no heartbeat" in line], said  # never ended
     reruns = [line for line in said if "missed 3 heartbeats" in line]
-    assert reruns and all(log["address"] in line and "runs again on the other workers" in line
-                          for line in reruns), said
+    # (on 2 busy cores another worker may look quiet for a moment too: its line says so, and what ran again is exact)
+    assert any(log["address"] in line for line in reruns), said
+    assert all("runs again on the other workers" in line for line in reruns), said
     uncoded = read_group(path, "uncoded", ("decoded", "status"))
     speculative = read_group(path, "speculative", ("decoded", "status"))
     reference = read_group(path, "inputs", ("reference",))["reference"]
