@@ -583,7 +583,7 @@ class CutoffConfig(_Section):
         ``true`` (the default): on the wall clock, a shard that a scheme stopping at the cutoff cannot do
         without, late by the ``speculation`` section's rule (Spark's: once ``quantile`` of the results the
         cutoff needs are in, a shard out for longer than ``multiplier`` × their median and ``min_runtime``),
-        gets one backup copy on a worker that has sent a result of the batch (the quantile:
+        gets one backup copy on one of the faster workers that have sent a result of the batch (the quantile:
         ``backup_quantile``); the first copy to arrive is the
         shard's result, the other is cancelled. Only as many shards get a copy as the results in hand, the
         shards not late and the spares fall short of the cutoff: a slow worker holding more of a batch's

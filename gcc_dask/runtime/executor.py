@@ -783,11 +783,12 @@ class BatchRunner:
                                      self._awaited(s), s.backed, spares, needed_results(s.plan.policy), now,
                                      s.plan.backups)
         if due.size:
+            before = int(s.backed.sum())
             s.backed[due] = True
             update = self._update()
-            for w in due.tolist():
-                self._map_shards(state, s, [w], self._backup_place(state, s, w), update, priority=-state.seq,
-                                 sfx="-b", backup=True)
+            for i, w in enumerate(due.tolist()):
+                self._map_shards(state, s, [w], self._backup_place(state, s, w, before + i), update,
+                                 priority=-state.seq, sfx="-b", backup=True)
             update.send()
         return s.start_mono + t_due if math.isfinite(t_due) else INF
 
@@ -807,19 +808,19 @@ class BatchRunner:
                 o.turn_s = time.monotonic() - o.start_mono
                 o.wake = None
 
-    def _backup_place(self, state: _BatchState, s: _SchemeState, w: int) -> dict:
-        """Where the backup copy of shard `w` runs: one of the faster half of the workers (round-robin,
-        :meth:`_placement`) that have sent a result of the batch, by their first result, other than `w`'s own,
-        one after the other over the copies; any other worker when none has. (A slow worker sends its results
-        too, last: a copy there would be as late.)"""
+    def _backup_place(self, state: _BatchState, s: _SchemeState, w: int, nth: int) -> dict:
+        """Where the `nth` backup copy of the batch (0 first), of shard `w`, runs: one of the faster half of the
+        workers (round-robin, :meth:`_placement`) that have sent a result of the batch, by their first result,
+        other than `w`'s own, one after the other over the copies; any other worker when none has. (A slow
+        worker sends its results too, last: a copy there would be as late.)"""
         workers = self._workers.refresh()
         if len(workers) < 2:
             return {}
         own = workers[(state.batch + w) % len(workers)]
         sent = [v for v in np.argsort(s.arrivals, kind="stable").tolist() if s.known[v] and not s.failed[v]]
         fast = [x for x in dict.fromkeys(workers[(state.batch + v) % len(workers)] for v in sent) if x != own]
-        choices = fast[:max(1, len(fast) // 2)] if len(fast) > 1 else fast or [x for x in workers if x != own]
-        return {"workers": [choices[int(s.backed.sum()) % len(choices)]], "allow_other_workers": True}
+        choices = fast[:(len(fast) + 1) // 2] or [x for x in workers if x != own]
+        return {"workers": [choices[nth % len(choices)]], "allow_other_workers": True}
 
     def _cut_early(self, state: _BatchState, s: _SchemeState) -> None:
         """On the virtual clock the cutoff may be final before any shard reports (every injected latency
@@ -953,8 +954,8 @@ class BatchRunner:
             other = copy if fut is s.shards[w] else s.shards[w]
             del s.backup[w]
             s.shards[w] = other if status != "finished" else fut
-            if status != "finished" and other.status == "pending":
-                return
+            if status != "finished" and other.status in ("pending", "finished"):
+                return  # (the other's own report may still be on its way: it decides)
             if status == "finished":
                 self._cancel([other])
         s.known[w] = True

@@ -101,3 +101,81 @@ def test_a_slow_worker_holding_more_than_the_spares_no_longer_holds_the_batch(tm
     assert on.summary.loc["gcc", "mean_backups"] == backups.mean()
     waited = zarr.open_group(off.path, mode="r")
     assert (waited["gcc/batch_latency_s"][:] >= SLOW_S).all() and (waited["gcc/n_backups"][:] == 0).all()
+
+
+class _Future:
+    def __init__(self, status: str) -> None:
+        self.status = status
+
+
+def _runner_with_a_copy():
+    """A BatchRunner reduced to what reports touch: one gcc batch of 4 shards, shard 1 with a backup copy."""
+    from gcc_dask.runtime.cutoff import CutoffPolicy
+    from gcc_dask.runtime.executor import BatchRunner, SchemePlan, _BatchState, _SchemeState
+
+    plan = SchemePlan(name="gcc", num_workers=4, policy=CutoffPolicy(num_workers=4, wait_for=3))
+    s = _SchemeState(plan=plan, start_wall=0.0, start_mono=0.0, delays=None)
+    original, copy = _Future("pending"), _Future("pending")
+    s.shards = [_Future("pending"), original, _Future("pending"), _Future("pending")]
+    s.backup = {1: copy}
+    s.backed[1] = True
+    runner = object.__new__(BatchRunner)
+    runner._inflight = {0: _BatchState(batch=0, n_real=4, reference=None, schemes={"gcc": s})}
+    cancelled: list = []
+    runner._cancel = cancelled.extend
+    runner._maybe_cut = lambda state, s: INF
+    runner._maybe_promote = lambda state, s: None
+    return runner, s, original, copy, cancelled
+
+
+def test_the_first_copy_to_arrive_wins_and_the_other_is_cancelled():
+    runner, s, original, copy, cancelled = _runner_with_a_copy()
+    copy.status = "finished"
+    runner._on_shard(0.5, 0, "gcc", 1, copy, "finished")
+    assert s.shards[1] is copy and cancelled == [original] and not s.backup
+    assert s.known[1] and not s.failed[1] and s.arrivals[1] == 0.5
+    original.status = "finished"
+    runner._on_shard(0.9, 0, "gcc", 1, original, "finished")  # the cancelled original's late report: ignored
+    assert s.arrivals[1] == 0.5 and s.shards[1] is copy
+
+
+def test_a_failed_copy_leaves_the_other_even_when_its_result_is_still_on_its_way():
+    """The copy's error reaches the driver just before the original's result, which has finished already on
+    the client (its report is queued): the shard is not an erasure, the original's result is (a breaker's
+    race: the batch fell short of its cutoff)."""
+    runner, s, original, copy, cancelled = _runner_with_a_copy()
+    copy.status, original.status = "error", "finished"
+    runner._on_shard(0.50, 0, "gcc", 1, copy, "error")
+    assert not s.known[1] and not s.failed[1] and s.shards[1] is original and not s.backup
+    runner._on_shard(0.51, 0, "gcc", 1, original, "finished")
+    assert s.known[1] and not s.failed[1] and s.arrivals[1] == 0.51 and cancelled == []
+
+
+def test_a_shard_is_an_erasure_only_when_both_copies_failed():
+    runner, s, original, copy, _ = _runner_with_a_copy()
+    original.status = "error"  # the original first, the copy still running
+    runner._on_shard(0.3, 0, "gcc", 1, original, "error")
+    assert not s.failed[1] and s.shards[1] is copy
+    copy.status = "error"
+    runner._on_shard(0.6, 0, "gcc", 1, copy, "error")
+    assert s.known[1] and s.failed[1]
+
+
+def test_the_copies_of_one_round_spread_over_the_faster_half_of_the_workers():
+    """Six workers round-robin (shard v of batch 0 on worker v): results from a, d and c, in that order. The
+    copies of shard 1 go, one after the other, to the faster half of them (a, d), never to its own worker (b)
+    nor to the last to report (c). (All copies of a round went to one worker once: a breaker's finding.)"""
+    runner, s, *_ = _runner_with_a_copy()
+
+    class Workers:
+        @staticmethod
+        def refresh():
+            return ["a", "b", "c", "d", "e", "f"]
+
+    runner._workers = Workers()
+    state = runner._inflight[0]
+    s.known[:] = False
+    s.arrivals[:] = INF
+    for v, t in ((0, 0.1), (2, 0.3), (3, 0.2)):
+        s.known[v], s.arrivals[v] = True, t
+    assert [runner._backup_place(state, s, 1, n)["workers"] for n in range(3)] == [["a"], ["d"], ["a"]]
