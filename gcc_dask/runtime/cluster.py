@@ -12,7 +12,7 @@ import logging
 import os
 import warnings
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import dask
 
@@ -76,20 +76,30 @@ def _default_threads() -> int:
     return 16
 
 
-class _LostCommLogFilter(logging.Filter):
-    """Drop distributed's "Batched Comm Closed" record (log it at DEBUG level instead): on an external
-    cluster it is printed, with the traceback of the failed write, when the scheduler goes away; the run
-    then says so itself, in one line (a lost scheduler ends a run with ``ClusterError``)."""
+class DebugOnly(logging.Filter):
+    """A logging filter that drops the records whose message ``drop(text)`` picks, logging them at DEBUG level
+    instead: noise about events a run handles and reports itself, in its own line."""
+
+    def __init__(self, drop: Callable[[str], bool]) -> None:
+        super().__init__()
+        self.drop = drop
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:
             text = record.getMessage()
         except Exception:  # pragma: no cover - a record whose arguments do not format
             return True
-        if text.startswith("Batched Comm Closed"):
+        if self.drop(text):
             logger.debug("%s", text)
             return False
         return True
+
+
+def _lost_comm(text: str) -> bool:
+    """distributed's "Batched Comm Closed" record: on an external cluster it is printed, with the traceback of
+    the failed write, when the scheduler goes away; the run then says so itself, in one line (a lost scheduler
+    ends a run with ``ClusterError``)."""
+    return text.startswith("Batched Comm Closed")
 
 
 @contextlib.contextmanager
@@ -121,7 +131,7 @@ def connect(spec: ClusterSpec, client=None) -> Iterator:
                 f"{spec.connect_timeout:g} s ({type(e).__name__}: {e}); expected a running scheduler: start it "
                 f"with `dask scheduler`, or leave the address empty for an embedded LocalCluster"
             ) from None
-        quiet = _LostCommLogFilter()
+        quiet = DebugOnly(_lost_comm)
         logging.getLogger("distributed.batched").addFilter(quiet)
         try:
             yield c

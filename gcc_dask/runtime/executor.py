@@ -55,7 +55,7 @@ from gcc_dask.runtime.cutoff import (
     CutoffPolicy, Speculation, backup_schedule, backups_due, cutoff_time, decide, late_shards_due, needed_results,
     spares_due,
 )
-from gcc_dask.runtime.cluster import past_frozen
+from gcc_dask.runtime.cluster import DebugOnly, past_frozen
 from gcc_dask.runtime.events import FutureEvents
 from gcc_dask.runtime.graph import GraphUpdate
 from gcc_dask.runtime.liveness import MISSED_HEARTBEATS, keys_stuck_on
@@ -106,25 +106,21 @@ def _samples_text(samples: np.ndarray, limit: int = 8) -> str:
     return f"samples {shown}{more}"
 
 
-class _LostFetchLogFilter(logging.Filter):
+class _LostFetchLogFilter(DebugOnly):
     """Drop the client's "Couldn't gather N keys, rescheduling" warning about this run's own keys (log it at
     DEBUG level instead): results lost with a worker are the runner's to handle (a decode is run again, a
     batch restarted, or the run stops with one line when every worker is gone), not the user's to read. The
     same for "Failed to reconnect to scheduler": the run then stops with its own line about it."""
 
     def __init__(self, token: str) -> None:
-        super().__init__()
+        super().__init__(lambda text: (text.startswith("Couldn't gather") and token in text)
+                         or text.startswith("Failed to reconnect"))
         self.token = token
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        try:
-            text = record.getMessage()
-        except Exception:  # pragma: no cover - a record whose arguments do not format
-            return True
-        if (text.startswith("Couldn't gather") and self.token in text) or text.startswith("Failed to reconnect"):
-            logger.debug("%s", text)
-            return False
-        return True
+
+def _round_robin(workers: list[str], batch: int, slot: int) -> str:
+    """The worker of round-robin `slot` of `batch` (:meth:`BatchRunner._placement`)."""
+    return workers[(batch + slot) % len(workers)]
 
 
 @dataclass(frozen=True)
@@ -381,7 +377,7 @@ class BatchRunner:
         workers = self._workers.refresh()
         if len(workers) < 2:
             return {}
-        return {"workers": [workers[(batch + w) % len(workers)]], "allow_other_workers": True}
+        return {"workers": [_round_robin(workers, batch, w)], "allow_other_workers": True}
 
     def _away_from_quiet(self) -> dict:
         """Where a task the scheduler places (an exact scheme's shards, as a plain map's tasks; a decode,
@@ -513,8 +509,8 @@ class BatchRunner:
                 found.setdefault((state.batch, s.plan.name), (state, s, []))[2].append(w)
         short = {}
         for name, (state, s, ws) in found.items():
-            spares = ~self._regular[s.plan.name] & ~s.promoted & ~s.known & ~s.failed
-            have = int((s.known & ~s.failed).sum()) + int(self._awaited(s).sum()) - len(ws) + int(spares.sum())
+            have = int((s.known & ~s.failed).sum()) + int(self._awaited(s).sum()) - len(ws) \
+                + int(self._spares_left(s).sum())
             missing = needed_results(s.plan.policy) - have
             if missing > 0:
                 short[name] = (state, s, sorted(ws)[:missing])
@@ -523,6 +519,11 @@ class BatchRunner:
     def _awaited(self, s: _SchemeState) -> np.ndarray:
         """The shards a cutoff scheme's batch waits for: its regular and promoted ones without a result, bool (N,)."""
         return (self._regular[s.plan.name] | s.promoted) & ~s.known & ~s.failed
+
+    def _spares_left(self, s: _SchemeState) -> np.ndarray:
+        """A cutoff scheme's batch's spares not run at its priority, without a result and not failed (they may
+        still bring one), bool (N,)."""
+        return ~self._regular[s.plan.name] & ~s.promoted & ~s.known & ~s.failed
 
     @staticmethod
     def _blocked(s: _SchemeState, stuck: set[str]) -> bool:
@@ -776,12 +777,10 @@ class BatchRunner:
         than its spares cover: without this the batch waited for it, or for its deadline."""
         if s.virtual or s.direct or s.decode is not None or s.done or s.turn_s is None:
             return INF
-        regular = self._regular[s.plan.name]
-        spares = ~regular & ~s.promoted & ~s.known & ~s.failed
         now = time.monotonic() - s.start_mono
         due, t_due = late_shards_due(np.where(s.failed, INF, s.arrivals), np.maximum(s.launch_s, s.turn_s),
-                                     self._awaited(s), s.backed, spares, needed_results(s.plan.policy), now,
-                                     s.plan.backups)
+                                     self._awaited(s), s.backed, self._spares_left(s),
+                                     needed_results(s.plan.policy), now, s.plan.backups)
         if due.size:
             before = int(s.backed.sum())
             s.backed[due] = True
@@ -816,9 +815,9 @@ class BatchRunner:
         workers = self._workers.refresh()
         if len(workers) < 2:
             return {}
-        own = workers[(state.batch + w) % len(workers)]
+        own = _round_robin(workers, state.batch, w)
         sent = [v for v in np.argsort(s.arrivals, kind="stable").tolist() if s.known[v] and not s.failed[v]]
-        fast = [x for x in dict.fromkeys(workers[(state.batch + v) % len(workers)] for v in sent) if x != own]
+        fast = [x for x in dict.fromkeys(_round_robin(workers, state.batch, v) for v in sent) if x != own]
         choices = fast[:(len(fast) + 1) // 2] or [x for x in workers if x != own]
         return {"workers": [choices[nth % len(choices)]], "allow_other_workers": True}
 
