@@ -117,6 +117,11 @@ def test_tail_section_rows_targets_and_figure(pipeline_report, tmp_path):
             assert float(r["compute_vs_plain"]) == 1.0 and int(r["backups"]) == 0
         if r["contender"] == "pipeline uncoded":
             assert int(r["backups"]) == 0  # exact and waits for all: no backups (gcc's cutoff may launch some)
+            assert float(r["composition_s"]) < 0.05  # its estimates do not depend on the composition: none is made
+        if r["contender"] == "pipeline gcc-16":  # composed (similarity), within its job's time
+            assert 0 < float(r["composition_s"]) < float(r["job_wall_s"]), r
+        if not r["contender"].startswith("pipeline"):
+            assert r["composition_s"] == "", r  # the maps compose nothing
     hangs = {r["contender"]: r for r in rows if r["scenario"].startswith("b")}
     assert int(hangs["pipeline speculative"]["backups"]) > 0  # hangs are drawn: some shards are late
     # a second copy is launched only where a first one is: never fewer backups than with one copy
@@ -146,6 +151,12 @@ def test_tail_section_rows_targets_and_figure(pipeline_report, tmp_path):
     assert unc.measured == pytest.approx(np.mean([float(r["vs_plain_map"]) for r in rounds
                                                   if r["contender"] == "uncoded" and r["scenario"] == "e"]))
     assert all(_positive(r["vs_plain_map"]) for r in rounds if r["scenario"] == "f")  # the ViT's rounds
+    for r in rounds:  # the batches alone: the same ratio over the job's time less its composition
+        wall, composing = float(r["job_wall_s"]), float(r["composition_s"])
+        assert 0 <= composing < wall, r
+        assert float(r["batches_vs_plain_map"]) == pytest.approx(float(r["vs_plain_map"]) * wall / (wall - composing))
+    gcc = next(t for t in e_targets if "gcc" in t.name)
+    assert "composing the batches took" in gcc.detail and "the batches alone ran at" in gcc.detail
 
 
 def test_interleaved_rounds_put_each_pipeline_between_two_plain_runs():
@@ -164,10 +175,14 @@ def test_interleaved_rounds_put_each_pipeline_between_two_plain_runs():
             return wall
         return f
 
-    rows = interleaved_rounds(plain, {"a": run("a", 3.0), "b": run("b", 10.0)}, rounds=2)
+    rows = interleaved_rounds(plain, {"a": run("a", 3.0), "b": run("b", {"job_wall_s": 10.0, "composition_s": 4.0})},
+                              rounds=2)
     assert calls == ["plain", "a", "plain", "b", "plain", "a", "plain", "b", "plain"]
     assert [(r["contender"], r["round"]) for r in rows] == [("a", 0), ("b", 0), ("a", 1), ("b", 1)]
     assert [r["vs_plain_map"] for r in rows] == pytest.approx([1.0, 0.5, 7.0 / 3.0, 0.9])
+    # b's batches alone took 10 - 4 = 6 s; a run that returns a bare wall time composed nothing
+    assert [r["composition_s"] for r in rows] == [0.0, 4.0, 0.0, 4.0]
+    assert [r["batches_vs_plain_map"] for r in rows] == pytest.approx([1.0, 5.0 / 6.0, 7.0 / 3.0, 1.5])
     assert [(r["plain_before_s"], r["plain_after_s"]) for r in rows] == [(2, 4), (4, 6), (6, 8), (8, 10)]
 
 
