@@ -65,7 +65,7 @@ def test_coding_report_files_and_ratios(coding_report, tmp_path):
 def test_pipeline_report_files_and_ratios(pipeline_report, tmp_path):
     paths = write_report(pipeline_report, tmp_path)
     assert {p.name for p in paths} == {"pipeline.md", "pipeline_targets.csv", "pipeline_machine.csv",
-                                       "pipeline_tail.png", "pipeline_tail_rounds.csv",
+                                       "pipeline_tail.png", "pipeline_tail_rounds.csv", "pipeline_tail_floor.csv",
                                        *(f"pipeline_{s}.csv" for s in SECTIONS)}
     strag = _rows(tmp_path / "pipeline_stragglers.csv")
     assert {(r["scheme"], r["N"]) for r in strag} == {("gcc", "16"), ("bacc", "16"), ("replication", "16"),
@@ -157,6 +157,14 @@ def test_tail_section_rows_targets_and_figure(pipeline_report, tmp_path):
         assert float(r["batches_vs_plain_map"]) == pytest.approx(float(r["vs_plain_map"]) * wall / (wall - composing))
     gcc = next(t for t in e_targets if "gcc" in t.name)
     assert "composing the batches took" in gcc.detail and "the batches alone ran at" in gcc.detail
+    # gcc-16's floor on (e)'s and (f)'s data: its parts measured alone bound its throughput below its work limit
+    floors = {r["scenario"]: r for r in _rows(tmp_path / "pipeline_tail_floor.csv")}
+    assert set(floors) == {"e", "f"}
+    for r in floors.values():
+        assert r["contender"] == "gcc-16" and float(r["work_limit"]) == pytest.approx(8 / 12)
+        assert 0 < float(r["floor"]) < float(r["floor_without_composition"]), r
+        assert float(r["floor"]) < float(r["work_limit"]), r  # reads and composing cost beyond f
+    assert f"{float(floors['e']['floor']):.2f}x" in gcc.detail
 
 
 def test_interleaved_rounds_put_each_pipeline_between_two_plain_runs():

@@ -109,6 +109,8 @@ SPECULATIVE_P99_VS_MAP_MAX = 0.5
 #: the throughput targets' contenders in (e), and the interleaved rounds they get after the scenario's own (its
 #: ratio swings by about 0.2 from one run to the next on a 2-core machine: one round cannot decide a target)
 ROUNDS_CONTENDERS = ("uncoded", "gcc-16")
+#: the contender whose throughput floor (its parts measured alone, :func:`_floor`) the (e) and (f) rounds report
+FLOOR_CONTENDER = "gcc-16"
 ROUNDS, QUICK_ROUNDS = 4, 1
 #: scenario (f): the ViT of pipelines/models (about 270 us an image on one core, LeNet-5 about 40), on fewer images
 HEAVY_MODEL, HEAVY_SAMPLES, HEAVY_ROUNDS = "fashion_vit.onnx", 20_000, 3
@@ -634,6 +636,7 @@ def tail_section(client, work: Path, quick: bool, say: Callable[[str], None], mo
                   for r in rows
                   if r["scenario"].startswith("e") and r["contender"].removeprefix("pipeline ") in ROUNDS_CONTENDERS]
         rounds += rounds_on("e", data["zstd"], model, samples, QUICK_ROUNDS if quick else ROUNDS)
+        floors = [_floor("e", data["zstd"], model, block, len(addresses))]
         # (f): the same, with an f about 7x as costly per image as LeNet-5 (the ViT), on fewer images: what of
         # the gap is the pipeline's cost per sample (composition, reads, encode) rather than f's
         heavy = Path(model).with_name(HEAVY_MODEL)
@@ -644,12 +647,28 @@ def tail_section(client, work: Path, quick: bool, say: Callable[[str], None], mo
             plain_map(c, data["heavy"], str(work / "tail-warm-out.zarr"), str(heavy), min(n_heavy, 4 * K * block),
                       block)  # its sessions on every thread
             rounds += rounds_on("f", data["heavy"], str(heavy), n_heavy, QUICK_ROUNDS if quick else HEAVY_ROUNDS)
+            floors.append(_floor("f", data["heavy"], str(heavy), block, len(addresses)))
         for path in (*data.values(), out, str(work / "tail-hedged.zarr"), str(work / "tail-warm-out.zarr")):
             shutil.rmtree(path, ignore_errors=True)
-    return _finish(rows, identical, samples, block, m, threads, quick, own, rounds)
+    return _finish(rows, identical, samples, block, m, threads, quick, own, rounds, floors)
 
 
-def _finish(rows, identical, samples, block, m, threads, quick, own, rounds):
+def _floor(tag: str, data: str, model: str, block: int, processes: int) -> dict:
+    """gcc-16's throughput floor on `data` (:func:`gcc_dask.bench.floor.throughput_floor`): its parts measured
+    alone in this process, while the cluster is idle."""
+    from gcc_dask.bench.floor import throughput_floor
+    from gcc_dask.coding import make_code
+    from gcc_dask.sources import make_source
+    from gcc_dask.workloads import load_workload, make_workload
+
+    label, _, n, s, _ = next(c for c in CONTENDERS if c[0] == FLOOR_CONTENDER)
+    f = load_workload(make_workload("onnx", path=model, intra_op_num_threads=1))
+    got = throughput_floor(make_source("zarr", path=data), f, make_code("gcc", num_inputs=K, num_workers=n),
+                           block=block, stopping_at=n - s, processes=processes)
+    return {"scenario": tag, "contender": label, "processes": processes, **got}
+
+
+def _finish(rows, identical, samples, block, m, threads, quick, own, rounds, floors=()):
     columns = ["scenario", "contender", "N", "in_flight", "samples_per_s", "vs_plain_map", "job_wall_s",
                "composition_s", "batch_p50_s", "batch_p99_s", "batch_p999_s", "compute_s", "compute_vs_plain", "cpu_vs_plain",
                "backups", "rel_acc"]
@@ -671,6 +690,7 @@ def _finish(rows, identical, samples, block, m, threads, quick, own, rounds):
     def with_se(st):
         return f"{st['mean']:.2f}x" + (f" +- {st['se']:.2f}" if math.isfinite(st["se"]) else "")
 
+    floor_of = {(r["scenario"], r["contender"]): r for r in floors}
     targets = []
     for label, name, limit, extra in (
             ("uncoded", "uncoded", UNCODED_VS_MAP_MIN, ""),
@@ -683,7 +703,7 @@ def _finish(rows, identical, samples, block, m, threads, quick, own, rounds):
                               f"{with_se(st)} (SE), median {st['median']:.2f}x, range {st['min']:.2f}-"
                               f"{st['max']:.2f}x; {_decided(st, limit)}{extra}; composing the batches took "
                               f"{100 * np.mean(composing[('e', label)]):.0f}% of the job, the batches alone ran at "
-                              f"{with_se(batches_only[('e', label)])}"))
+                              f"{with_se(batches_only[('e', label)])}" + _floor_text(floor_of.get(("e", label)))))
     map_b = pick("b", "plain client.map")
     hedged = [r for r in (pick("b", label) for label, *_ in HEDGED) if r is not None]
     hedged_b = min(hedged, key=lambda r: r["batch_p99_s"]) if hedged else None  # the user's best hedged map
@@ -758,7 +778,29 @@ def _finish(rows, identical, samples, block, m, threads, quick, own, rounds):
     rounds_table = Table("tail_rounds", "Compressed Zarr: throughput against the plain map in interleaved rounds, "
                          "with LeNet-5 (e) and a costlier f (f)", [{k: r.get(k, "") for k in cols} for r in rounds],
                          rounds_notes)
-    return [table, rounds_table], targets, [notes], {"tail": _figure(rows)}
+    tables = [table, rounds_table]
+    if floors:
+        floor_cols = ["scenario", "contender", "processes", "chunk_read_s", "plain_read_s", "plain_f_s", "f_s",
+                      "encode_s", "read_s", "composition_s", "floor", "floor_without_composition", "work_limit"]
+        tables.append(Table("tail_floor", f"What bounds {FLOOR_CONTENDER}'s throughput: its parts measured alone, "
+                            "seconds per batch", [{k: r[k] for k in floor_cols} for r in floors],
+                            "Measured in the bench's own process while the cluster is idle, one part at a time (the "
+                            "median of 5 calls): the plain map's K chunk reads and K calls of f on B samples; "
+                            f"{FLOOR_CONTENDER}'s N - S calls of f and encodes of one coded input, a batch's worth of "
+                            "chunk reads by each worker process that runs one of its shards, and its share of the "
+                            "similarity composition. floor: the plain map's sum over the scheme's, an upper bound on "
+                            "its throughput relative to the plain map on busy cores (Dask's own work is left out); "
+                            "work_limit: K / (N - S), f alone (gcc_dask/bench/floor.py)."))
+    return tables, targets, [notes], {"tail": _figure(rows)}
+
+
+def _floor_text(floor: dict | None) -> str:
+    """The (e) target's words on the contender's floor (:func:`_floor`), or nothing without one."""
+    if floor is None:
+        return ""
+    return (f"; its floor from its parts measured alone (f, encodes, {floor['processes']} processes' reads, the "
+            f"composition): {floor['floor']:.2f}x, {floor['floor_without_composition']:.2f}x without composing "
+            "(table tail_floor)")
 
 
 def _figure(rows: list[dict]) -> bytes:
