@@ -436,7 +436,12 @@ def _map_with_backups(client, call, args: tuple, items: list, todo: list[int], r
     ones (:func:`~gcc_dask.runtime.cutoff.backups_due`) and of those whose every copy runs on a worker that has
     missed :data:`~gcc_dask.runtime.liveness.MISSED_HEARTBEATS` heartbeats (a frozen worker may hold more than
     the quarter of the tasks Spark's rule lets wait); return the items whose every copy was lost with its
-    worker. Every copy still out is cancelled on the way out."""
+    worker. Every copy still out is cancelled on the way out.
+
+    A result that does not arrive within :data:`~gcc_dask.runtime.liveness.MISSED_HEARTBEATS` heartbeats of
+    its task finishing (it finished on a worker that froze before the result was fetched: the fetch would wait
+    for as long as the worker stays frozen) counts as a lost copy: the item gets its next copy at once, away
+    from the workers that hold that result."""
     import math
     import time
 
@@ -453,6 +458,7 @@ def _map_with_backups(client, call, args: tuple, items: list, todo: list[int], r
     failed = np.zeros((rule.copies + 1, k), dtype=bool)
     copies: list[list] = [[] for _ in range(k)]
     open_ = set(range(k))  # items without a result and with a copy out or to come
+    avoid: list[set[str]] = [set() for _ in range(k)]  # workers holding a result of the item that did not arrive
     beat = heartbeat_interval(len(client.scheduler_info().get("workers", ())) or 1)
     silent_after = MISSED_HEARTBEATS * beat
     check_at = silent_after  # the first look at the workers' heartbeats
@@ -477,7 +483,7 @@ def _map_with_backups(client, call, args: tuple, items: list, todo: list[int], r
                 # an item whose copies all run on workers that have gone quiet: its next copy now
                 stuck = {j for j in spare if running.get(j) and set(running[j]) <= behind}
                 for j in sorted(due | stuck):
-                    away = set(workers) - behind - set(running.get(j, ()))
+                    away = set(workers) - behind - set(running.get(j, ())) - avoid[j]
                     submit(j, away or None)
                 if due or stuck:
                     logger.info("backup copies of %d late task(s) of %d (%d on quiet workers)",
@@ -497,7 +503,14 @@ def _map_with_backups(client, call, args: tuple, items: list, todo: list[int], r
                     if failed[c, j] or f.status == "pending":
                         continue
                     if f.status == "finished":
-                        value = f.result()
+                        try:
+                            value = f.result(timeout=silent_after)
+                        except TimeoutError:  # held by a worker that stopped answering after it finished
+                            avoid[j] |= _holders(client, f)
+                            failed[c, j] = True
+                            logger.info("the result of a task held on %s did not arrive within %.1f s: another "
+                                        "copy", ", ".join(sorted(avoid[j])) or "a lost worker", silent_after)
+                            continue
                         if isinstance(value, _Raised):
                             raise value.error
                         results[todo[j]], first[j] = value, now
@@ -512,6 +525,14 @@ def _map_with_backups(client, call, args: tuple, items: list, todo: list[int], r
         return [todo[j] for j in range(k) if not math.isfinite(first[j])]
     finally:
         client.cancel([f for fs in copies for f in fs])
+
+
+def _holders(client, future) -> set[str]:
+    """The workers that hold `future`'s result (the scheduler's ``who_has``; empty when it cannot say)."""
+    try:
+        return set(client.who_has(future).get(future.key, ()))
+    except Exception:  # pragma: no cover - the scheduler itself does not answer: nothing to avoid by name
+        return set()
 
 
 def _placement(client, keys: dict, silent_after: float) -> tuple[dict, list[str], set[str]]:

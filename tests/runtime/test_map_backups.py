@@ -118,3 +118,53 @@ def test_a_user_error_in_a_task_is_raised_as_it_is(client):
 
     with pytest.raises(SourceError, match="sample 1 is bad"):
         map_on_cluster(client, _bad_item, range(4), 1)
+
+
+_SEEN: list[tuple[int, str]] = []  # (item, worker address) of every call of _recorded
+
+
+def _recorded(item: int) -> int:
+    from distributed import get_worker
+
+    with _LOCK:
+        _SEEN.append((item, get_worker().address))
+    return item + 100
+
+
+def test_a_result_held_by_a_worker_that_stopped_answering_is_computed_again_elsewhere(client, monkeypatch):
+    """A task finished on a worker that froze before its result was fetched: the fetch would wait for as long
+    as the worker stays frozen (likely what held one composition for a 4 s freeze in the bench's frozen-worker scenario). The
+    first result fetched here does not arrive (Future.result is held, as by a frozen worker, for 30 s): the map
+    gives that item another copy on the other worker and returns at once, complete and in order."""
+    import time
+
+    from distributed import Future
+
+    _SEEN.clear()
+    release = threading.Event()
+    held: list[str] = []
+    result = Future.result
+
+    def held_result(self, timeout=None):
+        if not held or held[0] == self.key:
+            held[:1] = [self.key]
+            if not release.wait(timeout if timeout is not None else 30):  # a frozen holder: nothing comes
+                raise TimeoutError(f"no result of {self.key} within {timeout} s")
+        return result(self, timeout=timeout)
+
+    monkeypatch.setattr(Future, "result", held_result)
+    t0 = time.monotonic()
+    try:
+        out = map_on_cluster(client, _recorded, range(6))
+    finally:
+        release.set()
+    elapsed = time.monotonic() - t0
+    assert out == [i + 100 for i in range(6)]
+    assert elapsed < 15, elapsed  # (the old fetch waited for the holder: 30 s here)
+    with _LOCK:
+        seen = list(_SEEN)
+    counts = {i: [w for j, w in seen if j == i] for i in range(6)}
+    again = [i for i, ws in counts.items() if len(ws) == 2]
+    assert len(again) == 1 and all(len(ws) == 1 for i, ws in counts.items() if i not in again), counts
+    first, second = counts[again[0]]
+    assert first != second  # the copy ran away from the worker that held the result
