@@ -528,7 +528,7 @@ def run_sweep(config: str | os.PathLike | Mapping[str, Any] | SweepConfig, clien
             bar = _progress(len(futures), cfg.run.progress and echo is not None, cfg.name)
             t0 = time.perf_counter()
             try:
-                for fut in as_completed(list(futures)):
+                for fut in as_completed(list(futures), loop=c.loop):  # (not the default client's loop)
                     res = fut.result()  # a task error stops the sweep; finished cells stay in the store
                     a, b, s_i, lo, hi = futures.pop(fut)
                     for name in names:

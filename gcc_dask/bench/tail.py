@@ -227,7 +227,7 @@ def hedged_map(client, data: str, out: str, model: str, samples: int, block: int
     chunk_of: dict[Any, int] = {}
     out_copies: dict[int, list] = {}
     durations: list[float] = []
-    ac = as_completed()
+    ac = as_completed(loop=client.loop)
     t0 = time.perf_counter()
 
     latest: dict[int, float] = {}

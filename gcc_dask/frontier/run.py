@@ -395,7 +395,7 @@ def measure(c, workload: Any, X: np.ndarray, candidates: Sequence[Candidate], S_
     n_scores = sum(1 for cand in candidates for s in S_values if s < cand.num_workers)
     bar = _progress(len(ref_parts) + sum(map(len, coded_futs.values())) + n_scores, progress, name)
     try:
-        for _ in as_completed([*ref_parts, *(f for fs in coded_futs.values() for f in fs)]):
+        for _ in as_completed([*ref_parts, *(f for fs in coded_futs.values() for f in fs)], loop=c.loop):
             bar.update(1)
         reference = known if known is not None else np.concatenate(c.gather(ref_parts))
         outputs = {**cached, REFERENCE_KEY: reference}
@@ -418,7 +418,7 @@ def measure(c, workload: Any, X: np.ndarray, candidates: Sequence[Candidate], S_
                                     tuple(patterns), exhaustive_limit, draws, seed, extra, pure=False,
                                     key=f"frontier-score-{cand.label}-S{s}-{token}")] = (cand.label, s)
         results: dict[tuple[str, int], dict] = {}
-        for fut in as_completed(list(score_futs)):
+        for fut in as_completed(list(score_futs), loop=c.loop):
             results[score_futs[fut]] = fut.result()
             bar.update(1)
     finally:

@@ -494,7 +494,8 @@ def _map_with_backups(client, call, args: tuple, items: list, todo: list[int], r
                 break
             timeout = beat if not math.isfinite(later) else min(max(later - now, 0.01), beat)
             try:
-                wait(out, timeout=timeout, return_when="FIRST_COMPLETED")
+                with client.as_current():  # distributed.wait takes the default client, which may be another one
+                    wait(out, timeout=timeout, return_when="FIRST_COMPLETED")
             except TimeoutError:
                 pass
             now = time.monotonic() - start

@@ -1238,7 +1238,8 @@ class BatchRunner:
 
         while True:
             try:
-                wait(futs, timeout=poll)
+                with self.client.as_current():  # distributed.wait takes the default client, maybe not the run's
+                    wait(futs, timeout=poll)
                 return self.client.gather(futs)
             except TimeoutError:
                 if self._scheduler_lost():
