@@ -208,6 +208,62 @@ def test_the_composition_s_windows_finish_while_a_worker_is_frozen():
     assert victim not in {pid for pid, _ in out}
 
 
+class _FreezeWhenItFinishes:
+    """A scheduler plugin that SIGSTOPs worker process `pid` (at `address`) the moment the scheduler learns that a
+    task of `prefix` finished there: before the client hears of it, so the client's fetch of that result meets a
+    frozen worker (the window that froze between its end and its fetch)."""
+
+    name = "gcc-dask-test-freeze-when-it-finishes"
+
+    def __init__(self, address: str, pid: int, prefix: str) -> None:
+        self.address, self.pid, self.prefix, self.frozen = address, pid, prefix, False
+
+    def transition(self, key, start, finish, *args, **kwargs) -> None:
+        if self.frozen or finish != "memory" or not str(key).startswith(self.prefix):
+            return
+        ts = self.scheduler.tasks.get(key)
+        if ts is not None and any(ws.address == self.address for ws in ts.who_has):
+            os.kill(self.pid, signal.SIGSTOP)
+            self.frozen = True
+
+
+def test_a_window_finished_on_a_worker_that_froze_before_its_result_was_fetched_runs_again_elsewhere():
+    """One of 3 worker processes is SIGSTOPped as its first window finishes, before the driver fetches that
+    window's result, and stays stopped: the fetch gives up after three heartbeats, the window runs again on
+    another worker, and the map returns, complete and in order, while the worker is still frozen. Before, the
+    fetch waited for as long as the worker stayed frozen."""
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    from gcc_dask.runtime.cluster import map_on_cluster
+
+    plugin_type = type("FreezeWhenItFinishes", (_FreezeWhenItFinishes, SchedulerPlugin), {})
+    with _three_worker_processes(2) as client:
+        pids = client.run(os.getpid)
+        address = sorted(pids)[0]
+        victim = pids[address]
+        def add(dask_scheduler, p):  # runs on the scheduler
+            p.scheduler = dask_scheduler
+            dask_scheduler.add_plugin(p)
+
+        client.run_on_scheduler(add, p=plugin_type(address, victim, "_returning_errors"))
+        box: dict = {}
+        thread = threading.Thread(target=lambda: box.update(out=map_on_cluster(client, _window, range(12), "")),
+                                  daemon=True)
+        try:
+            thread.start()
+            thread.join(timeout=60)  # (it used to wait for as long as the worker stayed frozen)
+            stopped = psutil.Process(victim).status() == psutil.STATUS_STOPPED
+            returned_while_frozen = not thread.is_alive() and stopped
+        finally:
+            os.kill(victim, signal.SIGCONT)
+            thread.join(timeout=60)
+    assert stopped, "the plugin never froze the worker: no window finished there"
+    assert returned_while_frozen and "out" in box
+    out = box["out"]
+    assert [value for _, value in out] == [i * 10 for i in range(12)]
+    assert victim not in {pid for pid, _ in out}  # its finished window's result came from another copy
+
+
 def test_a_worker_frozen_before_the_run_is_not_waited_for(tmp_path):
     """One of 3 worker processes is SIGSTOPped before the run and stays stopped until it has returned
     (``cluster.unresponsive_after`` far beyond the run: it is never ended). The set-up's calls to every
