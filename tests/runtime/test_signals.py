@@ -56,6 +56,7 @@ def test_nothing_is_raised_without_a_signal():
 
 
 def test_signal_flag_records_the_first_signal_and_raises_on_the_second():
+    before = signal.getsignal(signal.SIGINT)  # SIG_IGN when pytest was started in the background (nohup, &)
     flag = SignalFlag()
     restore = flag.install()
     try:
@@ -67,4 +68,4 @@ def test_signal_flag_records_the_first_signal_and_raises_on_the_second():
             signal.raise_signal(signal.SIGINT)  # a second signal raises at once
     finally:
         restore()
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is before  # put back as it was
