@@ -70,11 +70,12 @@ def throughput_floor(source, f: Callable[[np.ndarray], Any], code, *, block: int
     Returns
     -------
     dict
-        ``chunk_read_s``: one chunk read (s). Seconds per batch: ``plain_read_s``, ``plain_f_s`` (K chunk reads and K calls of f, the plain map's cost),
-        ``f_s``, ``encode_s`` (N − S each), ``read_s`` (min(P, N − S) reads of a batch's worth of chunks),
-        ``composition_s`` (the whole composition over the number of batches; 0 when not `composes`); and
-        ``floor`` (the plain map's cost over the scheme's: an upper bound on its throughput relative to the plain
-        map), ``floor_without_composition``, ``work_limit`` (K / (N − S), f alone).
+        ``chunk_read_s``: one chunk read (s). Seconds per batch: ``plain_read_s``, ``plain_f_s`` (K chunk reads
+        and K calls of f, the plain map's cost), ``f_s``, ``encode_s`` (N − S each), ``read_s`` (min(P, N − S)
+        reads of a batch's worth of chunks), ``composition_s`` (the whole composition over the number of batches;
+        0 when not `composes`); and ``floor`` (the plain map's cost over the scheme's: an upper bound on its
+        throughput relative to the plain map), ``floor_without_composition``, ``work_limit`` (K / (N − S), f
+        alone).
 
     Raises
     ------
@@ -87,7 +88,7 @@ def throughput_floor(source, f: Callable[[np.ndarray], Any], code, *, block: int
     k, n = int(code.num_inputs), int(code.num_workers)
     if getattr(source, "chunks", None) is None:
         raise InvalidInputError(f"source: {source.name!r} has no chunks; the floor counts chunk reads of a chunked "
-                                "source (a Zarr or NumPy array source)")
+                                "source (a Zarr array, or a dask array chunked along its samples)")
     for name, value, low, high in (("stopping_at", stopping_at, 1, n), ("block", block, 1, None),
                                    ("processes", processes, 1, None)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low \

@@ -585,7 +585,8 @@ def tail_section(client, work: Path, quick: bool, say: Callable[[str], None], mo
                 beside = float(np.mean(plains[-2:]))
                 rows_here.append({"contender": f"pipeline {label}", "N": n, **_percentiles(r["spans"]),
                                   "job_wall_s": r["wall_s"], "samples_per_s": samples / r["wall_s"],
-                                  "composition_s": r["composition_s"], "compute_s": r["compute_s"], "cpu_s": r["cpu_s"], "backups": r["backups"],
+                                  "composition_s": r["composition_s"], "compute_s": r["compute_s"], "cpu_s": r["cpu_s"],
+                                  "backups": r["backups"],
                                   "rel_acc": _relacc(r["decoded"], reference), "_beside": beside,
                                   "in_flight": in_flight})
                 say(f"  {scenario}: {label} {samples / r['wall_s']:,.0f} samples/s ({beside / r['wall_s']:.2f}x the "
@@ -670,8 +671,8 @@ def _floor(tag: str, data: str, model: str, block: int, processes: int) -> dict:
 
 def _finish(rows, identical, samples, block, m, threads, quick, own, rounds, floors=()):
     columns = ["scenario", "contender", "N", "in_flight", "samples_per_s", "vs_plain_map", "job_wall_s",
-               "composition_s", "batch_p50_s", "batch_p99_s", "batch_p999_s", "compute_s", "compute_vs_plain", "cpu_vs_plain",
-               "backups", "rel_acc"]
+               "composition_s", "batch_p50_s", "batch_p99_s", "batch_p999_s", "compute_s", "compute_vs_plain",
+               "cpu_vs_plain", "backups", "rel_acc"]
     rows = [{c: r.get(c, "") for c in columns} for r in rows]
 
     def pick(tag, contender):
