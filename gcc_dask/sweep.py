@@ -485,6 +485,7 @@ def run_sweep(config: str | os.PathLike | Mapping[str, Any] | SweepConfig, clien
 
     from gcc_dask.analysis.metrics import sweep_table
     from gcc_dask.analysis.rates import rate_table
+    from gcc_dask.analysis.stores import load_sweep
     from gcc_dask.runtime.cluster import ClusterSpec, connect
     from gcc_dask.runtime.cluster import performance_report as perf_report
 
@@ -557,7 +558,7 @@ def run_sweep(config: str | os.PathLike | Mapping[str, Any] | SweepConfig, clien
             say(f"performance report: {os.path.abspath(os.path.expanduser(os.fspath(performance_report)))}")
     done = bool((status != STATUS_PENDING).all())
     _finish(path, "complete" if done else "interrupted")
-    ds = open_sweep(path)
+    ds = load_sweep(path)  # read here, not on Dask's default client (maybe another cluster than `client`'s)
     return SweepResult(path=str(path), status="complete" if done else "incomplete", config=cfg, wall_s=wall,
                        summary=sweep_table(ds), rates=rate_table(ds))
 

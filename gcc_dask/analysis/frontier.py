@@ -39,7 +39,8 @@ def open_frontier(path: str | os.PathLike):
 
     path = Path(os.fspath(path)).expanduser()
     try:
-        ds = xr.open_zarr(str(path), consolidated=False).load()
+        # read here, without dask: Dask's default client (maybe not the run's) would otherwise do the reads
+        ds = xr.open_zarr(str(path), consolidated=False, chunks=None).load()
     except Exception as e:
         raise StoreError(f"store: cannot read frontier store {str(path)!r}: {type(e).__name__}: {e}") from None
     if ds.attrs.get("gcc_dask_frontier") != 1:

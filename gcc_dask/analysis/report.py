@@ -24,7 +24,7 @@ import pandas as pd
 from gcc_dask.analysis import plots
 from gcc_dask.analysis.metrics import comparison_table, format_pm, run_table, straggler_dim, sweep_table
 from gcc_dask.analysis.rates import dominance, rate_table
-from gcc_dask.analysis.stores import names_corrupt_chunks, open_sweep, root_attrs, store_kind
+from gcc_dask.analysis.stores import load_sweep, names_corrupt_chunks, root_attrs, store_kind
 
 __all__ = ["Report", "make_report", "mse_pivot"]
 
@@ -77,7 +77,7 @@ def _header(attrs: dict, kind: str, path: Path) -> list[str]:
 
 
 def _sweep_report(path: Path, out: Path, n_boot: int) -> Report:
-    ds = open_sweep(path).load()
+    ds = load_sweep(path)
     attrs, sdim = dict(ds.attrs), straggler_dim(ds)
     rep = Report(out)
     cells, rates = sweep_table(ds), rate_table(ds, n_boot=n_boot)

@@ -26,7 +26,7 @@ from gcc_dask.analysis.rates import dominance, rate_table
 from gcc_dask.analysis.report import mse_pivot
 from gcc_dask.analysis.results_composition import composition_section
 from gcc_dask.analysis.results_frontier import frontier_section
-from gcc_dask.analysis.stores import open_sweep
+from gcc_dask.analysis.stores import load_sweep
 
 __all__ = ["build_results", "main"]
 
@@ -239,12 +239,12 @@ def build_results(runs: str | os.PathLike = "runs", out: str | os.PathLike = "RE
         if not path.exists():
             missing.append(str(path))
             continue
-        md += builders[name](open_sweep(path).load())
+        md += builders[name](load_sweep(path))
     if (runs / f"{RUN}.zarr").exists():
         md += _run(runs / f"{RUN}.zarr", figures, rel)
     else:
         missing.append(str(runs / f"{RUN}.zarr"))
-    section, absent = composition_section(runs, lambda f, name: _fig(f, figures, name, rel), open_sweep)
+    section, absent = composition_section(runs, lambda f, name: _fig(f, figures, name, rel), load_sweep)
     md += section
     missing += absent
     if missing:

@@ -76,9 +76,9 @@ def _figure(tables: dict[str, tuple[pd.DataFrame, pd.DataFrame]]):
     return fig
 
 
-def composition_section(runs: Path, fig: Callable[[object, str], str], open_sweep: Callable) -> tuple[list[str], list[str]]:
+def composition_section(runs: Path, fig: Callable[[object, str], str], load_sweep: Callable) -> tuple[list[str], list[str]]:
     """The Markdown of the section and the stores it missed. `fig(figure, name)` saves a figure and returns its
-    Markdown; `open_sweep(path)` opens a sweep store."""
+    Markdown; `load_sweep(path)` reads a sweep store."""
     md = ["## 8. Composition, placement and kernel on neural networks (how the pipeline's defaults were chosen)", "",
           "`pipelines/composition_mnist.yaml` and `pipelines/composition_fashion.yaml`: each trial codes one group of "
           "K samples of the scheme's composition of the dataset (docs/pipeline.rst, section 'Composition') and "
@@ -98,7 +98,7 @@ def composition_section(runs: Path, fig: Callable[[object, str], str], open_swee
         if absent:
             missing += absent
             continue
-        train, test = (relacc_table(open_sweep(paths[s]).load()) for s in ("train", "test"))
+        train, test = (relacc_table(load_sweep(paths[s])) for s in ("train", "test"))
         tables[dataset] = (train, test)
         for split, table in (("training data", train), ("held out", test)):
             md += [f"{DATASETS[dataset]}, {split}, mean RelAcc by (K, N, S):", "",

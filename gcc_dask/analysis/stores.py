@@ -19,7 +19,8 @@ from typing import Any, Literal, TypeVar
 
 from gcc_dask.errors import GccDaskError, StoreError
 
-__all__ = ["corrupt_chunk", "corrupt_chunk_error", "names_corrupt_chunks", "open_sweep", "root_attrs", "store_kind"]
+__all__ = ["corrupt_chunk", "corrupt_chunk_error", "load_sweep", "names_corrupt_chunks", "open_sweep", "root_attrs",
+           "store_kind"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -93,6 +94,22 @@ def open_sweep(path: str | os.PathLike):
         ds = xr.open_zarr(str(path), consolidated=_consolidated(path))
     return ds.assign_coords(scheme=np.asarray(ds["scheme"].values, dtype=object).astype(str),
                             code=("scheme", np.asarray(ds["code"].values, dtype=object).astype(str)))
+
+
+def load_sweep(path: str | os.PathLike):
+    """:func:`open_sweep`, read into memory in this process (NumPy-backed), never through a Dask cluster: with
+    a ``distributed.Client`` as Dask's default (another run's, a notebook's), a lazy sweep store's reads would
+    otherwise run on that client's cluster, which may not see the path, or be frozen.
+
+    Raises
+    ------
+    StoreError
+        If `path` is not a gcc-dask sweep store.
+    """
+    import dask
+
+    with dask.config.set(scheduler="sync"):
+        return open_sweep(path).load()
 
 
 # ------------------------------------------------------------------------------------- damaged chunks
