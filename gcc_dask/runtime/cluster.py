@@ -438,10 +438,9 @@ def _map_with_backups(client, call, args: tuple, items: list, todo: list[int], r
     the quarter of the tasks Spark's rule lets wait); return the items whose every copy was lost with its
     worker. Every copy still out is cancelled on the way out.
 
-    A result that does not arrive within :data:`~gcc_dask.runtime.liveness.MISSED_HEARTBEATS` heartbeats of
-    its task finishing (it finished on a worker that froze before the result was fetched: the fetch would wait
-    for as long as the worker stays frozen) counts as a lost copy: the item gets its next copy at once, away
-    from the workers that hold that result."""
+    A result held only by workers that froze after its task finished (the fetch would wait for as long as they
+    stay frozen) counts as a lost copy: the item gets its next copy at once, away from them
+    (:func:`_fetch`)."""
     import math
     import time
 
@@ -459,6 +458,8 @@ def _map_with_backups(client, call, args: tuple, items: list, todo: list[int], r
     copies: list[list] = [[] for _ in range(k)]
     open_ = set(range(k))  # items without a result and with a copy out or to come
     avoid: list[set[str]] = [set() for _ in range(k)]  # workers holding a result of the item that did not arrive
+    frozen: set[str] = set()  # holders found frozen (their other results are not waited for)
+    told: set[str] = set()  # the frozen holders logged at INFO level already
     beat = heartbeat_interval(len(client.scheduler_info().get("workers", ())) or 1)
     silent_after = MISSED_HEARTBEATS * beat
     check_at = silent_after  # the first look at the workers' heartbeats
@@ -504,13 +505,14 @@ def _map_with_backups(client, call, args: tuple, items: list, todo: list[int], r
                     if failed[c, j] or f.status == "pending":
                         continue
                     if f.status == "finished":
-                        try:
-                            value = f.result(timeout=silent_after)
-                        except TimeoutError:  # held by a worker that stopped answering after it finished
-                            avoid[j] |= _holders(client, f)
+                        arrived, value = _fetch(client, f, silent_after, beat, frozen)
+                        if not arrived:  # held by workers that froze after it finished
+                            avoid[j] |= value
                             failed[c, j] = True
-                            logger.info("the result of a task held on %s did not arrive within %.1f s: another "
-                                        "copy", ", ".join(sorted(avoid[j])) or "a lost worker", silent_after)
+                            said = logger.debug if value and value <= told else logger.info  # once a worker
+                            told |= value
+                            said("the result of a task is held on %s, which stopped answering: another copy",
+                                 ", ".join(sorted(value)) or "a lost worker")
                             continue
                         if isinstance(value, _Raised):
                             raise value.error
@@ -526,6 +528,44 @@ def _map_with_backups(client, call, args: tuple, items: list, todo: list[int], r
         return [todo[j] for j in range(k) if not math.isfinite(first[j])]
     finally:
         client.cancel([f for fs in copies for f in fs])
+
+
+def _fetch(client, future, silent_after: float, beat: float, frozen: set[str]) -> tuple[bool, Any]:
+    """``(True, result)`` of a finished `future`; ``(False, holders)`` when the workers that hold its result have
+    stopped answering (no heartbeat for `silent_after` s while others send theirs) or hold it no longer.
+
+    A worker frozen just after its task finished keeps the result, and a plain fetch waits for as long as it
+    stays frozen. So the fetch runs in a thread of its own; once it has taken `silent_after` s, the holders'
+    heartbeats are looked at every half `beat`: the fetch is given up (and left to end when they do) when every
+    holder is `silent_after` behind, added to `frozen` (whose later results are given up at once), and waited
+    for as long as one answers, whatever the result's size (a large result takes longer than `silent_after`)."""
+    import threading
+
+    if frozen:
+        held = _holders(client, future)
+        if held and held <= frozen:
+            return False, held
+    box: dict = {}
+    done = threading.Event()
+
+    def get() -> None:
+        try:
+            box["value"] = future.result()
+        except BaseException as e:  # raised below, in the map's thread
+            box["error"] = e
+        finally:
+            done.set()
+
+    threading.Thread(target=get, name="gcc-dask-fetch", daemon=True).start()
+    if not done.wait(silent_after):
+        held = _holders(client, future)
+        while not done.wait(beat / 2):
+            if not held or held <= frozen_workers(client, silent_after):
+                frozen |= held
+                return False, held
+    if "error" in box:
+        raise box["error"]
+    return True, box["value"]
 
 
 def _holders(client, future) -> set[str]:
