@@ -180,29 +180,37 @@ def _window(unused: str, item: int) -> tuple[int, int]:
     return os.getpid(), item * 10
 
 
+def _map_windows_while(client, victim: int) -> tuple[dict, bool, bool]:
+    """Run ``map_on_cluster`` over 12 :func:`_window` items in a thread, for at most 60 s, while worker process
+    `victim` is (or gets) SIGSTOPped; then SIGCONT it. Returns ``({"out": the map's values} or {}, whether the
+    victim was stopped when the map returned or the time ran out, whether the map returned while it was)."""
+    from gcc_dask.runtime.cluster import map_on_cluster
+
+    box: dict = {}
+    thread = threading.Thread(target=lambda: box.update(out=map_on_cluster(client, _window, range(12), "")),
+                              daemon=True)
+    try:
+        thread.start()
+        thread.join(timeout=60)  # (it used to wait for as long as the worker stayed frozen)
+        stopped = psutil.Process(victim).status() == psutil.STATUS_STOPPED
+        returned_while_frozen = not thread.is_alive() and stopped
+    finally:
+        os.kill(victim, signal.SIGCONT)
+        thread.join(timeout=60)
+    return box, stopped, returned_while_frozen
+
+
 def test_the_composition_s_windows_finish_while_a_worker_is_frozen():
     """One of 3 worker processes is SIGSTOPped before the windows are submitted, and stays stopped: the
     windows the scheduler gave it get backup copies on the other two (Spark's rule), and the map returns,
     complete and in order, while it is still frozen. Before, the composition waited for it (6.9 s against 1.4
     s for a 100,000-image source with a 6 s freeze)."""
-    from gcc_dask.runtime.cluster import map_on_cluster
-
     with _three_worker_processes(2) as client:
         pids = client.run(os.getpid)
         victim = pids[sorted(pids)[0]]
         os.kill(victim, signal.SIGSTOP)
-        box: dict = {}
-        thread = threading.Thread(target=lambda: box.update(out=map_on_cluster(client, _window, range(12), "")),
-                                  daemon=True)
-        try:
-            thread.start()
-            thread.join(timeout=60)  # (it used to wait for as long as the worker stayed frozen)
-            returned_while_frozen = not thread.is_alive() and \
-                psutil.Process(victim).status() == psutil.STATUS_STOPPED
-        finally:
-            os.kill(victim, signal.SIGCONT)
-            thread.join(timeout=60)
-    assert returned_while_frozen and "out" in box
+        box, stopped, returned_while_frozen = _map_windows_while(client, victim)
+    assert stopped and returned_while_frozen and "out" in box
     out = box["out"]
     assert [value for _, value in out] == [i * 10 for i in range(12)]
     assert victim not in {pid for pid, _ in out}
@@ -234,29 +242,18 @@ def test_a_window_finished_on_a_worker_that_froze_before_its_result_was_fetched_
     fetch waited for as long as the worker stayed frozen."""
     from distributed.diagnostics.plugin import SchedulerPlugin
 
-    from gcc_dask.runtime.cluster import map_on_cluster
-
     plugin_type = type("FreezeWhenItFinishes", (_FreezeWhenItFinishes, SchedulerPlugin), {})
     with _three_worker_processes(2) as client:
         pids = client.run(os.getpid)
         address = sorted(pids)[0]
         victim = pids[address]
+
         def add(dask_scheduler, p):  # runs on the scheduler
             p.scheduler = dask_scheduler
             dask_scheduler.add_plugin(p)
 
         client.run_on_scheduler(add, p=plugin_type(address, victim, "_returning_errors"))
-        box: dict = {}
-        thread = threading.Thread(target=lambda: box.update(out=map_on_cluster(client, _window, range(12), "")),
-                                  daemon=True)
-        try:
-            thread.start()
-            thread.join(timeout=60)  # (it used to wait for as long as the worker stayed frozen)
-            stopped = psutil.Process(victim).status() == psutil.STATUS_STOPPED
-            returned_while_frozen = not thread.is_alive() and stopped
-        finally:
-            os.kill(victim, signal.SIGCONT)
-            thread.join(timeout=60)
+        box, stopped, returned_while_frozen = _map_windows_while(client, victim)
     assert stopped, "the plugin never froze the worker: no window finished there"
     assert returned_while_frozen and "out" in box
     out = box["out"]
