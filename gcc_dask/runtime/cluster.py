@@ -475,7 +475,9 @@ def _map_with_backups(client, call, args: tuple, items: list, todo: list[int], r
         while open_:
             now = time.monotonic() - start
             due, later = backups_due(first, launch, failed, now, rule)
-            due = {j for j in due.tolist() if j in open_}
+            # (an item with a finished copy is fetched below: no copy, even when a slow fetch held this loop)
+            due = {j for j in due.tolist() if j in open_
+                   and not any(f.status == "finished" and not failed[c, j] for c, f in enumerate(copies[j]))}
             spare = [j for j in open_ if len(copies[j]) <= rule.copies]
             if due or (spare and now >= check_at):
                 check_at = now + beat  # the heartbeats move once a beat: no need to look more often
