@@ -447,11 +447,18 @@ def _checked_features(source: Any, projection: Projection, x: np.ndarray, index:
     return f
 
 
-def _window_chain(source: Any, projection: Projection, bounds: tuple[int, int]) -> np.ndarray:
-    """Read one window of `source`, project it and chain it: dataset indices in chain order (int64)."""
+def _window_chain(source: Any, projection: Projection, piece: int, bounds: tuple[int, int]) -> np.ndarray:
+    """Read one window of `source`, project it and chain it: dataset indices in chain order (int64).
+
+    A window longer than `piece` samples (one that holds a whole batch longer than ``composition.window``) is
+    chained in consecutive pieces of `piece` samples, concatenated: the chain's cost per sample stays that of
+    ``composition.window``, whatever the batch size."""
     start, stop = bounds
     x, _ = source.read(start, stop)
-    return start + chain_order(_checked_features(source, projection, x, start))
+    f = _checked_features(source, projection, x, start)
+    if f.shape[0] <= piece:
+        return start + chain_order(f)
+    return np.concatenate([start + p + chain_order(f[p:p + piece]) for p in range(0, f.shape[0], piece)])
 
 
 def _window_pc1(source: Any, projection: Projection, bounds: tuple[int, int]) -> np.ndarray:
@@ -548,7 +555,8 @@ def compose(
             pc1 = np.concatenate(run(_window_pc1, bounds, source, projection))
             sequence = np.argsort(pc1, kind="stable").astype(np.int64)
         else:
-            sequence = np.concatenate(run(_window_chain, bounds, source, projection)).astype(np.int64)
+            piece = -(-int(window) // group_size) * group_size  # the window, in whole groups
+            sequence = np.concatenate(run(_window_chain, bounds, source, projection, piece)).astype(np.int64)
     return BatchLayout.from_sequence(sequence, group_size, block_size)
 
 

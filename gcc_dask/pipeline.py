@@ -46,6 +46,7 @@ from gcc_dask.runtime.cutoff import CutoffPolicy, Speculation
 from gcc_dask.runtime.executor import BatchRunner, SchemePlan
 from gcc_dask.runtime.liveness import MISSED_HEARTBEATS
 from gcc_dask.runtime.tasks import RunPlugin
+from gcc_dask.sizing import BlockChoice, batches_in_flight, choose_block_size, time_f
 from gcc_dask.sources import make_source
 from gcc_dask.store import StoreLock
 from gcc_dask.stragglers import latency_model_from_config
@@ -66,7 +67,8 @@ class RunResult:
         The Zarr store of the run.
     summary : pandas.DataFrame
         One row per scheme (see :func:`gcc_dask.analysis.summary.summarize_run`), read from the store on
-        first access (it reads every estimate: seconds for millions of samples), then kept.
+        first access (it reads every estimate: seconds for millions of samples), then kept; its ``attrs``
+        hold ``block_size`` and ``block_size_reason``.
     status : str
         "complete", or "incomplete" if some batches are still pending.
     config : PipelineConfig
@@ -81,7 +83,19 @@ class RunResult:
 
     @functools.cached_property
     def summary(self) -> pd.DataFrame:
-        return summarize_run(self.path)
+        df = summarize_run(self.path)
+        df.attrs.update(block_size=self.block_size, block_size_reason=self.block_size_reason)
+        return df
+
+    @property
+    def block_size(self) -> int | None:
+        """B, the samples each shard evaluated at once (``code.block_size``, or the one ``auto`` chose)."""
+        return store_mod.RunStore(self.path).attrs.get("block_size")
+
+    @property
+    def block_size_reason(self) -> str | None:
+        """Why the run has that block size (``"code.block_size"``, or ``auto``'s measurement and bound)."""
+        return store_mod.RunStore(self.path).attrs.get("block_size_reason")
 
 
 class StoreSink:
@@ -255,6 +269,12 @@ def _check_model_fits(workload, source, nan_policy: str = "raise") -> tuple[int,
     """Run f on one real sample on the driver: the data must fit the model. Returns f's output shape.
 
     With ``nan_policy="propagate"`` non-finite values are allowed (in the sample and in f's output)."""
+    return _probe_model(workload, source, nan_policy)[0]
+
+
+def _probe_model(workload, source, nan_policy: str = "raise", timed: bool = False):
+    """:func:`_check_model_fits`, and with `timed` f's cost on the source's first samples too
+    (:func:`gcc_dask.sizing.time_f`, for ``code.block_size: auto``): ``(output_shape, FCost or None)``."""
     try:
         x, _ = source.read(0, 1)
     except (MemoryError, ValueError, OSError) as e:  # e.g. an absurd source.shape; a corrupt file
@@ -288,7 +308,11 @@ def _check_model_fits(workload, source, nan_policy: str = "raise") -> tuple[int,
     if nan_policy == "raise" and not np.isfinite(y).all():
         raise InvalidInputError("workload: got NaN or Inf from f on sample 0 of the source (run.nan_policy: "
                                 "raise); expected finite outputs, or set run.nan_policy: propagate")
-    return tuple(int(s) for s in y.shape[1:])
+    shape = tuple(int(s) for s in y.shape[1:])
+    if not timed:
+        return shape, None
+    fn = load_workload(workload)
+    return shape, time_f(fn, lambda start, stop: source.read(start, stop)[0], source.num_samples)
 
 
 def _wait_for_workers(client, timeout: float) -> None:
@@ -367,8 +391,24 @@ def _inputs_digest(source, workload) -> str:
     return digest if token is None else hashlib.sha256(f"{digest}\n{token}".encode()).hexdigest()
 
 
-def _layout(cfg: PipelineConfig, num_samples: int, order) -> BatchLayout:
-    return BatchLayout(num_samples, cfg.code.num_inputs, cfg.code.block_size, order)
+def _block_choice(cfg: PipelineConfig, source, cost, fixed: int | None, store=None) -> BlockChoice:
+    """The run's block size B and batches in flight: ``code.block_size`` when it is a number; with ``auto``, the
+    one a resumed `store` was made with, else :func:`~gcc_dask.sizing.choose_block_size` for f's `cost`."""
+    configured = cfg.run.max_batches_in_flight
+    if cfg.code.block_size != "auto":
+        return BlockChoice(int(cfg.code.block_size), configured, "code.block_size")
+    row_bytes = int(np.prod(source.sample_shape, dtype=np.int64)) * source.dtype.itemsize
+    if store is not None:
+        block = int(store.attrs["block_size"])
+        return BlockChoice(block, batches_in_flight(block, cfg.code.num_inputs, max(1, row_bytes), configured),
+                           store.attrs.get("block_size_reason") or "stored")
+    return choose_block_size(cost.seconds_per_row, num_samples=source.num_samples, group_size=cfg.code.num_inputs,
+                             row_bytes=max(1, row_bytes), chunks=source.chunks, max_in_flight=configured,
+                             multiple=fixed or 1)
+
+
+def _layout(cfg: PipelineConfig, block: int, num_samples: int, order) -> BatchLayout:
+    return BatchLayout(num_samples, cfg.code.num_inputs, block, order)
 
 
 def composition_blind(cfg: PipelineConfig, scheme: str) -> bool:
@@ -394,11 +434,12 @@ def composition_policy(cfg: PipelineConfig) -> str:
     return cfg.composition.policy
 
 
-def _compose(cfg: PipelineConfig, source, client, say) -> BatchLayout:
-    """The run's composition and batch layout, with the windows of a large source as Dask tasks."""
+def _compose(cfg: PipelineConfig, block: int, source, client, say) -> BatchLayout:
+    """The run's composition and batch layout (blocks of `block` groups), with the windows of a large source as
+    Dask tasks."""
     comp = cfg.composition
     policy = composition_policy(cfg)
-    unit = window_unit(cfg.code.num_inputs, cfg.code.block_size, source.chunks, comp.window)
+    unit = window_unit(cfg.code.num_inputs, block, source.chunks, comp.window)
     windows = num_windows(source.num_samples, comp.window, cfg.code.num_inputs, unit) \
         if policy in ("similarity", "pc1") else 1
     if policy in ("similarity", "pc1"):
@@ -415,7 +456,7 @@ def _compose(cfg: PipelineConfig, source, client, say) -> BatchLayout:
     if remote:
         def run_task(func, *args):
             return run_on_cluster(client, func, *args)
-    return compose(source, group_size=cfg.code.num_inputs, block_size=cfg.code.block_size, policy=policy,
+    return compose(source, group_size=cfg.code.num_inputs, block_size=block, policy=policy,
                    seed=comp.seed, window=comp.window, dims=comp.dims, fit_samples=comp.fit_samples,
                    map_windows=mapper, run_task=run_task)
 
@@ -522,12 +563,15 @@ def run_pipeline(
                 cluster.append(c)
             return cluster[0]
 
+        timed = cfg.code.block_size == "auto"
+        fixed = None
         if getattr(source, "remote", False):  # a dask array: not one block of it is read on the driver
-            output_shape = run_on_cluster(connected(), _check_model_fits, workload, source, cfg.run.nan_policy)
+            output_shape, cost = run_on_cluster(connected(), _probe_model, workload, source, cfg.run.nan_policy,
+                                                timed)
         else:
-            output_shape = _check_model_fits(workload, source, cfg.run.nan_policy)
+            output_shape, cost = _probe_model(workload, source, cfg.run.nan_policy, timed)
             fixed = getattr(load_workload(workload), "fixed_batch", None)  # loaded once by the check above
-            if fixed is not None and fixed != cfg.code.block_size:
+            if fixed is not None and not timed and fixed != cfg.code.block_size:
                 say(f"note: the model {getattr(workload, 'path', workload)!r} has a fixed batch dimension of "
                     f"{fixed}, so f runs each block of code.block_size = {cfg.code.block_size} samples in slices "
                     f"of {fixed} (export it with a dynamic batch dimension, or set code.block_size: {fixed}, for "
@@ -538,7 +582,7 @@ def run_pipeline(
         else:
             warn = _warn_caller
         return _run_stored(cfg, path, source, workload, output_shape, connected, say, warn, echo is not None,
-                           performance_report, advice)
+                           performance_report, advice, cost=cost, fixed=fixed)
 
 
 def _warn_caller(message: str) -> None:
@@ -556,12 +600,15 @@ _EMBEDDED_NOTE = (" (an embedded cluster's: it closes when the run ends; --perfo
 
 
 def _run_stored(cfg, path, source, workload, output_shape, connected, say, warn, progress,
-                report_path, advice=None) -> RunResult:
+                report_path, advice=None, cost=None, fixed=None) -> RunResult:
     """Resume or create the store at `path`, run what is pending on ``connected()``'s client, finish the store
-    (with `advice`, the choice of ``schemes: [auto]``, in its attrs)."""
+    (with `advice`, the choice of ``schemes: [auto]``, in its attrs). `cost` is f's measured cost (for
+    ``code.block_size: auto``), `fixed` a fixed batch dimension of the model."""
     codes = build_codes(cfg)
     plans = build_plans(cfg, codes)
-    k, block = cfg.code.num_inputs, cfg.code.block_size
+    k = cfg.code.num_inputs
+    auto = cfg.code.block_size == "auto"
+    choice = None if auto else _block_choice(cfg, source, cost, fixed)
     latency_model = latency_model_from_config(cfg.stragglers.model_dump(), strict=False)
     layout_kwargs = dict(
         fingerprint=cfg.fingerprint(),
@@ -569,7 +616,7 @@ def _run_stored(cfg, path, source, workload, output_shape, connected, say, warn,
         config_resolved=cfg.resolved(),
         schemes={s: codes[s].num_workers for s in cfg.schemes},
         num_samples=source.num_samples,
-        batch_size=k * block,
+        **({} if auto else {"batch_size": k * choice.block_size}),  # auto: the stored one (checked by resume)
         group_size=k,
         output_shape=output_shape,
         has_labels=source.has_labels,
@@ -577,7 +624,7 @@ def _run_stored(cfg, path, source, workload, output_shape, connected, say, warn,
         seed=cfg.seed,
         scheme_attrs={s: {"code": codes[s].params, "code_name": codes[s].name, "num_workers": codes[s].num_workers}
                       for s in cfg.schemes},
-        attrs={"block_size": block, "composition": composition_policy(cfg),
+        attrs={"composition": composition_policy(cfg),
                **({"advice": advice} if advice is not None else {})},
     )
     with StoreLock(path):
@@ -586,7 +633,8 @@ def _run_stored(cfg, path, source, workload, output_shape, connected, say, warn,
                                           **layout_kwargs)
         work = None
         if store is not None:
-            layout = _layout(cfg, source.num_samples, store.sample_index())
+            choice = _block_choice(cfg, source, cost, fixed, store)
+            layout = _layout(cfg, choice.block_size, source.num_samples, store.sample_index())
             work = _pending(store, cfg.schemes, _limited(cfg, store.num_batches))
             done = _limited(cfg, store.num_batches) - len(work)
             say(f"resuming {path}: {done} of {_limited(cfg, store.num_batches)} batches already done")
@@ -595,18 +643,23 @@ def _run_stored(cfg, path, source, workload, output_shape, connected, say, warn,
             c = connected()
             with perf_report(c, report_path):
                 if store is None:
+                    choice = _block_choice(cfg, source, cost, fixed)
+                    if auto:
+                        say(f"block size {choice.block_size} ({choice.reason})")
                     t0 = time.perf_counter()
-                    layout = _compose(cfg, source, c, say)
+                    layout = _compose(cfg, choice.block_size, source, c, say)
                     store = store_mod.RunStore.create(
                         path, overwrite=cfg.store.overwrite, sample_index=layout.order,
                         groups=layout.group_of_slot(),
                         worker_points={s: codes[s].worker_points for s in cfg.schemes},
-                        **{**layout_kwargs, "attrs": {**layout_kwargs["attrs"],
-                                                      "composition_s": round(time.perf_counter() - t0, 3)}})
+                        **{**layout_kwargs, "batch_size": k * choice.block_size,
+                           "attrs": {**layout_kwargs["attrs"], "block_size": choice.block_size,
+                                     "block_size_reason": choice.reason,
+                                     "composition_s": round(time.perf_counter() - t0, 3)}})
                     # a new store: every batch pending for every scheme (nothing to read back)
                     work = [(b, list(cfg.schemes)) for b in range(_limited(cfg, store.num_batches))]
                 wall = _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, latency_model,
-                                    output_shape, work, say, progress, warn)
+                                    output_shape, work, say, progress, warn, in_flight=choice.max_in_flight)
             if report_path is not None:
                 say(f"performance report: {os.path.abspath(os.path.expanduser(os.fspath(report_path)))}")
         num_batches = _limited(cfg, store.num_batches)
@@ -644,7 +697,7 @@ def _limited(cfg: PipelineConfig, num_batches: int) -> int:
 
 
 def _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, latency_model, output_shape,
-                 work, say, progress, warn=None) -> float:
+                 work, say, progress, warn=None, in_flight=None) -> float:
     """Run the pending batches on client `c`, writing records as they finish; the wall time taken (s).
 
     Marks the store ``failed`` when the run stops on an error, ``interrupted`` on Ctrl-C (and re-raises).
@@ -682,11 +735,11 @@ def _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, la
     plugin = RunPlugin(
         name=f"{prefix}{uuid.uuid4().hex[:8]}", workload=workload, codes=codes, source=source,
         sink=StoreSink(os.path.abspath(path), token=store.token), layout=layout, use_gpu=use_gpu,
-        cache_batches=cfg.run.max_batches_in_flight, order_from=store_mod.SampleIndex(os.path.abspath(path)),
+        cache_batches=in_flight or cfg.run.max_batches_in_flight, order_from=store_mod.SampleIndex(os.path.abspath(path)),
     )
     runner = BatchRunner(
         c, plugin, plans, latency_model=latency_model, seed=cfg.seed, num_samples=source.num_samples,
-        output_size=int(np.prod(output_shape)), max_in_flight=cfg.run.max_batches_in_flight,
+        output_size=int(np.prod(output_shape)), max_in_flight=in_flight or cfg.run.max_batches_in_flight,
         reference=cfg.run.reference, use_gpu=use_gpu,
         latency_per_sample=cfg.stragglers.unit == "sample", virtual_clock=cfg.stragglers.clock == "virtual",
         worker_timeout=cfg.cluster.connect_timeout, unresponsive_after=cfg.cluster.unresponsive_after,

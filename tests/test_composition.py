@@ -282,3 +282,23 @@ def test_the_fit_and_the_windows_run_on_one_blas_thread_in_this_process(monkeypa
     assert before and all(n == 2 for n in before)
     assert seen == {"fit": [1] * len(before), "chain": [1] * len(before)}
     assert np.array_equal(np.sort(layout.order), np.arange(64))
+
+
+def test_a_window_that_holds_a_batch_longer_than_the_window_is_chained_in_pieces(tmp_path):
+    """With a chunked source each window holds whole batches; a batch of K·B = 96 samples with
+    ``composition.window`` 32 is chained in pieces of 32, so the chain's cost per sample is the window's."""
+    import zarr
+
+    import gcc_dask.composition as comp
+
+    x, _ = _clustered(192)
+    zarr.create_array(str(tmp_path / "x.zarr"), shape=x.shape, chunks=(96, x.shape[1]), dtype=x.dtype)[:] = x
+    source = make_source("zarr", path=str(tmp_path / "x.zarr"))
+    assert source.chunks == 96
+    layout = compose(source, group_size=8, block_size=12, policy="similarity", window=32)
+    order = layout.sample_index()
+    projection = comp._fit_on(source, comp._fit_indices(192, comp.DEFAULT_FIT_SAMPLES), comp.DEFAULT_DIMS, 0)
+    features = projection.features(x)
+    pieces = [p + chain_order(features[p:p + 32]) for p in range(0, 192, 32)]
+    expected = np.concatenate(pieces)
+    np.testing.assert_array_equal(order, BatchLayout.from_sequence(expected, 8, 12).sample_index())

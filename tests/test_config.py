@@ -63,7 +63,7 @@ def test_design_example_loads_with_resolved_defaults():
     assert cfg.run.reference is True
     assert cfg.replication.copies is None and cfg.replication.stop == "cutoff" and cfg.replication.fill == "linear"
     assert cfg.workers_for("replication") == cfg.code.num_workers  # equal cost: the coded schemes' N
-    assert cfg.code.block_size == 512 and cfg.composition.policy == "similarity"
+    assert cfg.code.block_size == "auto" and cfg.composition.policy == "similarity"
     assert cfg.seed == 0
     assert cfg.store.path.endswith("runs/mnist-lenet.zarr") and cfg.store.path.startswith("/")
 
@@ -268,7 +268,7 @@ def test_null_means_not_set_the_default_applies():
     default = load_config(BASE, check_paths=False)
     cfg = load_config(BASE, ["speculation.copies=null", "code.block_size=null", "gcc.kernel=null",
                              "composition.policy=null", "run.max_batches_in_flight=null"], check_paths=False)
-    assert cfg.speculation.copies == 1 and cfg.code.block_size == 512 and cfg.composition.policy == "similarity"
+    assert cfg.speculation.copies == 1 and cfg.code.block_size == "auto" and cfg.composition.policy == "similarity"
     assert cfg.gcc.kernel == default.gcc.kernel and cfg.run.max_batches_in_flight == default.run.max_batches_in_flight
     assert load_config(BASE, ["cutoff.deadline=null"], check_paths=False).cutoff.deadline is None  # no deadline
     with pytest.raises(ConfigError, match=r"^code.num_inputs: got nothing; expected a value \(this key is required\)$"):

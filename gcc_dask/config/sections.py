@@ -249,6 +249,18 @@ class WorkloadConfig(_Section):
         return self
 
 
+def _block_size(value: Any) -> Any:
+    """an integer from 1 to 65,536, or 'auto'"""
+    if value == "auto" and isinstance(value, str):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and float(value).is_integer():
+        if 1 <= value <= 65536:
+            return int(value)
+    raise _Invalid(None, value, "an integer from 1 to 65,536, or 'auto' (chosen from f's cost)")
+
+
 class CodeConfig(_Section):
     """The batch geometry: K inputs per coding group, N workers for the coded schemes, B groups per batch.
 
@@ -267,12 +279,12 @@ class CodeConfig(_Section):
         those (or of entries that set their own ``num_workers``) may leave it out.
     block_size
         B, the groups of a batch: each shard evaluates f once on a block of B coded samples, so a batch is
-        K·B samples, N shard tasks, one cutoff and one decode. Default 512, chosen by measurement
-        (BENCHMARKS.md, "Block size"): on LeNet-5 over 100,000 images a plain Dask map ran 14% faster with
-        chunks of 512 than of 256, and the pipeline's uncoded job went from 0.81x to 0.86x of it; chunks of
-        1,024 gained little more and halve the batches (and the batch latency samples) again. A larger B
-        amortises Dask's per-task cost further but makes each batch K·B samples long: lower it for large
-        samples or for a short dataset.
+        K·B samples, N shard tasks, one cutoff and one decode. ``auto`` (the default) times f on a sample of
+        the source when the store is created and picks B so that a shard spends about 0.1 s in f, within
+        64 MiB of samples per batch, at least 4 batches, and aligned with the source's chunks; the batches in
+        flight follow (:mod:`gcc_dask.sizing`; docs/pipeline.rst, section 'Block size'). The choice and its
+        reason are stored with the run (attrs ``block_size``, ``block_size_reason``) and reused on resume. A
+        number (1 to 65,536) gives the same layout on every machine.
     points
         Placement of the data points α and worker points β on [-1, 1]: ``systematic`` (the default for
         pipelines: α Chebyshev points of the first kind, and the data points among the worker points, the best
@@ -285,7 +297,7 @@ class CodeConfig(_Section):
 
     num_inputs: InputCount
     num_workers: WorkerCount | None = None
-    block_size: Annotated[int, Field(ge=1, le=65536)] = 512
+    block_size: Annotated[int | str, BeforeValidator(_block_size)] = "auto"
     points: Points = "systematic"
 
 

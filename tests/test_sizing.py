@@ -1,0 +1,129 @@
+"""The block size chosen from f's cost (``code.block_size: auto``, :mod:`gcc_dask.sizing`)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import zarr
+
+import gcc_dask as gd
+from gcc_dask.sizing import (
+    MAX_BLOCK_SIZE, MIN_BATCHES, TARGET_SHARD_S, FCost, batches_in_flight, choose_block_size, time_f,
+)
+
+
+def _choose(cost, n=10_000_000, k=8, row_bytes=128, **kw):
+    return choose_block_size(cost, num_samples=n, group_size=k, row_bytes=row_bytes, **kw)
+
+
+def test_a_slow_f_gets_smaller_blocks_than_a_fast_one():
+    fast, slow = _choose(1e-6), _choose(1e-3)
+    assert slow.block_size < fast.block_size
+    # f's time per shard near the target (the power of two at or below TARGET / cost)
+    assert TARGET_SHARD_S / 2 < slow.block_size * 1e-3 <= TARGET_SHARD_S
+    assert slow.block_size == 64 and "0.1 s of f per shard" in slow.reason
+
+
+@pytest.mark.parametrize(("kw", "block", "bound"), [
+    ({"n": 4096}, 128, "at least 4 batches"),  # 4096 / (8 * 4)
+    ({"row_bytes": 3136}, 2048, "MiB of samples per batch"),  # 64 MiB / (8 * 3136) = 2674 -> 2048
+    ({"cost": 0.0, "row_bytes": 64}, 65536, "the largest block size"),
+], ids=["data", "memory", "cap"])
+def test_the_bounds_of_the_choice(kw, block, bound):
+    cost = kw.pop("cost", 1e-9)
+    choice = _choose(cost, **kw)
+    assert choice.block_size == block and bound in choice.reason
+    assert choice.block_size <= MAX_BLOCK_SIZE
+
+
+def test_blocks_line_up_with_the_chunks():
+    # 200,000 rows in chunks of 10,000, a cheap f: 4 batches of 50,000 rows, 5 whole chunks each
+    choice = _choose(5e-7, n=200_000, chunks=10_000)
+    assert choice.block_size == 6250 and (8 * choice.block_size) % 10_000 == 0
+    # a batch shorter than a chunk: a whole number of batches fills each chunk
+    small = _choose(1e-3, n=200_000, chunks=1200)
+    assert small.block_size == 75 and 1200 % (8 * small.block_size) == 0
+    # a fixed batch dimension of the model: B is a multiple of it
+    assert _choose(1e-3, multiple=24).block_size % 24 == 0
+
+
+def test_batches_in_flight_follow_the_batch_bytes():
+    assert batches_in_flight(64, 8, 128, 16) == 16
+    assert batches_in_flight(65536, 8, 128, 16) == 8  # 64 MiB batches: 512 MiB in flight
+    assert batches_in_flight(65536, 8, 4096, 16) == 2  # never below 2
+    assert batches_in_flight(65536, 8, 4096, 1) == 1  # never above the configured number
+    assert _choose(0.0, row_bytes=128).max_in_flight == 8  # 64 MiB batches
+
+
+@pytest.mark.parametrize(("cost", "kw", "match"), [
+    (-1.0, {}, "seconds_per_row"),
+    (float("nan"), {}, "seconds_per_row"),
+    (1e-6, {"k": 0}, "group_size"),
+    (1e-6, {"row_bytes": 0}, "row_bytes"),
+], ids=["negative", "nan", "k", "row-bytes"])
+def test_bad_arguments_name_themselves(cost, kw, match):
+    with pytest.raises(ValueError, match=match):
+        _choose(cost, **kw)
+
+
+def test_time_f_doubles_the_rows_until_a_call_is_long_enough():
+    calls = []
+    ticks = iter(np.arange(0, 100, 0.001))  # a simulated clock: every reading 1 ms later
+
+    def clock():
+        return float(next(ticks))
+
+    def f(x):
+        calls.append(len(x))
+        return x
+
+    cost = time_f(f, lambda a, b: np.zeros((b - a, 3)), 1000, clock=clock)
+    # each timed call reads the clock twice, 1 ms apart: never PROBE_S long, so it runs to the cap
+    assert calls == [64, 64, 128, 256, 512, 1000]
+    assert cost.rows == 1000 and cost.seconds == pytest.approx(0.001)
+
+
+def test_time_f_stops_at_a_long_call():
+    calls = []
+
+    def f(x):
+        calls.append(len(x))
+        time.sleep(0.03)  # one call is already longer than PROBE_S
+        return x
+
+    cost = time_f(f, lambda a, b: np.zeros((b - a, 3)), 10_000)
+    assert calls == [64, 64] and cost.rows == 64 and cost.seconds >= 0.03
+
+
+def _slow(x):
+    time.sleep(1e-3 * len(x))  # 1 ms per row: blocks of at most 100 rows
+    return np.tanh(x[:, :2])
+
+
+def _fast(x):
+    return np.tanh(x[:, :2])
+
+
+def test_a_run_stores_the_block_size_it_chose_and_a_users_wins(tmp_path, client):
+    x = np.random.default_rng(0).normal(size=(4096, 4)).astype("float32")
+    kw = dict(schemes=("uncoded",), client=client, composition={"policy": "as_stored"})
+    fast = gd.coded_map(_fast, x, out=tmp_path / "fast.zarr", **kw)
+    slow = gd.coded_map(_slow, x, out=tmp_path / "slow.zarr", **kw)
+    mine = gd.coded_map(_fast, x, out=tmp_path / "mine.zarr", code={"num_inputs": 8, "num_workers": 16,
+                                                                    "block_size": 16}, **kw)
+    attrs = {name: dict(zarr.open_group(str(tmp_path / f"{name}.zarr"), mode="r").attrs)
+             for name in ("fast", "slow", "mine")}
+    assert attrs["fast"]["block_size"] == 4096 // (8 * MIN_BATCHES)  # bounded by the data
+    assert attrs["slow"]["block_size"] <= 64 < attrs["fast"]["block_size"]
+    assert attrs["mine"]["block_size"] == 16 and attrs["mine"]["block_size_reason"] == "code.block_size"
+    assert attrs["slow"]["block_size_reason"].startswith("auto: f took")
+    for res in (fast, slow, mine):
+        np.testing.assert_allclose(res.estimates, _fast(x), rtol=1e-6)
+    # a resume keeps the stored block size, whatever f's cost is now
+    again = gd.coded_map(_slow, x, out=tmp_path / "slow.zarr", **kw)
+    assert zarr.open_group(str(tmp_path / "slow.zarr"), mode="r").attrs["block_size"] == attrs["slow"]["block_size"]
+    assert again.run.wall_s == 0.0
+    assert again.summary.attrs["block_size"] == attrs["slow"]["block_size"]
+    assert again.summary.attrs["block_size_reason"] == attrs["slow"]["block_size_reason"]
