@@ -48,6 +48,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from gcc_dask._blas import one_blas_thread
+from gcc_dask.composition_cache import CompositionCache, cache_key, window_digest
 from gcc_dask.errors import ConfigError, SourceError
 from gcc_dask.limits import MAX_FIT_SAMPLES, MAX_WINDOW
 
@@ -447,8 +448,10 @@ def _checked_features(source: Any, projection: Projection, x: np.ndarray, index:
     return f
 
 
-def _window_chain(source: Any, projection: Projection, piece: int, bounds: tuple[int, int]) -> np.ndarray:
-    """Read one window of `source`, project it and chain it: dataset indices in chain order (int64).
+def _window_chain(source: Any, projection: Projection, piece: int, bounds: tuple[int, int]
+                  ) -> tuple[np.ndarray, str]:
+    """Read one window of `source`, project it and chain it: dataset indices in chain order (int64), and the
+    window's :func:`~gcc_dask.composition_cache.window_digest`.
 
     A window longer than `piece` samples (one that holds a whole batch longer than ``composition.window``) is
     chained in consecutive pieces of `piece` samples, concatenated: the chain's cost per sample stays that of
@@ -457,15 +460,23 @@ def _window_chain(source: Any, projection: Projection, piece: int, bounds: tuple
     x, _ = source.read(start, stop)
     f = _checked_features(source, projection, x, start)
     if f.shape[0] <= piece:
-        return start + chain_order(f)
-    return np.concatenate([start + p + chain_order(f[p:p + piece]) for p in range(0, f.shape[0], piece)])
+        return start + chain_order(f), window_digest(x)
+    chains = [start + p + chain_order(f[p:p + piece]) for p in range(0, f.shape[0], piece)]
+    return np.concatenate(chains), window_digest(x)
 
 
-def _window_pc1(source: Any, projection: Projection, bounds: tuple[int, int]) -> np.ndarray:
-    """The first principal component of one window's samples, float64 of shape (stop - start,)."""
+def _window_pc1(source: Any, projection: Projection, bounds: tuple[int, int]) -> tuple[np.ndarray, str]:
+    """The first principal component of one window's samples, float64 of shape (stop - start,), and the
+    window's digest."""
     start, stop = bounds
     x, _ = source.read(start, stop)
-    return _checked_features(source, projection, x, start)[:, 0]
+    return _checked_features(source, projection, x, start)[:, 0], window_digest(x)
+
+
+def _window_digest(source: Any, bounds: tuple[int, int]) -> str:
+    """The :func:`~gcc_dask.composition_cache.window_digest` of one window of `source` (a cache check)."""
+    x, _ = source.read(*bounds)
+    return window_digest(x)
 
 
 def serial_map(func: Callable, items: Sequence, *shared: Any) -> list:
@@ -486,6 +497,8 @@ def compose(
     fit_samples: int = DEFAULT_FIT_SAMPLES,
     map_windows: Callable[..., list] | None = None,
     run_task: Callable[..., Any] | None = None,
+    cache: CompositionCache | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> np.ndarray | None:
     """Compose a source's samples into coding groups and batches: a :class:`BatchLayout`.
 
@@ -518,6 +531,12 @@ def compose(
         ``run_task(func, *args) -> func(*args)``, where the principal components are fitted (reading
         `fit_samples` samples), e.g. as one Dask task, for a source that is read on the workers only (a dask
         array: its ``remote`` attribute); default: in this process.
+    cache : gcc_dask.composition_cache.CompositionCache, optional
+        Where a ``similarity`` or ``pc1`` composition is kept, keyed by these parameters and checked against
+        the windows' content: a second call over the same data reads and digests the windows (through
+        `map_windows`) instead of composing them.
+    say : callable, optional
+        ``say(line)`` is told when the composition came from `cache`.
 
     Returns
     -------
@@ -549,14 +568,28 @@ def compose(
     bounds = window_bounds(n, window, group_size,
                            window_unit(group_size, block_size, getattr(source, "chunks", None), window))
     run = map_windows or serial_map
+    key = None
+    if cache is not None:
+        key = cache_key(policy=policy, n=n, group_size=int(group_size), block_size=int(block_size),
+                        bounds=[list(b) for b in bounds], window=int(window), dims=int(dims),
+                        fit_samples=int(fit_samples), seed=int(seed), shape=list(source.sample_shape),
+                        dtype=str(source.dtype), source=getattr(source, "name", ""))
+        entry = cache.load(key, n)
+        if entry is not None and tuple(run(_window_digest, bounds, source)) == entry.digests:
+            if say is not None:
+                say(f"composition: the same data and parameters were composed before; reused from {cache.folder}")
+            return BatchLayout.from_sequence(entry.sequence, group_size, block_size)
     with one_blas_thread():
         projection = (run_task or _call)(_fit_on, source, _fit_indices(n, int(fit_samples)), int(dims), int(seed))
         if policy == "pc1":
-            pc1 = np.concatenate(run(_window_pc1, bounds, source, projection))
-            sequence = np.argsort(pc1, kind="stable").astype(np.int64)
+            parts = run(_window_pc1, bounds, source, projection)
+            sequence = np.argsort(np.concatenate([p for p, _ in parts]), kind="stable").astype(np.int64)
         else:
             piece = -(-int(window) // group_size) * group_size  # the window, in whole groups
-            sequence = np.concatenate(run(_window_chain, bounds, source, projection, piece)).astype(np.int64)
+            parts = run(_window_chain, bounds, source, projection, piece)
+            sequence = np.concatenate([p for p, _ in parts]).astype(np.int64)
+    if cache is not None:
+        cache.save(key, sequence, tuple(d for _, d in parts))
     return BatchLayout.from_sequence(sequence, group_size, block_size)
 
 

@@ -33,6 +33,7 @@ from gcc_dask.analysis.summary import summarize_run
 from gcc_dask.coding import make_code
 from gcc_dask.coding.points import spread_order
 from gcc_dask.composition import BatchLayout, compose, num_windows, window_unit
+from gcc_dask.composition_cache import CompositionCache
 from gcc_dask.config import FINGERPRINT_IGNORED, PipelineConfig, load_config
 from gcc_dask.limits import MAX_SAMPLES
 from gcc_dask.errors import (
@@ -458,7 +459,7 @@ def _compose(cfg: PipelineConfig, block: int, source, client, say) -> BatchLayou
             return run_on_cluster(client, func, *args)
     return compose(source, group_size=cfg.code.num_inputs, block_size=block, policy=policy,
                    seed=comp.seed, window=comp.window, dims=comp.dims, fit_samples=comp.fit_samples,
-                   map_windows=mapper, run_task=run_task)
+                   map_windows=mapper, run_task=run_task, cache=CompositionCache.default(), say=say)
 
 
 def _inputs_pending(store) -> np.ndarray:

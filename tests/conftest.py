@@ -17,6 +17,10 @@ settings.register_profile(
 settings.register_profile("dev", deadline=None, max_examples=25)
 settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
+# every test composes what it composes (none reads a composition an earlier test or run left in the user's cache);
+# the cache's own tests turn it on in a folder of their own (tests/test_composition_cache.py)
+os.environ["GCC_DASK_CACHE"] = "off"
+
 
 def gpu_available() -> bool:
     """True only if CuPy imports *and* a device call succeeds (``import cupy`` alone proves nothing)."""

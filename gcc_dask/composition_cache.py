@@ -1,0 +1,137 @@
+"""A cache of compositions, so that a second run over the same data composes nothing.
+
+Composing (:func:`gcc_dask.composition.compose`, policies ``similarity`` and ``pc1``) reads every window of
+the source, projects it and chains it: the costliest step of a run with a cheap f. Its result depends only on
+the data and on the composition's parameters, so :func:`~gcc_dask.composition.compose` keeps it here, keyed by
+those parameters (:func:`cache_key`) and checked against the data's content: every entry holds a digest of each
+window's samples as read (:func:`window_digest`), and a later run reuses the entry only when a pass over the
+windows gives the same digests. Changed data, or another window, dims, seed, K or B, compose again. An entry
+that does not load, or whose own checksum or content is wrong, is never trusted: the run composes again and
+writes a new one.
+
+Where: the folder in the ``GCC_DASK_CACHE`` environment variable, else ``$XDG_CACHE_HOME/gcc-dask``, else
+``~/.cache/gcc-dask``; ``GCC_DASK_CACHE=off`` turns the cache off (docs/pipeline.rst, section 'The composition
+cache'). Entries are written atomically (a temporary file, then a rename), one ``.npz`` file per key, 8 bytes a
+sample. Only the driver reads and writes them.
+
+Pure Python and NumPy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["CompositionCache", "cache_key", "window_digest"]
+
+#: bump when the composition's algorithm changes what it returns for the same data and parameters
+ALGORITHM = "similarity-chain-v2"
+
+
+def window_digest(x: np.ndarray) -> str:
+    """The digest of one window's samples as read (shape, dtype and bytes; BLAKE2b, 16 bytes, hex)."""
+    a = np.ascontiguousarray(x)
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"{a.dtype.str}{a.shape}".encode())
+    h.update(memoryview(a).cast("B"))
+    return h.hexdigest()
+
+
+def cache_key(**params: Any) -> str:
+    """The key of a composition: a SHA-256 of its parameters (JSON, sorted) and :data:`ALGORITHM`."""
+    blob = json.dumps({"algorithm": ALGORITHM, **params}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class CachedComposition:
+    """An entry: the composed sequence (int64, a permutation of ``range(n)``) and the digest of each window."""
+
+    sequence: np.ndarray
+    digests: tuple[str, ...]
+
+
+class CompositionCache:
+    """The compositions kept in `folder` (see the module docs).
+
+    Parameters
+    ----------
+    folder : str or os.PathLike
+        Created on the first write.
+    """
+
+    def __init__(self, folder: str | os.PathLike) -> None:
+        self.folder = os.fspath(folder)
+
+    @classmethod
+    def default(cls) -> CompositionCache | None:
+        """The cache the environment names (``GCC_DASK_CACHE``, ``XDG_CACHE_HOME``, ``~/.cache``); None when
+        ``GCC_DASK_CACHE`` is ``off``."""
+        where = os.environ.get("GCC_DASK_CACHE", "").strip()
+        if where.lower() in ("off", "0", "false", "no"):
+            return None
+        if not where:
+            base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+            where = os.path.join(base, "gcc-dask")
+        return cls(os.path.join(where, "compositions"))
+
+    def _path(self, key: str) -> str:
+        return os.path.join(self.folder, f"{key}.npz")
+
+    def load(self, key: str, num_samples: int) -> CachedComposition | None:
+        """The entry of `key`, or None when there is none or it cannot be trusted (unreadable, a wrong
+        checksum, or not a permutation of ``range(num_samples)``: logged, and composed again)."""
+        path = self._path(key)
+        if not os.path.exists(path):
+            return None
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                sequence = np.asarray(z["sequence"])
+                digests = tuple(str(d) for d in z["digests"])
+                checksum = str(z["checksum"])
+            ok = (sequence.dtype == np.int64 and sequence.shape == (int(num_samples),)
+                  and checksum == _checksum(sequence, digests)
+                  and (np.bincount(sequence, minlength=num_samples) == 1).all())
+        except Exception as e:  # a damaged file: any error of the reader
+            logger.warning("composition cache: entry %s cannot be read (%s: %s); composing again", path,
+                           type(e).__name__, e)
+            return None
+        if not ok:
+            logger.warning("composition cache: entry %s is damaged; composing again", path)
+            return None
+        return CachedComposition(sequence=sequence, digests=digests)
+
+    def save(self, key: str, sequence: np.ndarray, digests: tuple[str, ...]) -> None:
+        """Write the entry of `key` (atomically); a cache that cannot be written is logged, never raised."""
+        sequence = np.asarray(sequence, dtype=np.int64)
+        try:
+            os.makedirs(self.folder, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".tmp-", suffix=".npz")
+            try:
+                with os.fdopen(fd, "wb") as fh:
+                    np.savez(fh, sequence=sequence, digests=np.asarray(digests, dtype=str),
+                             checksum=np.asarray(_checksum(sequence, digests)))
+                os.replace(tmp, self._path(key))
+            except BaseException:
+                try:
+                    os.remove(tmp)
+                except OSError:
+                    pass
+                raise
+        except OSError as e:
+            logger.warning("composition cache: cannot write %s (%s); the next run composes again", self.folder, e)
+
+
+def _checksum(sequence: np.ndarray, digests: tuple[str, ...]) -> str:
+    h = hashlib.sha256(np.ascontiguousarray(sequence, dtype=np.int64).tobytes())
+    h.update("\n".join(digests).encode())
+    return h.hexdigest()

@@ -1,0 +1,133 @@
+"""The composition cache: a second run over the same data composes no window (gcc_dask.composition_cache)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import zarr
+
+from gcc_dask.composition import compose
+from gcc_dask.composition_cache import CompositionCache
+from gcc_dask.sources import make_source
+
+
+def _data(n=512, d=6, seed=0):
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(scale=5.0, size=(4, d))
+    return (centres[np.arange(n) % 4] + rng.normal(scale=0.2, size=(n, d))).astype(np.float32)
+
+
+class _Counting:
+    """A map_windows that counts the windows chained (and digested)."""
+
+    def __init__(self):
+        self.calls = {}
+
+    def __call__(self, func, items, *shared):
+        self.calls[func.__name__] = self.calls.get(func.__name__, 0) + len(items)
+        return [func(*shared, item) for item in items]
+
+
+def _compose(x, cache, run, **kw):
+    kw = {"group_size": 8, "block_size": 4, "policy": "similarity", "window": 128, **kw}
+    return compose(make_source("array", array=x), map_windows=run, cache=cache, **kw).sample_index()
+
+
+def test_a_second_run_composes_no_window(tmp_path):
+    x, cache = _data(), CompositionCache(tmp_path)
+    first, second = _Counting(), _Counting()
+    said = []
+    a = _compose(x, cache, first)
+    b = compose(make_source("array", array=x), group_size=8, block_size=4, window=128, map_windows=second,
+                cache=cache, say=said.append).sample_index()
+    np.testing.assert_array_equal(a, b)
+    assert first.calls == {"_window_chain": 4}
+    assert second.calls == {"_window_digest": 4}  # read and digested, never chained
+    assert len(said) == 1 and "reused" in said[0]
+    # and it is the composition without a cache
+    np.testing.assert_array_equal(a, _compose(x, None, _Counting()))
+
+
+@pytest.mark.parametrize("change", ["data", "window", "dims", "block", "seed", "policy"])
+def test_changed_data_or_parameters_compose_again(tmp_path, change):
+    x, cache = _data(), CompositionCache(tmp_path)
+    _compose(x, cache, _Counting())
+    kw = {"window": {"window": 64}, "dims": {"dims": 3}, "block": {"block_size": 2}, "seed": {"seed": 1},
+          "policy": {"policy": "pc1"}}.get(change, {})
+    if change == "data":
+        x = x.copy()
+        x[300, 2] += 1.0  # one value of one sample
+    again = _Counting()
+    order = _compose(x, cache, again, **kw)
+    assert set(again.calls) - {"_window_digest"} and again.calls.get("_window_chain", 0) + again.calls.get(
+        "_window_pc1", 0) > 0
+    want = compose(make_source("array", array=x), **{"group_size": 8, "block_size": 4, "policy": "similarity",
+                                                      "window": 128, **kw}).sample_index()
+    np.testing.assert_array_equal(order, want)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "swap"])
+def test_a_damaged_entry_is_rebuilt_never_trusted(tmp_path, damage):
+    x, cache = _data(), CompositionCache(tmp_path)
+    good = _compose(x, cache, _Counting())
+    (entry,) = [os.path.join(tmp_path, f) for f in os.listdir(tmp_path) if f.endswith(".npz")]
+    if damage == "truncate":
+        with open(entry, "r+b") as fh:
+            fh.truncate(os.path.getsize(entry) // 2)
+    elif damage == "garbage":
+        with open(entry, "wb") as fh:
+            fh.write(b"not an npz")
+    else:  # a readable entry whose sequence was edited: its checksum no longer matches
+        with np.load(entry) as z:
+            seq, digests, checksum = z["sequence"].copy(), z["digests"], z["checksum"]
+        seq[[0, 1]] = seq[[1, 0]]
+        np.savez(entry, sequence=seq, digests=digests, checksum=checksum)
+    again = _Counting()
+    np.testing.assert_array_equal(_compose(x, cache, again), good)
+    assert again.calls == {"_window_chain": 4}
+    # rebuilt: the next run reuses it
+    third = _Counting()
+    np.testing.assert_array_equal(_compose(x, cache, third), good)
+    assert third.calls == {"_window_digest": 4}
+
+
+def test_the_environment_names_or_turns_off_the_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("GCC_DASK_CACHE", "off")
+    assert CompositionCache.default() is None
+    monkeypatch.setenv("GCC_DASK_CACHE", str(tmp_path))
+    assert CompositionCache.default().folder == os.path.join(str(tmp_path), "compositions")
+    monkeypatch.delenv("GCC_DASK_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert CompositionCache.default().folder == os.path.join(str(tmp_path / "xdg"), "gcc-dask", "compositions")
+
+
+def test_an_unwritable_cache_is_logged_and_the_run_goes_on(tmp_path, caplog):
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where the cache folder should be")
+    order = _compose(_data(), CompositionCache(blocker / "sub"), _Counting())
+    assert sorted(order.tolist()) == list(range(512))
+    assert "cannot write" in caplog.text
+
+
+def test_coded_map_twice_on_the_same_zarr_composes_once(tmp_path, monkeypatch, client):
+    import gcc_dask as gd
+
+    monkeypatch.setenv("GCC_DASK_CACHE", str(tmp_path / "cache"))
+    x = _data(2048, 8)
+    zarr.create_array(str(tmp_path / "x.zarr"), shape=x.shape, chunks=(256, 8), dtype="float32")[:] = x
+    saved, hits = [], []
+    real_save, real_load = CompositionCache.save, CompositionCache.load
+    monkeypatch.setattr(CompositionCache, "save", lambda self, *a: (saved.append(1), real_save(self, *a))[1])
+    monkeypatch.setattr(CompositionCache, "load", lambda self, *a: (lambda e: (hits.append(e is not None), e)[1])(
+        real_load(self, *a)))
+    f = np.tanh
+    kw = dict(schemes=("gcc",), client=client, code={"num_inputs": 8, "num_workers": 12, "block_size": 16},
+              cutoff={"stragglers": 2}, composition={"window": 512})
+    a = gd.coded_map(f, zarr.open_array(str(tmp_path / "x.zarr"), mode="r"), out=tmp_path / "a.zarr", **kw)
+    b = gd.coded_map(f, zarr.open_array(str(tmp_path / "x.zarr"), mode="r"), out=tmp_path / "b.zarr", **kw)
+    assert saved == [1] and hits == [False, True]  # composed once, reused by the second run
+    from gcc_dask.store import RunStore
+
+    np.testing.assert_array_equal(RunStore(a.store).sample_index(), RunStore(b.store).sample_index())
