@@ -275,6 +275,28 @@ def test_a_scalar_f_makes_a_store_every_reader_opens(process_client, tmp_path):
     assert gd.open_run(out).attrs["output_shape"] == []
 
 
+def test_a_single_output_f_is_scored_by_relative_error_not_relacc(client, tmp_path):
+    """A regressor, f = sin(X w) as one column (issue 37): its summary used to say rel_acc 1.0 for every scheme
+    (the argmax of one column is always 0); it shows the relative RMSE, R² and the largest error instead."""
+    w = W[:, 0]
+    g = lambda x: np.sin(x @ w)[:, None]  # noqa: E731
+    res = gd.coded_map(g, X[:256], client=client, out=tmp_path / "reg.zarr", schemes=("gcc", "replication"),
+                       run={"reference": True}, **CONFIG)
+    s = res.summary
+    assert "rel_acc" not in s.columns and "accuracy" not in s.columns
+    assert (s["output_kind"] == "regression").all()
+    from gcc_dask import metrics
+
+    truth = res.reference
+    np.testing.assert_allclose(truth, g(X[:256]), rtol=1e-5, atol=1e-6)
+    for scheme in ("gcc", "replication"):
+        est = res.estimates_of(scheme)
+        assert s.loc[scheme, "rel_rmse"] == pytest.approx(metrics.relative_rmse(est, truth), rel=1e-5)
+        assert s.loc[scheme, "r2"] == pytest.approx(metrics.r2(est, truth), rel=1e-5)
+        assert s.loc[scheme, "max_abs_err"] == pytest.approx(metrics.max_abs_error(est, truth), rel=1e-5)
+    assert 0 < s.loc["gcc", "rel_rmse"] < 0.5 and s.loc["gcc", "r2"] > 0.5
+
+
 @pytest.mark.parametrize("bad_f, error", [
     (lambda b: np.tanh(b)[:1, :3], "cannot reshape"),  # one row for every block of rows
     (lambda b: np.tanh(b[:, :3]) if len(b) == 1 else 1 / 0, "ZeroDivisionError"),  # passes the one-row probe only
