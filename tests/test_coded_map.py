@@ -224,7 +224,13 @@ def test_warns_when_the_scheduler_would_rerun_lost_shards(tmp_path):
         with pytest.warns(RuntimeWarning, match=r"re-runs a task lost with its worker up to 3 times.*"
                                                 r"ALLOWED_FAILURES=0") as caught:
             gd.coded_map(f, X[:64], client=c, out=tmp_path / "warn.zarr", **CONFIG)
+            # the same scheduler again, through the same client and through another one: said once (issue 37)
+            gd.coded_map(f, X[64:128], client=c, out=tmp_path / "again.zarr", **CONFIG)
+            with Client(cluster, set_as_default=False) as other:
+                gd.coded_map(f, X[:64], client=other, out=tmp_path / "other.zarr", **CONFIG)
     assert caught[0].filename == __file__  # attributed to the caller's line, not to gcc-dask's
+    said = [w for w in caught if "allowed-failures" in str(w.message)]
+    assert len(said) == 1 and "said once per scheduler in this process" in str(said[0].message)
 
 
 def test_no_warning_on_a_cluster_that_never_reruns(process_client, tmp_path, recwarn):
