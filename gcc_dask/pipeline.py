@@ -697,6 +697,10 @@ def _limited(cfg: PipelineConfig, num_batches: int) -> int:
     return num_batches if cfg.run.limit_batches is None else min(num_batches, cfg.run.limit_batches)
 
 
+#: the scheduler addresses whose re-runs of lost tasks (allowed-failures) were warned of in this process
+_RERUNS_WARNED: set[str] = set()
+
+
 def _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, latency_model, output_shape,
                  work, say, progress, warn=None, in_flight=None) -> float:
     """Run the pending batches on client `c`, writing records as they finish; the wall time taken (s).
@@ -704,13 +708,17 @@ def _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, la
     Marks the store ``failed`` when the run stops on an error, ``interrupted`` on Ctrl-C (and re-raises).
     """
     frozen = _check_reachable(c, os.path.abspath(path))
-    # an in-process cluster (workers are threads of this process) cannot lose a worker alone: nothing to warn of
-    failures = None if str(c.scheduler.address).startswith("inproc://") else allowed_failures(c)
+    # an in-process cluster (workers are threads of this process) cannot lose a worker alone: nothing to warn of;
+    # a scheduler already warned of in this process is not asked again (one warning per scheduler, not per call)
+    address = str(c.scheduler.address)
+    failures = None if address.startswith("inproc://") or address in _RERUNS_WARNED else allowed_failures(c)
     if failures and warn is not None:
-        warn(f"the Dask scheduler at {c.scheduler.address} re-runs a task lost with its worker up to {failures} "
+        _RERUNS_WARNED.add(address)
+        warn(f"the Dask scheduler at {address} re-runs a task lost with its worker up to {failures} "
              "times (distributed.scheduler.allowed-failures), so a shard lost with a dead worker is computed again "
              "instead of decoded around as an erasure; start the scheduler with "
-             "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES=0 (docs/cluster.rst, section 'An existing scheduler')")
+             "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES=0 (docs/cluster.rst, section 'An existing scheduler'; "
+             "said once per scheduler in this process)")
     has_gpu = cluster_has_gpu(c)
     if cfg.cluster.gpu is True and not has_gpu:
         raise ClusterError("cluster.gpu: got true, but no Dask worker advertises a GPU resource; start "

@@ -32,11 +32,12 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, BeforeValidator, Field, PrivateAttr, ValidationError
 from pydantic import model_validator
 
 from gcc_dask.config import SCHEMES, ClusterConfig, SourceConfig, WorkloadConfig
 from gcc_dask.config.fields import Points
+from gcc_dask.config.fields import _Section as _PipelineSection
 from gcc_dask.config.fields import InputCount, WorkerCount
 from gcc_dask.errors import ConfigError
 from gcc_dask.limits import MAX_CODE_ENTRIES, MAX_INPUTS, MAX_SWEEP_ENTRIES, MAX_TRIALS, MAX_WORKERS
@@ -70,8 +71,9 @@ def _as_list(value: Any) -> Any:
     return value
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
+class _Section(_PipelineSection):
+    """A section of a sweep or frontier file: strict, frozen, no unknown keys, and ``key: null`` means "not set"
+    (the default applies; a required key or section is missing), as in a pipeline (docs/configuration.rst)."""
 
 
 class FunctionConfig(_Section):
@@ -454,7 +456,9 @@ def _error_line(exc: ValidationError, root: type[BaseModel] | None = None) -> st
     path = ".".join(loc) or "sweep"
     kind = err.get("type", "")
     if kind == "missing":
-        return f"{path}: got nothing; expected a value (this key is required)"
+        from gcc_dask.config.loading import _missing_line
+
+        return _missing_line(path, loc, SweepConfig if root is None else root)
     if kind == "extra_forbidden":
         import difflib
 

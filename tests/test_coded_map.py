@@ -224,7 +224,13 @@ def test_warns_when_the_scheduler_would_rerun_lost_shards(tmp_path):
         with pytest.warns(RuntimeWarning, match=r"re-runs a task lost with its worker up to 3 times.*"
                                                 r"ALLOWED_FAILURES=0") as caught:
             gd.coded_map(f, X[:64], client=c, out=tmp_path / "warn.zarr", **CONFIG)
+            # the same scheduler again, through the same client and through another one: said once (issue 37)
+            gd.coded_map(f, X[64:128], client=c, out=tmp_path / "again.zarr", **CONFIG)
+            with Client(cluster, set_as_default=False) as other:
+                gd.coded_map(f, X[:64], client=other, out=tmp_path / "other.zarr", **CONFIG)
     assert caught[0].filename == __file__  # attributed to the caller's line, not to gcc-dask's
+    said = [w for w in caught if "allowed-failures" in str(w.message)]
+    assert len(said) == 1 and "said once per scheduler in this process" in str(said[0].message)
 
 
 def test_no_warning_on_a_cluster_that_never_reruns(process_client, tmp_path, recwarn):
@@ -273,6 +279,28 @@ def test_a_scalar_f_makes_a_store_every_reader_opens(process_client, tmp_path):
     again = gd.coded_map(g, X, client=process_client, out=out, **CONFIG)  # a resume: nothing left to run
     np.testing.assert_array_equal(again.estimates, res.estimates)
     assert gd.open_run(out).attrs["output_shape"] == []
+
+
+def test_a_single_output_f_is_scored_by_relative_error_not_relacc(client, tmp_path):
+    """A regressor, f = sin(X w) as one column (issue 37): its summary used to say rel_acc 1.0 for every scheme
+    (the argmax of one column is always 0); it shows the relative RMSE, R² and the largest error instead."""
+    w = W[:, 0]
+    g = lambda x: np.sin(x @ w)[:, None]  # noqa: E731
+    res = gd.coded_map(g, X[:256], client=client, out=tmp_path / "reg.zarr", schemes=("gcc", "replication"),
+                       run={"reference": True}, **CONFIG)
+    s = res.summary
+    assert "rel_acc" not in s.columns and "accuracy" not in s.columns
+    assert (s["output_kind"] == "regression").all()
+    from gcc_dask import metrics
+
+    truth = res.reference
+    np.testing.assert_allclose(truth, g(X[:256]), rtol=1e-5, atol=1e-6)
+    for scheme in ("gcc", "replication"):
+        est = res.estimates_of(scheme)
+        assert s.loc[scheme, "rel_rmse"] == pytest.approx(metrics.relative_rmse(est, truth), rel=1e-5)
+        assert s.loc[scheme, "r2"] == pytest.approx(metrics.r2(est, truth), rel=1e-5)
+        assert s.loc[scheme, "max_abs_err"] == pytest.approx(metrics.max_abs_error(est, truth), rel=1e-5)
+    assert 0 < s.loc["gcc", "rel_rmse"] < 0.5 and s.loc["gcc", "r2"] > 0.5
 
 
 @pytest.mark.parametrize("bad_f, error", [

@@ -121,7 +121,8 @@ BAD = [
     ("bool-for-int", "code.num_inputs", True, "code.num_inputs: got True"),
     ("zero-inputs", "code.num_inputs", 0, "code.num_inputs: got 0; expected a number greater than or equal"),
     ("section-not-mapping", "code", [8, 16], "code: got [8, 16]; expected a mapping with keys num_inputs"),
-    ("missing-section", "code", DELETE, "code: got nothing; expected a value"),
+    ("missing-section", "code", DELETE, "code: got nothing; expected a section with at least num_inputs (it cannot "
+                                        "be left out: num_inputs has no default; keys: num_inputs, num_workers"),
     ("missing-key", "code.num_workers", DELETE, "code.num_workers: got nothing"),
     ("K-greater-than-N", "code.num_workers", 4, "code.num_workers: got 4; expected an integer >= code.num_inputs = 8"),
     ("S-equals-N", "cutoff.stragglers", 16, "cutoff.stragglers: got 16; expected an integer S with 0 <= S < N = 16"),
@@ -260,6 +261,52 @@ def test_s_and_wait_for_are_not_checked_against_schemes_that_never_read_them(ove
 def test_s_is_still_checked_against_the_schemes_at_the_cutoff():
     with pytest.raises(ConfigError, match=r"^cutoff.stragglers: got 4; expected an integer S with 0 <= S < N = 4 "):
         load_config(BASE, ["schemes=[uncoded, gcc]", "code.num_inputs=4", "code.num_workers=4"], check_paths=False)
+
+
+def _sections(model) -> dict[str, bool]:
+    """The sections of `model` (fields that are pydantic models), and whether each is required."""
+    from pydantic import BaseModel
+
+    return {name: field.is_required() for name, field in model.model_fields.items()
+            if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)}
+
+
+def _left_out_paragraph() -> str:
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "docs" / "configuration.rst").read_text(encoding="utf-8")
+    assert "A whole section may be left out" not in text
+    return text.split("Sections that may be left out", 1)[1].split("\nOverrides", 1)[0]
+
+
+def test_docs_and_behaviour_agree_on_which_sections_may_be_left_out():
+    """docs/configuration.rst, 'Sections that may be left out' (issue 37, item 8): every pipeline section but the
+    ones it names loads when left out or null (its defaults apply); each one it names is refused in one line
+    saying what it needs. The same for a sweep."""
+    from gcc_dask.sweep_config import SweepConfig, load_sweep_config
+
+    said = _left_out_paragraph()
+    minimal = {"source": {"kind": "synthetic", "num_samples": 40, "shape": [5]},
+               "workload": {"kind": "analytic", "name": "xsinx"},
+               "code": {"num_inputs": 4, "num_workers": 8}, "schemes": ["gcc", "uncoded"]}
+    sweep = {"function": {"kind": "xsinx"}, "schemes": ["gcc"], "code": {"num_inputs": [4], "num_workers": [9]},
+             "stragglers": {"model": "fixed_count", "S": [1]}}
+    for model, base, load, required in ((PipelineConfig, minimal, lambda d: load_config(d, check_paths=False),
+                                         ["source", "workload", "code"]),
+                                        (SweepConfig, sweep, load_sweep_config, ["function", "code", "stragglers"])):
+        sections = _sections(model)
+        assert [name for name, needed in sections.items() if needed] == required
+        load(base)
+        for name, needed in sections.items():
+            for value in (DELETE, None):
+                data = with_value(name, value, base)
+                if needed:
+                    assert f"``{name}``" in said
+                    with pytest.raises(ConfigError, match=rf"^{name}: got nothing; expected a section with at least "
+                                                          r"\w+.* \(it cannot be left out: .* no default; keys: "):
+                        load(data)
+                else:
+                    load(data)  # its defaults apply
 
 
 def test_null_means_not_set_the_default_applies():

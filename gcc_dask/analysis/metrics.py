@@ -137,8 +137,10 @@ def run_table(path: str | os.PathLike) -> pd.DataFrame:
     """Per-scheme table of a pipeline run store: :func:`~gcc_dask.analysis.summary.summarize_run` plus
     the spread over batches of the per-batch metrics.
 
-    Adds ``mse_mean``, ``mse_std``, ``rmse_mean``, ``rmse_std``, ``rel_acc_mean``, ``rel_acc_std``
-    (over decoded batches; per-batch RMSE is √ of the batch MSE).
+    Adds ``mse_mean``, ``mse_std``, ``rmse_mean``, ``rmse_std``, and for a classifier (the summary's
+    ``output_kind``) ``rel_acc_mean``, ``rel_acc_std`` (over decoded batches; per-batch RMSE is √ of the batch
+    MSE). A regression gets no RelAcc columns: the store's per-batch ``rel_acc`` of a single-output f is
+    an argmax of one value, always 1 for a decoded row.
 
     Raises
     ------
@@ -150,15 +152,18 @@ def run_table(path: str | os.PathLike) -> pd.DataFrame:
     from gcc_dask.analysis.summary import summarize_run
 
     summary = summarize_run(os.fspath(path))
+    names = ("mse", "rel_acc") if summary.attrs.get("output_kind") == "classifier" else ("mse",)
     extra = {}
     for scheme in summary.index:
         ds = xr.open_zarr(os.fspath(path), group=scheme, consolidated=False, chunks=None)
         done = np.isin(ds["status"].values, (1, 2))
         row = {}
-        for name in ("mse", "rel_acc"):
+        for name in names:
             v = ds[name].values[done] if name in ds else np.array([])
             row[f"{name}_mean"], row[f"{name}_std"] = _nanstats(v[None]) if v.size else (np.nan, np.nan)
             if name == "mse":
                 row["rmse_mean"], row["rmse_std"] = _nanstats(np.sqrt(v)[None]) if v.size else (np.nan, np.nan)
         extra[scheme] = {k: float(np.asarray(v).squeeze()) for k, v in row.items()}
-    return summary.join(pd.DataFrame.from_dict(extra, orient="index"))
+    table = summary.join(pd.DataFrame.from_dict(extra, orient="index"))
+    table.attrs.update(summary.attrs)
+    return table

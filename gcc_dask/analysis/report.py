@@ -5,7 +5,9 @@ Files written under the output directory (default: ``<store without .zarr>-repor
 * sweep store: ``report.md``, ``cells.csv`` (per cell: mean/std of the metrics over trials),
   ``rates.csv`` (fitted slopes), ``figures/mse_vs_n_K{K}.png``, ``figures/mse_vs_{S|p}_K{K}.png``, and when
   f has more than one output ``comparison.csv`` (RMSE/RelAcc mean ± std) and ``figures/rel_acc_vs_n_K{K}.png``;
-* run store: ``report.md``, ``summary.csv`` (per scheme), ``latency.csv`` (p50/p90/p99),
+* run store: ``report.md``, ``summary.csv`` (per scheme, with the metrics of f's output kind: RelAcc and
+  accuracy for a classifier, relative RMSE, R² and the largest error for one value per sample),
+  ``latency.csv`` (p50/p90/p99),
   ``deadline.csv`` (accuracy against deadline), ``figures/latency_cdf.png``, ``figures/deadline.png``;
 * frontier store: ``report.md`` (the cells per straggler pattern: best estimator, best coded, best cheap, their
   paired difference), ``cells.csv``, ``estimators.csv`` and ``figures/frontier_{pattern}.png``.
@@ -147,10 +149,11 @@ def _run_report(path: Path, out: Path, recompute) -> Report:
            f"{attrs.get('batch_size')} (groups of K = {attrs.get('num_inputs', attrs.get('batch_size'))}, blocks of "
            f"B = {attrs.get('block_size', 1)}); workers per scheme {attrs.get('schemes')}",
            f"- stragglers: {cfg.get('stragglers')}", f"- cutoff: {cfg.get('cutoff')}", "",
+           f"- output kind: {_kind_line(summary)}", "",
            "## Per scheme", "",
-           _md(summary[[c for c in ("rel_acc", "accuracy", "accuracy_uncoded", "rmse", "rmse_mean", "rmse_std",
-                                    "rel_acc_std", "cutoff_p50_s", "cutoff_p99_s", "latency_p50_s",
-                                    "latency_p99_s", "decoded", "undecodable", "failed", "mean_received")
+           _md(summary[[c for c in ("rel_acc", "accuracy", "accuracy_uncoded", "rmse", "rel_rmse", "r2",
+                                    "max_abs_err", "rmse_mean", "rmse_std", "rel_acc_std", "cutoff_p50_s",
+                                    "cutoff_p99_s", "latency_p50_s", "latency_p99_s", "decoded", "undecodable", "failed", "mean_received")
                         if c in summary] + _backups_column(summary)], ".4g"), "",
            "## Latency percentiles (s)", "", _md(latency, ".4g"), ""]
     for fname, fig in (("latency_cdf.png", plots.plot_latency_cdf(path)), ("deadline.png", plots.plot_deadline(curve))):
@@ -166,6 +169,15 @@ def _run_report(path: Path, out: Path, recompute) -> Report:
            _md(deadline_table(curve), ".4g"), "",
            "![accuracy against deadline](figures/deadline.png)", ""]
     return _finish(rep, md)
+
+
+def _kind_line(summary) -> str:
+    """What f returns and which metrics score it (:func:`gcc_dask.metrics.output_kind`)."""
+    if summary.attrs.get("output_kind") == "regression":
+        return ("regression (f returns one value per sample, inferred from its output shape): relative RMSE "
+                "(rel_rmse), R² (r2) and the largest absolute error (max_abs_err); no RelAcc")
+    return ("classifier (f returns two or more values per sample, inferred from its output shape): RelAcc "
+            "(rel_acc) and accuracy")
 
 
 def _backups_column(summary) -> list[str]:

@@ -1,7 +1,9 @@
 """The per-scheme summary table of a pipeline run, read from its Zarr store only.
 
-One row per scheme: RelAcc, accuracy (and the uncoded model's), RMSE, batch latency p50/p99, cutoff
-p50/p99, samples/s, and how many batches were undecodable or failed (docs/concepts.rst, section 'Metrics').
+One row per scheme: the metrics that fit what f returns (a classifier: RelAcc, accuracy and the uncoded
+model's, RMSE; one value per sample: RMSE, relative RMSE, R², the largest error), batch latency p50/p99,
+cutoff p50/p99, samples/s, and how many batches were undecodable or failed (docs/concepts.rst, section
+'Metrics').
 """
 
 from __future__ import annotations
@@ -26,15 +28,52 @@ def _schemes(path: str) -> list[str]:
 SUMMARY_ROWS = 1 << 16
 
 
+class _Pooled:
+    """The relative RMSE, R² and largest error of a run, pooled block by block in bounded memory: the sums of
+    squared errors and of squared reference values, and the reference's mean and sum of squared deviations
+    merged as Chan et al.'s parallel variance (no cancellation when f's values are large and close)."""
+
+    def __init__(self) -> None:
+        self.rows, self.sq, self.ref_sq, self.m2, self.max_abs = 0, 0.0, 0.0, 0.0, float("nan")
+        self.mean: np.ndarray | None = None
+
+    def add(self, est: np.ndarray, ref: np.ndarray) -> None:
+        e, r = metrics._scored(est, ref)
+        n = e.shape[0]
+        if n == 0:
+            return
+        self.sq += float(np.sum((e - r) ** 2))
+        self.ref_sq += float(np.sum(r**2))
+        top = float(np.max(np.abs(e - r)))
+        self.max_abs = top if not np.isfinite(self.max_abs) else max(self.max_abs, top)
+        mean = r.mean(axis=0)
+        m2 = float(np.sum((r - mean) ** 2))
+        if self.mean is None:
+            self.mean, self.m2 = mean, m2
+        else:
+            total = self.rows + n
+            delta = mean - self.mean
+            self.mean = self.mean + delta * (n / total)
+            self.m2 += m2 + float(np.sum(delta**2)) * self.rows * n / total
+        self.rows += n
+
+    def result(self) -> dict:
+        nan = float("nan")
+        return {"rel_rmse": float(np.sqrt(self.sq / self.ref_sq)) if self.rows and self.ref_sq > 0 else nan,
+                "r2": 1.0 - self.sq / self.m2 if self.rows >= 2 and self.m2 > 0 else nan,
+                "max_abs_err": self.max_abs}
+
+
 def _sample_metrics(decoded, reference, labels, status: np.ndarray, k: int, filled=None) -> dict:
-    """RelAcc, RMSE, accuracy (and f's own), and the missing and filled counts, pooled over the samples of the done
-    batches (of ``k`` rows each), read block by block (whole batches at a time) so that a long run is
-    summarised in bounded memory. Each block's :mod:`gcc_dask.metrics` are weighted by the rows they average
-    over."""
+    """RelAcc, RMSE, accuracy (and f's own), the relative RMSE, R² and largest error, and the missing and filled
+    counts, pooled over the samples of the done batches (of ``k`` rows each), read block by block (whole batches
+    at a time) so that a long run is summarised in bounded memory. Each block's :mod:`gcc_dask.metrics` are
+    weighted by the rows they average over."""
     n = decoded.shape[0]
     step = max(k, (SUMMARY_ROWS // k) * k)
     sums = dict.fromkeys(("agree", "scored", "sq", "sq_rows", "hit", "hit_uncoded", "labelled", "missing", "done",
                           "filled"), 0.0)
+    pooled = _Pooled()
     for start in range(0, n, step):
         stop = min(start + step, n)
         done = np.repeat(status[start // k:-(-stop // k)] > 0, k)[: stop - start]
@@ -57,6 +96,7 @@ def _sample_metrics(decoded, reference, labels, status: np.ndarray, k: int, fill
                 if both:
                     sums["sq"] += metrics.mse(est[has_ref], ref[has_ref]) * both
                     sums["sq_rows"] += both
+                    pooled.add(est, ref)
         if labels is not None:
             lab = np.asarray(labels[start:stop])[done]
             sums["labelled"] += lab.size
@@ -66,29 +106,42 @@ def _sample_metrics(decoded, reference, labels, status: np.ndarray, k: int, fill
     nan = float("nan")
     return {
         "rel_acc": sums["agree"] / sums["scored"] if sums["scored"] else nan,
-        "rmse": float(np.sqrt(sums["sq"] / sums["sq_rows"])) if sums["sq_rows"] else nan,
         "accuracy": sums["hit"] / sums["labelled"] if sums["labelled"] else nan,
         "accuracy_uncoded": sums["hit_uncoded"] / sums["labelled"] if sums["labelled"] and reference is not None else nan,
+        "rmse": float(np.sqrt(sums["sq"] / sums["sq_rows"])) if sums["sq_rows"] else nan,
+        **pooled.result(),
         "missing": int(sums["missing"]),
         "filled": int(sums["filled"]),
         "_done_samples": int(sums["done"]),
     }
 
 
+#: the metric columns of each output kind (:func:`gcc_dask.metrics.output_kind`); the others are left out
+KIND_COLUMNS = {"classifier": ("rel_acc", "accuracy", "accuracy_uncoded", "rmse"),
+                "regression": ("rmse", "rel_rmse", "r2", "max_abs_err")}
+_METRIC_COLUMNS = ("rel_acc", "accuracy", "accuracy_uncoded", "rmse", "rel_rmse", "r2", "max_abs_err")
+
+
 @names_corrupt_chunks
 def summarize_run(path: str) -> pd.DataFrame:
     """Summarise a run store: one row per scheme, indexed by scheme name.
 
-    Columns: ``code`` (the registered code the scheme runs), ``num_workers`` (its N), ``rel_acc``,
-    ``accuracy``, ``accuracy_uncoded``, ``rmse``, ``latency_p50_s``, ``latency_p99_s``, ``cutoff_p50_s``,
+    Columns: ``code`` (the registered code the scheme runs), ``num_workers`` (its N), ``output_kind``
+    (``"classifier"`` or ``"regression"``, inferred from f's output shape by
+    :func:`gcc_dask.metrics.output_kind`: two or more values per sample, or one), the metrics of that kind
+    (:data:`KIND_COLUMNS`): for a classifier ``rel_acc``, ``accuracy``, ``accuracy_uncoded``, ``rmse``; for
+    a regression ``rmse``, ``rel_rmse`` (relative RMSE, √MSE over the RMS of f), ``r2`` (R² of the estimates
+    against f) and ``max_abs_err`` (the largest absolute error), and never a RelAcc or an accuracy (the
+    argmax of one value is always 0); then ``latency_p50_s``, ``latency_p99_s``, ``cutoff_p50_s``,
     ``cutoff_p99_s``, ``samples_per_s``, ``batches``, ``decoded``, ``undecodable``, ``failed``, ``pending``,
     ``missing``, ``filled``, ``mean_received``, ``mean_backups`` (the backup copies a ``speculative`` batch
-    launched, on average; 0 for the other schemes, NaN for a store without the count). Sample-level metrics
-    pool every decoded sample of the run;
-    samples without an estimate (NaN rows: an undecodable batch, or a replicated input whose copies all
+    launched, on average; 0 for the other schemes, NaN for a store without the count). Every metric is a
+    float64, NaN when it cannot be computed (no reference stored: ``run.reference`` false; no labels for the
+    accuracy). ``attrs["output_kind"]`` is the kind too. Sample-level metrics pool every decoded sample of the
+    run; samples without an estimate (NaN rows: an undecodable batch, or a replicated input whose copies all
     straggled, without a fill) are counted in ``missing``, count as wrong in ``rel_acc``/``accuracy`` and are
-    left out of ``rmse``; samples whose estimate a fill took from their neighbours' results are counted in
-    ``filled`` (and scored like the others).
+    left out of ``rmse``, ``rel_rmse``, ``r2`` and ``max_abs_err``; samples whose estimate a fill took from
+    their neighbours' results are counted in ``filled`` (and scored like the others).
     ``samples_per_s`` is samples over the summed batch latencies (the throughput one batch at a time).
 
     Raises
@@ -108,6 +161,10 @@ def summarize_run(path: str) -> pd.DataFrame:
         raise StoreError(f"store: cannot read run store {path!r}: {type(e).__name__}: {e}") from None
     labels = inputs["labels"] if "labels" in inputs else None
     reference = inputs["reference"] if "reference" in inputs else None
+    shape = root.attrs.get("output_shape")
+    if shape is None and schemes:
+        shape = root[schemes[0]]["decoded"].shape[1:]
+    kind = metrics.output_kind(tuple(shape or ()))
     rows = []
     for scheme in schemes:
         # the per-batch arrays straight from zarr: xarray would build a pandas index over the million-row
@@ -118,8 +175,11 @@ def summarize_run(path: str) -> pd.DataFrame:
         attrs = group.attrs
         row = {"scheme": scheme, "code": attrs.get("code_name", scheme),
                "num_workers": int(attrs.get("num_workers", group["received"].shape[1])),
-               **_sample_metrics(group["decoded"], reference, labels, status, int(root.attrs["batch_size"]),
-                                 group["filled"] if "filled" in group else None)}
+               "output_kind": kind}
+        scores = _sample_metrics(group["decoded"], reference, labels, status, int(root.attrs["batch_size"]),
+                                 group["filled"] if "filled" in group else None)
+        row.update({name: value for name, value in scores.items()
+                    if name not in _METRIC_COLUMNS or name in KIND_COLUMNS[kind]})
         done_samples = row.pop("_done_samples")
         lat = group["batch_latency_s"][...][done_batches] if "batch_latency_s" in group else np.array([])
         cut = group["cutoff_s"][...][done_batches]
@@ -139,12 +199,15 @@ def summarize_run(path: str) -> pd.DataFrame:
         backups = group["n_backups"][...][done_batches] if "n_backups" in group else np.array([])
         row["mean_backups"] = float(backups.mean()) if backups.size else np.nan
         rows.append(row)
-    return pd.DataFrame(rows).set_index("scheme")
+    df = pd.DataFrame(rows).set_index("scheme")
+    df.attrs["output_kind"] = kind
+    return df
 
 
 #: the columns ``gcc-dask run`` prints, and their short names (the table fits 100 columns)
 SHORT_COLUMNS = {"num_workers": "N", "rel_acc": "rel_acc", "accuracy": "acc", "rmse": "rmse",
-                 "latency_p99_s": "p99_s", "cutoff_p99_s": "cut99_s",
+                 "rel_rmse": "rel_rmse", "r2": "r2", "max_abs_err": "max_err", "latency_p99_s": "p99_s",
+                 "cutoff_p99_s": "cut99_s",
                  "mean_received": "recv", "missing": "missing", "filled": "filled", "failed": "failed"}
 
 
@@ -152,22 +215,28 @@ def format_summary(summary: pd.DataFrame) -> str:
     """The summary as a Markdown table of its main columns, under 100 characters wide (what ``gcc-dask run``
     prints at the end; every column stays in the store and in the report's CSV).
 
-    ``N`` is the scheme's workers, ``acc`` the accuracy against the labels, ``p99_s`` the 99th percentile of
-    the batch latency, ``cut99_s`` the 99th
-    percentile of when the cutoff fired, ``recv`` the mean number of results used, ``missing`` the samples
+    The metric columns are those of the run's output kind (:func:`summarize_run`): ``rel_acc``, ``acc`` (the
+    accuracy against the labels) and ``rmse`` for a classifier; ``rel_rmse``, ``r2`` and ``max_err``
+    (``max_abs_err``) for a regression (its ``rmse`` stays in the full table), with a line under the table
+    naming the kind. ``N`` is the scheme's workers, ``p99_s`` the 99th percentile of the batch latency,
+    ``cut99_s`` the 99th percentile of when the cutoff fired, ``recv`` the mean number of results used, ``missing`` the samples
     without an estimate, ``filled`` those a fill estimated from their neighbours, ``failed`` the failed
     batches (an undecodable batch's samples are ``missing``). Under the table, a line for each
     ``speculative`` scheme gives the mean backup copies its batches launched (``mean_backups``).
     """
-    cols = [c for c in SHORT_COLUMNS if c in summary.columns]
+    kind = summary.attrs.get("output_kind")
+    if kind is None and "output_kind" in summary.columns and len(summary):
+        kind = summary["output_kind"].iloc[0]
+    hidden = {"rmse"} if kind == "regression" else set()  # the relative RMSE says it, in f's own scale
+    cols = [c for c in SHORT_COLUMNS if c in summary.columns and c not in hidden]
     header = ["scheme", *(SHORT_COLUMNS[c] for c in cols)]
-    def cell(value) -> str:
+    def cell(value, column: str) -> str:
         if isinstance(value, (int, np.integer)):
             return str(value)
-        text = f"{value:.3g}"
+        text = f"{value:.4g}" if column == "r2" else f"{value:.3g}"  # R² 0.9995 is not 1
         return text if len(text) <= 7 else f"{value:.1e}"
 
-    body = [[str(name), *(cell(summary.at[name, c]) for c in cols)] for name in summary.index]
+    body = [[str(name), *(cell(summary.at[name, c], c) for c in cols)] for name in summary.index]
     widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
 
     def line(cells):
@@ -179,4 +248,7 @@ def format_summary(summary: pd.DataFrame) -> str:
     if "code" in summary.columns and "mean_backups" in summary.columns:
         notes = [f"{name}: {summary.at[name, 'mean_backups']:.3g} backup copies a batch (mean)"
                  for name in summary.index if summary.at[name, "code"] == "speculative"]
+    if kind == "regression":
+        notes.append("output_kind regression (one value per sample): relative RMSE, R², largest "
+                     "error; no RelAcc")
     return "\n".join([line(header), rule, *(line(r) for r in body), *notes])

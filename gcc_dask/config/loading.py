@@ -200,7 +200,7 @@ def _error_line(exc: ValidationError) -> str:
         return f"{_key_path(loc) or 'config'}: got {_short(cause.value)}; expected {cause.expected}"
     path = _key_path(loc) or "config"
     if kind == "missing":
-        return f"{path}: got nothing; expected a value (this key is required)"
+        return _missing_line(path, loc)
     if kind == "extra_forbidden":
         valid = _valid_keys(loc[:-1])
         return (f"{path}: got unknown key {_short(loc[-1])}{_did_you_mean(loc[-1], valid)}; expected one of: "
@@ -218,6 +218,23 @@ def _error_line(exc: ValidationError) -> str:
     if msg.startswith(("greater than", "less than")):
         msg = "a number " + msg
     return f"{path}: got {_short(err.get('input'))}; expected {msg}"
+
+
+def _missing_line(path: str, loc: Sequence[Any], root: Any = None) -> str:
+    """The line for a required key that is missing; for a whole section, the keys it must have and may have
+    (``source``, ``workload`` and ``code`` of a pipeline have keys without a default, so they cannot be left
+    out as the other sections can)."""
+    model: Any = PipelineConfig if root is None else root
+    for part in loc:
+        fields = getattr(model, "model_fields", None) if isinstance(model, type) else None
+        ann = fields[part].annotation if isinstance(part, str) and fields and part in fields else None
+        model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+    if model is None:
+        return f"{path}: got nothing; expected a value (this key is required)"
+    keys = [k for k in model.model_fields if k not in _DERIVED_KEYS]
+    needed = [k for k in keys if model.model_fields[k].is_required()]
+    return (f"{path}: got nothing; expected a section with at least {', '.join(needed)} (it cannot be left out: "
+            f"{' and '.join(needed)} {'has' if len(needed) == 1 else 'have'} no default; keys: {', '.join(keys)})")
 
 
 def _valid_keys(loc: Sequence[str]) -> list[str]:
