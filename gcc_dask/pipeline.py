@@ -736,6 +736,7 @@ def _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, la
         name=f"{prefix}{uuid.uuid4().hex[:8]}", workload=workload, codes=codes, source=source,
         sink=StoreSink(os.path.abspath(path), token=store.token), layout=layout, use_gpu=use_gpu,
         cache_batches=in_flight or cfg.run.max_batches_in_flight, order_from=store_mod.SampleIndex(os.path.abspath(path)),
+        output_shape=output_shape,
     )
     runner = BatchRunner(
         c, plugin, plans, latency_model=latency_model, seed=cfg.seed, num_samples=source.num_samples,

@@ -8,6 +8,7 @@ compared with run_pipeline's, and with each other across input types.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import uuid
 
@@ -260,6 +261,24 @@ def test_a_script_without_a_main_guard_is_told_how_to_fix_it(tmp_path):
     assert 'in a script (no_guard.py), put the calls that start a cluster under `if __name__ == "__main__":`' in last
 
 
+def test_an_output_of_the_wrong_shape_is_an_error_of_f_never_wrong_rows(process_client, tmp_path):
+    """Issue 35, case 1: f transposes every block of more than one row (its one-row probe passes). Every shard
+    output and the uncoded reference are checked against the shape f gave on its probe: a shard of the wrong
+    shape is an erasure, and a batch left without an estimate is said once, naming f, the shape got and the one
+    expected. No row is a wrong value (the run used to complete with 0 of 128 rows equal to f)."""
+    bad = lambda b: np.tanh(b @ W).T if b.shape[0] > 1 else np.tanh(b @ W)  # noqa: E731
+    with pytest.warns(RuntimeWarning) as caught:
+        res = gd.coded_map(bad, X[:128], schemes=["uncoded"], client=process_client, out=tmp_path / "t.zarr",
+                           run={"reference": True}, **CONFIG)
+    said = [str(w.message) for w in caught if "has no estimate" in str(w.message)]
+    assert len(said) == 1, said
+    assert re.match(r"uncoded: batch \d has no estimate: every shard that ran failed; shard \d: WorkloadError\(.workload: "
+                    r"f \(test_coded_map:.*<lambda>\) returned shape \(3, 16\) for a shard's block of 16 samples; "
+                    r"expected \(16, 3\)", said[0]), said[0]
+    assert np.isnan(res.estimates).all()  # no row of wrong values
+    assert np.isnan(res.reference).all()  # the reference of each batch (64 rows, transposed too) is unknown
+
+
 def test_a_scalar_f_makes_a_store_every_reader_opens(process_client, tmp_path):
     """f: R^4 -> R (one number per row, output shape ()): the summary, a resume and the report read the store
     (its integrity check used to expect an `output` coordinate that a scalar f never has, and called it
@@ -276,8 +295,10 @@ def test_a_scalar_f_makes_a_store_every_reader_opens(process_client, tmp_path):
 
 
 @pytest.mark.parametrize("bad_f, error", [
-    (lambda b: np.tanh(b)[:1, :3], "cannot reshape"),  # one row for every block of rows
+    (lambda b: np.tanh(b)[:1, :3], r"returned shape \(1, 3\) .*expected \(16, 3\)"),  # one row for every block
     (lambda b: np.tanh(b[:, :3]) if len(b) == 1 else 1 / 0, "ZeroDivisionError"),  # passes the one-row probe only
+    # the same number of values in another layout: used to be reshaped into wrong rows without a word
+    (lambda b: np.tanh(b @ W).T if len(b) > 1 else np.tanh(b @ W), r"returned shape \(3, 16\) .*expected \(16, 3\)"),
 ])
 def test_an_f_that_fails_on_every_block_is_said_once_with_its_error(process_client, tmp_path, bad_f, error):
     """Every batch without an estimate is NaN and counted in the summary; the first one of a scheme is also said
