@@ -108,14 +108,16 @@ class StoreSink:
         self.path = path
         self.token = token
 
-    def __call__(self, kind: str, batch: int, **arrays: Any) -> None:
+    def __call__(self, kind: str, batch: int, **arrays: Any) -> Any:
+        """Write; for a scheme, return what :func:`~gcc_dask.store.write_decoded` returns (the batch's
+        ``chunk_digest``, for its record)."""
         token = getattr(self, "token", None)
         if kind == "inputs":
             store_mod.write_inputs(self.path, batch, labels=arrays.get("labels"), reference=arrays.get("reference"),
                                    token=token)
-        else:
-            store_mod.write_decoded(self.path, kind, batch, arrays["decoded"], filled=arrays.get("filled"),
-                                    token=token)
+            return None
+        return store_mod.write_decoded(self.path, kind, batch, arrays["decoded"], filled=arrays.get("filled"),
+                                       token=token)
 
 
 class RecordBuffer:
@@ -461,6 +463,22 @@ def _compose(cfg: PipelineConfig, block: int, source, client, say) -> BatchLayou
                    map_windows=mapper, run_task=run_task)
 
 
+def _tell_misplaced(store, schemes: Sequence[str], warn: Callable[[str], None], shown: int = 4) -> None:
+    """One warning naming the chunks of done batches that are not the ones written there (moved or swapped
+    within the store, or copied from another run: :meth:`~gcc_dask.store.RunStore.misplaced_chunks`), which the
+    resume runs again; nothing when there are none."""
+    found = [(name, b) for group in (store_mod.INPUTS, *schemes)
+             for b, names in store.misplaced_chunks(group).items() for name in names]
+    if not found:
+        return
+    listed = ", ".join(f"{name} (batch {b})" for name, b in found[:shown])
+    more = f" and {len(found) - shown} more" if len(found) > shown else ""
+    warn(f"store: {len(found)} chunk{'s' if len(found) > 1 else ''} of {store.path} "
+         f"{'are' if len(found) > 1 else 'is'} not the one{'s' if len(found) > 1 else ''} this store wrote there "
+         f"(moved or swapped within it, or copied from another run): {listed}{more}; running "
+         f"{'those batches' if len(found) > 1 else 'that batch'} again")
+
+
 def _inputs_pending(store) -> np.ndarray:
     """The batches whose ``inputs`` (the reference, the labels) were never written, when the store records
     any: bool (num_batches,). Such a batch is not done, whatever its schemes' status says: without its
@@ -474,11 +492,13 @@ def _inputs_pending(store) -> np.ndarray:
 def _pending(store, schemes: Sequence[str], num_batches: int) -> list[tuple[int, list[str]]]:
     """(batch, schemes) still to run: pending batches, those failed by the environment (retried on resume, see
     :meth:`~gcc_dask.store.RunStore.pending_batches`), and, for every scheme, the batches whose reference or
-    labels were never written or whose chunk of them is missing (:meth:`~gcc_dask.store.RunStore.missing_batches`;
+    labels were never written or whose chunk of them is missing (:meth:`~gcc_dask.store.RunStore.missing_batches`)
+    or misplaced (:meth:`~gcc_dask.store.RunStore.misplaced_chunks`;
     their records are rewritten with the metrics)."""
     todo = {s: set(store.pending_batches(s, retry_failed=True).tolist()) for s in schemes}
     lost_inputs = set(np.flatnonzero(_inputs_pending(store)).tolist())
     lost_inputs |= set(store.missing_batches(store_mod.INPUTS).tolist())  # their labels/reference chunk is gone
+    lost_inputs |= set(store.misplaced_chunks(store_mod.INPUTS))  # or is not the one written there
     todo = {s: batches | lost_inputs for s, batches in todo.items()}
     work = [(b, [s for s in schemes if b in todo[s]]) for b in range(num_batches)]
     return [(b, ss) for b, ss in work if ss]
@@ -635,6 +655,7 @@ def _run_stored(cfg, path, source, workload, output_shape, connected, say, warn,
         if store is not None:
             choice = _block_choice(cfg, source, cost, fixed, store)
             layout = _layout(cfg, choice.block_size, source.num_samples, store.sample_index())
+            _tell_misplaced(store, cfg.schemes, warn)
             work = _pending(store, cfg.schemes, _limited(cfg, store.num_batches))
             done = _limited(cfg, store.num_batches) - len(work)
             say(f"resuming {path}: {done} of {_limited(cfg, store.num_batches)} batches already done")

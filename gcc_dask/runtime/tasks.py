@@ -260,8 +260,8 @@ def is_storage_error(exc: BaseException) -> bool:
     return isinstance(exc, StoreError)
 
 
-def _write(p: "RunPlugin", kind: str, batch: int, **arrays: Any) -> None:
-    """``p.sink(...)``, turning a file-system failure (``OSError``) into one :class:`StoreError` line naming what
+def _write(p: "RunPlugin", kind: str, batch: int, **arrays: Any) -> Any:
+    """``p.sink(...)`` (returning what it returns: a scheme's ``chunk_digest`` for the batch's record), turning a file-system failure (``OSError``) into one :class:`StoreError` line naming what
     failed.
 
     An orphan writes nothing: a task whose plugin was torn down (its run ended, or a new run on the same store
@@ -270,13 +270,13 @@ def _write(p: "RunPlugin", kind: str, batch: int, **arrays: Any) -> None:
     whose write is refused stops with that error's one line."""
     if p.closed:
         logger.debug("not writing %s of batch %s: the run's plugin was removed", kind, batch)
-        return
+        return None
     try:
-        p.sink(kind, batch, **arrays)
+        return p.sink(kind, batch, **arrays)
     except WriteRefusedError as e:
         if p.closed or is_cancelled():
             logger.info("an orphaned task of an ended run did not write %s of batch %s: %s", kind, batch, e)
-            return
+            return None
         raise
     except OSError as e:
         where = getattr(p.sink, "path", "the store")
@@ -532,7 +532,8 @@ def decode_task(
     decode was submitted with its shards (a scheme that keeps every result, on the wall clock), and each
     shard's latency is taken from its result (``finished - batch_start``), the cutoff as the largest. The record (status,
     received/failed masks, latencies) goes back to the driver, which writes it to the store after this
-    task has written ``decoded``: the status is always written last.
+    task has written ``decoded``: the status is always written last. The record's ``chunk_digest`` is what
+    the write of ``decoded`` returned (:func:`~gcc_dask.store.write_decoded`), written with it.
     """
     from gcc_dask.errors import NotEnoughResultsError
 
@@ -577,9 +578,9 @@ def decode_task(
     if filled.any():  # the positions a fill estimated, for every group of the batch, in slot order
         g = p.layout.batch_groups(batch)
         filled = p.layout.from_blocks(np.repeat(filled[:, None], g, axis=1), n_real)
-        _write(p, scheme, batch, decoded=decoded, filled=filled)
+        digest = _write(p, scheme, batch, decoded=decoded, filled=filled)
     else:
-        _write(p, scheme, batch, decoded=decoded)
+        digest = _write(p, scheme, batch, decoded=decoded)
     latency, cutoff = meta["latency_s"], float(meta["cutoff_s"])
     if latency is None:  # submitted with its shards (a scheme that keeps every result): time them here
         latency = np.full(code.num_workers, np.nan)
@@ -592,6 +593,7 @@ def decode_task(
         "latency_s": np.asarray(latency, dtype=np.float64),
         "failed_mask": np.asarray(meta["failed"], dtype=bool),
         "n_backups": int(meta.get("backups", 0)),
+        "chunk_digest": digest,  # binds the chunks just written to their place (docs/store.rst, 'Integrity')
     }
     if meta.get("score"):
         record["decoded"] = decoded

@@ -15,7 +15,8 @@ import numpy as np
 from gcc_dask.composition import permutation_or_raise
 from gcc_dask.errors import InvalidInputError, StoreError, WriteRefusedError
 
-from .integrity import _DECODED_WRITTEN, _DECODED_WRITTEN_ALL, check_structure, missing_batches, read_checked
+from .integrity import (_DECODED_WRITTEN, _DECODED_WRITTEN_ALL, check_structure, misplaced_chunks, missing_batches,
+                        read_checked)
 from .layout import (
     BatchStatus,
     _MARKER,
@@ -24,6 +25,7 @@ from .layout import (
     INTEGRITY,
     INTEGRITY_ATTR,
     STORE_FORMAT,
+    STORE_ID_ATTR,
     _batch_rows,
     _check_layout,
     _create_arrays,
@@ -258,6 +260,7 @@ class RunStore:
             "dtype": np.dtype(dtype).name,
             "resumed_at": [],
             INTEGRITY_ATTR: dict(INTEGRITY),
+            STORE_ID_ATTR: uuid.uuid4().hex,  # kept by every resume: the chunks' digests are bound to it
             TOKEN_ATTR: uuid.uuid4().hex,
             **dict(attrs or {}),
         }
@@ -451,9 +454,27 @@ class RunStore:
         return missing_batches(self.path, scheme, ("decoded",), status,
                                _DECODED_WRITTEN_ALL if full else _DECODED_WRITTEN, self.batch_size)
 
+    def misplaced_chunks(self, scheme: str) -> dict[int, list[str]]:
+        """Batches of `scheme` (or ``"inputs"``) marked done whose chunk of a sample array is not the one written
+        there: moved or swapped within the store, or copied from another store or run. Batch index to the names
+        of those chunks (``"gcc/decoded/c/3/0"``), batches ascending; empty for a store made before chunks were
+        bound (no ``store_id``). See :func:`~.integrity.misplaced_chunks`.
+
+        Raises
+        ------
+        StoreError
+            When the batches' statuses or digests cannot be read (a damaged chunk is named).
+        """
+        store_id = self.attrs.get(STORE_ID_ATTR)
+        if not store_id:
+            return {}
+        done = (1,) if scheme == INPUTS else DONE_STATUSES
+        return misplaced_chunks(self.path, scheme, self.batch_status(scheme), done, str(store_id), self.batch_size)
+
     def pending_batches(self, scheme: str, retry_failed: bool = False) -> np.ndarray:
         """Indices (int64, ascending) of the batches of `scheme` that are not done (status 0), and of those
-        marked done whose chunks are missing (:meth:`missing_batches`), which a resume runs again.
+        marked done whose chunks are missing (:meth:`missing_batches`) or misplaced (:meth:`misplaced_chunks`),
+        which a resume runs again.
 
         With ``retry_failed``, also the batches that failed for a reason of the environment (status 4 with no
         cutoff recorded: a lost decode, a worker error), which a resume runs again; a batch failed by the cutoff
@@ -464,6 +485,7 @@ class RunStore:
         if retry_failed and scheme != INPUTS:
             todo |= (status == int(BatchStatus.FAILED)) & np.isnan(self.batch_values(scheme, "cutoff_s"))
         todo[self.missing_batches(scheme)] = True
+        todo[list(self.misplaced_chunks(scheme))] = True
         return np.flatnonzero(todo).astype(np.int64)
 
     def read_batch(self, scheme: str, batch: int) -> dict[str, np.ndarray]:
