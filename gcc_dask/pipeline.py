@@ -49,6 +49,7 @@ from gcc_dask.runtime.tasks import RunPlugin
 from gcc_dask.sizing import BlockChoice, batches_in_flight, choose_block_size, time_f
 from gcc_dask.sources import make_source
 from gcc_dask.store import StoreLock
+from gcc_dask.store.run_store import MODEL_SOURCES
 from gcc_dask.stragglers import latency_model_from_config
 from gcc_dask.workloads import load_workload, make_workload
 
@@ -381,11 +382,14 @@ def _check_reachable(client, path: str) -> set[str]:
     return frozen
 
 
-def _inputs_digest(source, workload) -> str:
-    """A digest of the model and data files the run reads (see :mod:`gcc_dask._digest`), and of an in-memory f
-    (its cloudpickle bytes: ``workload.params["token"]``)."""
+def _inputs_digest(source, workload, sources: bool = True) -> str:
+    """A digest of the model and data files the run reads (see :mod:`gcc_dask._digest`), of the source file of a
+    model's module (an import path ``module:function``: ``workload.sources()``; not with ``sources=False``, the
+    digest of the stores made before it counted), and of an in-memory f (its cloudpickle bytes:
+    ``workload.params["token"]``)."""
+    modules = list(getattr(workload, "sources", list)()) if sources else []
     try:
-        digest = files_digest([*workload.files(), *source.files()])
+        digest = files_digest([*workload.files(), *modules, *source.files()])
     except OSError as e:
         raise SourceError(f"source: got model or data files that cannot be read to fingerprint them ({e}); "
                           "expected readable files") from None
@@ -644,12 +648,13 @@ def _run_stored(cfg, path, source, workload, output_shape, connected, say, warn,
         seed=cfg.seed,
         scheme_attrs={s: {"code": codes[s].params, "code_name": codes[s].name, "num_workers": codes[s].num_workers}
                       for s in cfg.schemes},
-        attrs={"composition": composition_policy(cfg),
+        attrs={"composition": composition_policy(cfg), MODEL_SOURCES: list(getattr(workload, "sources", list)()),
                **({"advice": advice} if advice is not None else {})},
     )
     with StoreLock(path):
         store = store_mod.RunStore.resume(path, overwrite=cfg.store.overwrite, config_ignore=FINGERPRINT_IGNORED,
                                           fingerprint_for=cfg.fingerprint, config_for=cfg.resolved_for,
+                                          legacy_inputs_digest=_inputs_digest(source, workload, sources=False),
                                           **layout_kwargs)
         work = None
         if store is not None:

@@ -307,3 +307,53 @@ def test_an_f_that_fails_on_every_block_is_said_once_with_its_error(process_clie
         res = gd.coded_map(bad_f, X[:128], client=process_client, out=tmp_path / "bad.zarr", **CONFIG)
     assert np.isnan(res.estimates).all()
     assert sum("has no estimate" in str(w.message) for w in caught) == 1  # once per scheme, not per batch
+
+
+@pytest.mark.parametrize("given", ["import path", "imported function"])
+def test_an_edited_module_behind_f_is_refused_on_resume(client, tmp_path, monkeypatch, given):
+    """Issue 35, case 3: f named by its import path ('module:function'), or an importable function (pickled by
+    reference: the workers read its code from the module), then its module edited: the same call used to resume
+    and return the old f's results; the module's source is in the run's inputs digest, so it is refused (one
+    line naming the module's file). Unedited, the same call resumes."""
+    import importlib
+
+    name = f"model_{uuid.uuid4().hex[:8]}"
+    module = tmp_path / f"{name}.py"
+    module.write_text("import numpy as np\n\ndef g(x):\n    return np.tanh(2 * x)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))  # the in-process workers of `client` share this sys.path
+    f = f"{name}:g" if given == "import path" else importlib.import_module(name).g
+    out = tmp_path / "edited.zarr"
+    first = gd.coded_map(f, X[:128], client=client, out=out, **CONFIG)
+    assert np.abs(first.estimates - np.tanh(2 * X[:128])).mean() < 0.05
+    assert gd.open_run(out).attrs["model_sources"] == [str(module)]
+    again = gd.coded_map(f, X[:128], client=client, out=out, **CONFIG)  # unedited: resumed
+    np.testing.assert_array_equal(again.estimates, first.estimates)
+    module.write_text("import numpy as np\n\ndef g(x):\n    return np.tanh(3 * x)\n")
+    with pytest.raises(gd.errors.StoreError, match=rf"other source of the model's module {re.escape(str(module))}"):
+        gd.coded_map(f, X[:128], client=client, out=out, **CONFIG)
+
+
+def test_a_store_made_before_module_sources_counted_is_resumed(client, tmp_path, monkeypatch):
+    """A store whose inputs digest left the module's source out (made before it counted: no ``model_sources``
+    attribute) is resumed as before, not refused as made by another model."""
+    import zarr
+
+    from gcc_dask.pipeline import _inputs_digest
+    from gcc_dask.sources import make_source
+    from gcc_dask.workloads import make_workload
+
+    name = f"model_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text("import numpy as np\n\ndef g(x):\n    return np.tanh(2 * x)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "old.zarr"
+    first = gd.coded_map(f"{name}:g", X[:128], client=client, out=out, **CONFIG)
+    root = zarr.open_group(str(out), mode="r+")
+    source, workload = make_source("array", array=X[:128]), make_workload("callable", name=f"{name}:g")
+    assert workload.sources() and _inputs_digest(source, workload) == root.attrs["inputs_digest"]
+    attrs = dict(root.attrs)
+    del attrs["model_sources"]
+    attrs["inputs_digest"] = _inputs_digest(source, workload, sources=False)
+    root.attrs.clear()
+    root.attrs.update(attrs)
+    again = gd.coded_map(f"{name}:g", X[:128], client=client, out=out, **CONFIG)
+    np.testing.assert_array_equal(again.estimates, first.estimates)

@@ -39,6 +39,10 @@ from .layout import (
 )
 from .writes import TOKEN_ATTR, _naming_failures, _write_records, write_batch, write_inputs
 
+#: root attribute: the Python source files of the model's module that the store's ``inputs_digest`` covers (an
+#: import path ``module:function``); absent in stores made before they counted
+MODEL_SOURCES = "model_sources"
+
 #: hidden folders next to a store ``NAME``: a new store being built (``.NAME.creating-*``) and an old one being
 #: removed after ``--overwrite`` replaced it (``.NAME.replaced-*``); what a killed driver leaves of them is
 #: removed by the next :meth:`RunStore.create` or :meth:`RunStore.resume` of that store
@@ -289,7 +293,8 @@ class RunStore:
     @classmethod
     def resume(cls, path: str | os.PathLike, *, fingerprint: str, overwrite: bool = False,
                inputs_digest: str | None = None, fingerprint_for: Callable[[dict], str] | None = None,
-               config_for: Callable[[dict], dict] | None = None, **expected: Any) -> RunStore | None:
+               config_for: Callable[[dict], dict] | None = None, legacy_inputs_digest: str | None = None,
+               **expected: Any) -> RunStore | None:
         """The store at `path` ready to resume (status "running"), or None when a new one must be created.
 
         None when `path` does not exist, is an empty directory, or `overwrite` is true. Takes the layout
@@ -302,7 +307,9 @@ class RunStore:
         under a dotted prefix in ``config_ignore``. `fingerprint_for`, given the stored config, gives the
         fingerprint this run would have had when that store was made (keys added since, at their defaults, left
         out): a store whose fingerprint is that one is resumed too; `config_for` gives that config, which a
-        refusal compares with the stored one. What an interrupted creation or replacement left next to the store
+        refusal compares with the stored one. A store made before the source files of a model's module counted in
+        its inputs digest (no ``model_sources`` attribute) is compared with `legacy_inputs_digest` when given
+        (the digest without them). What an interrupted creation or replacement left next to the store
         is removed (:func:`remove_leftovers`).
 
         Raises
@@ -329,8 +336,12 @@ class RunStore:
                              "--overwrite (store.overwrite: true) to replace it, set those keys back to resume "
                              "it, or choose another --out")
         old_inputs = store.attrs.get("inputs_digest")
+        if legacy_inputs_digest is not None and MODEL_SOURCES not in store.attrs:
+            inputs_digest = legacy_inputs_digest
         if inputs_digest is not None and old_inputs is not None and old_inputs != inputs_digest:
-            raise StoreError(f"store path: got {str(path)!r}, a run made with other model or data files (their "
+            modules = [str(m) for m in store.attrs.get(MODEL_SOURCES) or []]
+            also = f", or another source of the model's module {', '.join(modules)}" if modules else ""
+            raise StoreError(f"store path: got {str(path)!r}, a run made with other model or data files{also} (their "
                              f"content changed since: digest {str(old_inputs)[:12]}, now {inputs_digest[:12]}); "
                              "pass --overwrite (store.overwrite: true) to start over, or choose another --out")
         want = {"num_samples": int(expected.get("num_samples", store.num_samples)),
