@@ -50,6 +50,7 @@ from gcc_dask.runtime.tasks import RunPlugin
 from gcc_dask.sizing import BlockChoice, batches_in_flight, choose_block_size, time_f
 from gcc_dask.sources import make_source
 from gcc_dask.store import StoreLock
+from gcc_dask.store.run_store import MODEL_SOURCES
 from gcc_dask.stragglers import latency_model_from_config
 from gcc_dask.workloads import load_workload, make_workload
 
@@ -109,14 +110,16 @@ class StoreSink:
         self.path = path
         self.token = token
 
-    def __call__(self, kind: str, batch: int, **arrays: Any) -> None:
+    def __call__(self, kind: str, batch: int, **arrays: Any) -> Any:
+        """Write; for a scheme, return what :func:`~gcc_dask.store.write_decoded` returns (the batch's
+        ``chunk_digest``, for its record)."""
         token = getattr(self, "token", None)
         if kind == "inputs":
             store_mod.write_inputs(self.path, batch, labels=arrays.get("labels"), reference=arrays.get("reference"),
                                    token=token)
-        else:
-            store_mod.write_decoded(self.path, kind, batch, arrays["decoded"], filled=arrays.get("filled"),
-                                    token=token)
+            return None
+        return store_mod.write_decoded(self.path, kind, batch, arrays["decoded"], filled=arrays.get("filled"),
+                                       token=token)
 
 
 class RecordBuffer:
@@ -380,11 +383,14 @@ def _check_reachable(client, path: str) -> set[str]:
     return frozen
 
 
-def _inputs_digest(source, workload) -> str:
-    """A digest of the model and data files the run reads (see :mod:`gcc_dask._digest`), and of an in-memory f
-    (its cloudpickle bytes: ``workload.params["token"]``)."""
+def _inputs_digest(source, workload, sources: bool = True) -> str:
+    """A digest of the model and data files the run reads (see :mod:`gcc_dask._digest`), of the source file of a
+    model's module (an import path ``module:function``: ``workload.sources()``; not with ``sources=False``, the
+    digest of the stores made before it counted), and of an in-memory f (its cloudpickle bytes:
+    ``workload.params["token"]``)."""
+    modules = list(getattr(workload, "sources", list)()) if sources else []
     try:
-        digest = files_digest([*workload.files(), *source.files()])
+        digest = files_digest([*workload.files(), *modules, *source.files()])
     except OSError as e:
         raise SourceError(f"source: got model or data files that cannot be read to fingerprint them ({e}); "
                           "expected readable files") from None
@@ -462,6 +468,22 @@ def _compose(cfg: PipelineConfig, block: int, source, client, say) -> BatchLayou
                    map_windows=mapper, run_task=run_task, cache=CompositionCache.default(), say=say)
 
 
+def _tell_misplaced(store, schemes: Sequence[str], warn: Callable[[str], None], shown: int = 4) -> None:
+    """One warning naming the chunks of done batches that are not the ones written there (moved or swapped
+    within the store, or copied from another run: :meth:`~gcc_dask.store.RunStore.misplaced_chunks`), which the
+    resume runs again; nothing when there are none."""
+    found = [(name, b) for group in (store_mod.INPUTS, *schemes)
+             for b, names in store.misplaced_chunks(group).items() for name in names]
+    if not found:
+        return
+    listed = ", ".join(f"{name} (batch {b})" for name, b in found[:shown])
+    more = f" and {len(found) - shown} more" if len(found) > shown else ""
+    warn(f"store: {len(found)} chunk{'s' if len(found) > 1 else ''} of {store.path} "
+         f"{'are' if len(found) > 1 else 'is'} not the one{'s' if len(found) > 1 else ''} this store wrote there "
+         f"(moved or swapped within it, or copied from another run): {listed}{more}; running "
+         f"{'those batches' if len(found) > 1 else 'that batch'} again")
+
+
 def _inputs_pending(store) -> np.ndarray:
     """The batches whose ``inputs`` (the reference, the labels) were never written, when the store records
     any: bool (num_batches,). Such a batch is not done, whatever its schemes' status says: without its
@@ -475,11 +497,13 @@ def _inputs_pending(store) -> np.ndarray:
 def _pending(store, schemes: Sequence[str], num_batches: int) -> list[tuple[int, list[str]]]:
     """(batch, schemes) still to run: pending batches, those failed by the environment (retried on resume, see
     :meth:`~gcc_dask.store.RunStore.pending_batches`), and, for every scheme, the batches whose reference or
-    labels were never written or whose chunk of them is missing (:meth:`~gcc_dask.store.RunStore.missing_batches`;
+    labels were never written or whose chunk of them is missing (:meth:`~gcc_dask.store.RunStore.missing_batches`)
+    or misplaced (:meth:`~gcc_dask.store.RunStore.misplaced_chunks`;
     their records are rewritten with the metrics)."""
     todo = {s: set(store.pending_batches(s, retry_failed=True).tolist()) for s in schemes}
     lost_inputs = set(np.flatnonzero(_inputs_pending(store)).tolist())
     lost_inputs |= set(store.missing_batches(store_mod.INPUTS).tolist())  # their labels/reference chunk is gone
+    lost_inputs |= set(store.misplaced_chunks(store_mod.INPUTS))  # or is not the one written there
     todo = {s: batches | lost_inputs for s, batches in todo.items()}
     work = [(b, [s for s in schemes if b in todo[s]]) for b in range(num_batches)]
     return [(b, ss) for b, ss in work if ss]
@@ -625,17 +649,19 @@ def _run_stored(cfg, path, source, workload, output_shape, connected, say, warn,
         seed=cfg.seed,
         scheme_attrs={s: {"code": codes[s].params, "code_name": codes[s].name, "num_workers": codes[s].num_workers}
                       for s in cfg.schemes},
-        attrs={"composition": composition_policy(cfg),
+        attrs={"composition": composition_policy(cfg), MODEL_SOURCES: list(getattr(workload, "sources", list)()),
                **({"advice": advice} if advice is not None else {})},
     )
     with StoreLock(path):
         store = store_mod.RunStore.resume(path, overwrite=cfg.store.overwrite, config_ignore=FINGERPRINT_IGNORED,
                                           fingerprint_for=cfg.fingerprint, config_for=cfg.resolved_for,
+                                          legacy_inputs_digest=_inputs_digest(source, workload, sources=False),
                                           **layout_kwargs)
         work = None
         if store is not None:
             choice = _block_choice(cfg, source, cost, fixed, store)
             layout = _layout(cfg, choice.block_size, source.num_samples, store.sample_index())
+            _tell_misplaced(store, cfg.schemes, warn)
             work = _pending(store, cfg.schemes, _limited(cfg, store.num_batches))
             done = _limited(cfg, store.num_batches) - len(work)
             say(f"resuming {path}: {done} of {_limited(cfg, store.num_batches)} batches already done")
@@ -745,6 +771,7 @@ def _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, la
         name=f"{prefix}{uuid.uuid4().hex[:8]}", workload=workload, codes=codes, source=source,
         sink=StoreSink(os.path.abspath(path), token=store.token), layout=layout, use_gpu=use_gpu,
         cache_batches=in_flight or cfg.run.max_batches_in_flight, order_from=store_mod.SampleIndex(os.path.abspath(path)),
+        output_shape=output_shape,
     )
     runner = BatchRunner(
         c, plugin, plans, latency_model=latency_model, seed=cfg.seed, num_samples=source.num_samples,

@@ -175,9 +175,16 @@ class Workload(ABC):
 
     def files(self) -> list[str]:
         """Model files f is built from: their content goes into a run's fingerprint, so a resume refuses a
-        changed model. Empty for analytic functions and callables (a changed Python function is not seen)."""
+        changed model. Empty for analytic functions and callables (their code counts through :meth:`sources` and
+        the pickled bytes' token)."""
         path = getattr(self, "path", None)
         return [path] if path else []
+
+    def sources(self) -> list[str]:
+        """Python source files f's code is read from at each load (a module behind an import path): their content
+        goes into a run's inputs digest, as :meth:`files`' does, so that a resume refuses an edited module.
+        Empty by default. Unlike :meth:`files`, they do not key the models kept loaded (:func:`load_workload`)."""
+        return []
 
     def __call__(self, X: Any) -> Any:
         """Evaluate f on X, loading it on first use in this process (:func:`load_workload`; the loaded f is
@@ -544,6 +551,29 @@ def _import_object(spec: str) -> Any:
     return obj
 
 
+def _module_source(name: str) -> list[str]:
+    """``[path]`` of the ``.py`` file of the imported module `name`, else ``[]`` (a built-in or compiled module,
+    a namespace package, one not imported)."""
+    import sys
+
+    path = getattr(sys.modules.get(name), "__file__", None)
+    return [os.path.abspath(path)] if path and path.endswith(".py") and os.path.isfile(path) else []
+
+
+def _by_reference(obj: Any) -> bool:
+    """True for a plain function that cloudpickle pickles by reference: found under its qualified name in its
+    importable module (not ``__main__``), so each worker imports its code from that module's file."""
+    import sys
+    import types
+
+    if not isinstance(obj, types.FunctionType) or obj.__module__ in (None, "__main__"):
+        return False
+    found: Any = sys.modules.get(obj.__module__)
+    for part in obj.__qualname__.split("."):
+        found = getattr(found, part, None)
+    return found is obj
+
+
 def _label(obj: Any) -> str:
     """``module:qualname`` of a function or method, else the object's type: how errors and attrs name f."""
     qual = getattr(obj, "__qualname__", None) or type(obj).__qualname__
@@ -650,6 +680,17 @@ class CallableWorkload(_InMemory, Workload):
                        "factory": self.factory}
         if token is not None:
             self.params["token"] = token
+
+    def sources(self) -> list[str]:
+        """The source file of the module f comes from, when its code is read from there by each worker: an
+        import path ``"package.module:function"``, or a function pickled by reference (found under its name in
+        an importable module other than ``__main__``). A function defined in a script, a notebook or a lambda
+        travels by value (its code is in the token of :attr:`params`). Empty when the module has no ``.py``
+        file."""
+        if isinstance(self.function, str):
+            return _module_source(self.function.partition(":")[0])
+        target = self.__dict__.get("_object", self.function)
+        return _module_source(target.__module__) if _by_reference(target) else []
 
     def load(self) -> Callable[[Any], Any]:
         if self._payload is not None:

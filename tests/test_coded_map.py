@@ -8,6 +8,7 @@ compared with run_pipeline's, and with each other across input types.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import uuid
 
@@ -266,6 +267,24 @@ def test_a_script_without_a_main_guard_is_told_how_to_fix_it(tmp_path):
     assert 'in a script (no_guard.py), put the calls that start a cluster under `if __name__ == "__main__":`' in last
 
 
+def test_an_output_of_the_wrong_shape_is_an_error_of_f_never_wrong_rows(process_client, tmp_path):
+    """Issue 35, case 1: f transposes every block of more than one row (its one-row probe passes). Every shard
+    output and the uncoded reference are checked against the shape f gave on its probe: a shard of the wrong
+    shape is an erasure, and a batch left without an estimate is said once, naming f, the shape got and the one
+    expected. No row is a wrong value (the run used to complete with 0 of 128 rows equal to f)."""
+    bad = lambda b: np.tanh(b @ W).T if b.shape[0] > 1 else np.tanh(b @ W)  # noqa: E731
+    with pytest.warns(RuntimeWarning) as caught:
+        res = gd.coded_map(bad, X[:128], schemes=["uncoded"], client=process_client, out=tmp_path / "t.zarr",
+                           run={"reference": True}, **CONFIG)
+    said = [str(w.message) for w in caught if "has no estimate" in str(w.message)]
+    assert len(said) == 1, said
+    assert re.match(r"uncoded: batch \d has no estimate: every shard that ran failed; shard \d: WorkloadError\(.workload: "
+                    r"f \(test_coded_map:.*<lambda>\) returned shape \(3, 16\) for a shard's block of 16 samples; "
+                    r"expected \(16, 3\)", said[0]), said[0]
+    assert np.isnan(res.estimates).all()  # no row of wrong values
+    assert np.isnan(res.reference).all()  # the reference of each batch (64 rows, transposed too) is unknown
+
+
 def test_a_scalar_f_makes_a_store_every_reader_opens(process_client, tmp_path):
     """f: R^4 -> R (one number per row, output shape ()): the summary, a resume and the report read the store
     (its integrity check used to expect an `output` coordinate that a scalar f never has, and called it
@@ -304,8 +323,10 @@ def test_a_single_output_f_is_scored_by_relative_error_not_relacc(client, tmp_pa
 
 
 @pytest.mark.parametrize("bad_f, error", [
-    (lambda b: np.tanh(b)[:1, :3], "cannot reshape"),  # one row for every block of rows
+    (lambda b: np.tanh(b)[:1, :3], r"returned shape \(1, 3\) .*expected \(16, 3\)"),  # one row for every block
     (lambda b: np.tanh(b[:, :3]) if len(b) == 1 else 1 / 0, "ZeroDivisionError"),  # passes the one-row probe only
+    # the same number of values in another layout: used to be reshaped into wrong rows without a word
+    (lambda b: np.tanh(b @ W).T if len(b) > 1 else np.tanh(b @ W), r"returned shape \(3, 16\) .*expected \(16, 3\)"),
 ])
 def test_an_f_that_fails_on_every_block_is_said_once_with_its_error(process_client, tmp_path, bad_f, error):
     """Every batch without an estimate is NaN and counted in the summary; the first one of a scheme is also said
@@ -314,3 +335,53 @@ def test_an_f_that_fails_on_every_block_is_said_once_with_its_error(process_clie
         res = gd.coded_map(bad_f, X[:128], client=process_client, out=tmp_path / "bad.zarr", **CONFIG)
     assert np.isnan(res.estimates).all()
     assert sum("has no estimate" in str(w.message) for w in caught) == 1  # once per scheme, not per batch
+
+
+@pytest.mark.parametrize("given", ["import path", "imported function"])
+def test_an_edited_module_behind_f_is_refused_on_resume(client, tmp_path, monkeypatch, given):
+    """Issue 35, case 3: f named by its import path ('module:function'), or an importable function (pickled by
+    reference: the workers read its code from the module), then its module edited: the same call used to resume
+    and return the old f's results; the module's source is in the run's inputs digest, so it is refused (one
+    line naming the module's file). Unedited, the same call resumes."""
+    import importlib
+
+    name = f"model_{uuid.uuid4().hex[:8]}"
+    module = tmp_path / f"{name}.py"
+    module.write_text("import numpy as np\n\ndef g(x):\n    return np.tanh(2 * x)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))  # the in-process workers of `client` share this sys.path
+    f = f"{name}:g" if given == "import path" else importlib.import_module(name).g
+    out = tmp_path / "edited.zarr"
+    first = gd.coded_map(f, X[:128], client=client, out=out, **CONFIG)
+    assert np.abs(first.estimates - np.tanh(2 * X[:128])).mean() < 0.05
+    assert gd.open_run(out).attrs["model_sources"] == [str(module)]
+    again = gd.coded_map(f, X[:128], client=client, out=out, **CONFIG)  # unedited: resumed
+    np.testing.assert_array_equal(again.estimates, first.estimates)
+    module.write_text("import numpy as np\n\ndef g(x):\n    return np.tanh(3 * x)\n")
+    with pytest.raises(gd.errors.StoreError, match=rf"other source of the model's module {re.escape(str(module))}"):
+        gd.coded_map(f, X[:128], client=client, out=out, **CONFIG)
+
+
+def test_a_store_made_before_module_sources_counted_is_resumed(client, tmp_path, monkeypatch):
+    """A store whose inputs digest left the module's source out (made before it counted: no ``model_sources``
+    attribute) is resumed as before, not refused as made by another model."""
+    import zarr
+
+    from gcc_dask.pipeline import _inputs_digest
+    from gcc_dask.sources import make_source
+    from gcc_dask.workloads import make_workload
+
+    name = f"model_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text("import numpy as np\n\ndef g(x):\n    return np.tanh(2 * x)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "old.zarr"
+    first = gd.coded_map(f"{name}:g", X[:128], client=client, out=out, **CONFIG)
+    root = zarr.open_group(str(out), mode="r+")
+    source, workload = make_source("array", array=X[:128]), make_workload("callable", name=f"{name}:g")
+    assert workload.sources() and _inputs_digest(source, workload) == root.attrs["inputs_digest"]
+    attrs = dict(root.attrs)
+    del attrs["model_sources"]
+    attrs["inputs_digest"] = _inputs_digest(source, workload, sources=False)
+    root.attrs.clear()
+    root.attrs.update(attrs)
+    again = gd.coded_map(f"{name}:g", X[:128], client=client, out=out, **CONFIG)
+    np.testing.assert_array_equal(again.estimates, first.estimates)

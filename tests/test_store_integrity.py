@@ -29,21 +29,23 @@ def make(path, **kw):
     return RunStore.create(path, **{**LAYOUT, **kw})
 
 
-def record(batch, n=16, status=BatchStatus.DECODED):
+def record(batch, n=16, status=BatchStatus.DECODED, digest=None):
     return {"batch": batch, "received_mask": np.arange(n) < n - 2, "latency_s": np.linspace(0.1, 0.2, n),
-            "cutoff_s": 0.3, "status": int(status)}
+            "cutoff_s": 0.3, "status": int(status), "chunk_digest": digest}
 
 
 def filled(path):
-    """A store whose 4 batches are all done, for both schemes and the inputs (distinct values per batch)."""
+    """A store whose 4 batches are all done, for both schemes and the inputs (distinct values per batch); each
+    record carries the chunk digest its write of ``decoded`` returned, as a run's decode does."""
     st = make(path)
+    digests = {s: {} for s in SCHEMES}
     for b in range(st.num_batches):
         lo, hi = st.batch_rows(b)
         write_inputs(path, b, labels=np.full(hi - lo, b), reference=np.full((hi - lo, 10), 10.0 + b, np.float32))
         for scheme, n in SCHEMES.items():
-            write_decoded(path, scheme, b, np.full((hi - lo, 10), float(b), np.float32))
+            digests[scheme][b] = write_decoded(path, scheme, b, np.full((hi - lo, 10), float(b), np.float32))
     for scheme, n in SCHEMES.items():
-        st.write_records(scheme, [record(b, n) for b in range(st.num_batches)])
+        st.write_records(scheme, [record(b, n, digest=digests[scheme][b]) for b in range(st.num_batches)])
     return st
 
 
@@ -62,7 +64,8 @@ def test_every_array_is_checksummed_and_writes_empty_chunks(tmp_path):
     assert len(arrays) > 30
     for meta in arrays:
         assert [c["name"] for c in meta["codecs"]][-2:] == ["zstd", "crc32c"], meta
-    assert st.attrs["integrity"] == {"checksum": "crc32c", "empty_chunks": "written"}
+    assert st.attrs["integrity"] == {"checksum": "crc32c", "empty_chunks": "written",
+                                     "chunk_digest": "store_id array chunk crc32c"}
     # an undecodable batch's all-NaN rows are a chunk of their own (zarr would otherwise skip it)
     write_decoded(path, "gcc", 1, np.full((K, 10), np.nan, np.float32))
     assert (path / "gcc" / "decoded" / "c" / "1" / "0").is_file()
@@ -134,6 +137,57 @@ def test_a_done_batch_whose_chunk_is_missing_is_pending_again(tmp_path):
     assert st.pending_batches("gcc", retry_failed=True).tolist() == [2]  # ...but run again
     assert st.pending_batches("uncoded").tolist() == []
     assert st.missing_batches("inputs").tolist() == [3]
+
+
+def _swap(a, b):
+    tmp = a.with_name(a.name + ".swap")
+    a.rename(tmp)
+    b.rename(a)
+    tmp.rename(b)
+
+
+def test_swapped_chunks_are_named_and_pending_again(tmp_path):
+    """Issue 35, case 2: two chunk files of gcc/decoded swapped (and two of inputs/reference): each reads back
+    with a sound crc32c, but not the digest recorded with its batch (bound to the store, the array and the place)."""
+    path = tmp_path / "run.zarr"
+    st = filled(path)
+    assert st.misplaced_chunks("gcc") == {} and st.misplaced_chunks("inputs") == {}
+    _swap(path / "gcc" / "decoded" / "c" / "1" / "0", path / "gcc" / "decoded" / "c" / "2" / "0")
+    _swap(path / "inputs" / "reference" / "c" / "0" / "0", path / "inputs" / "reference" / "c" / "3" / "0")
+    st = RunStore.open(path)
+    assert st.batch_status("gcc")[1] == BatchStatus.DECODED  # still marked done, and the chunks read...
+    assert zarr.open_array(str(path / "gcc" / "decoded"), mode="r")[K:2 * K].max() == 2.0  # (batch 2's rows)
+    assert st.misplaced_chunks("gcc") == {1: ["gcc/decoded/c/1/0"], 2: ["gcc/decoded/c/2/0"]}
+    assert st.misplaced_chunks("uncoded") == {}
+    assert st.misplaced_chunks("inputs") == {0: ["inputs/reference/c/0/0"], 3: ["inputs/reference/c/3/0"]}
+    assert st.pending_batches("gcc", retry_failed=True).tolist() == [1, 2]  # ...but run again
+    assert st.pending_batches("uncoded").tolist() == []
+
+
+@pytest.mark.parametrize("source", ["another store", "another batch", "another scheme"])
+def test_a_chunk_copied_with_its_digest_is_named(tmp_path, source):
+    """A chunk copied together with the digest recorded for it (so that the two agree) from another store of
+    the same layout, from another batch, or from another scheme's array (the same values: batch 1 wrote 1.0 in
+    both schemes) is still named: the digest is bound to the store's id, the chunk's key and the array's path."""
+    path = tmp_path / "run.zarr"
+    filled(path)
+    st = RunStore.open(path)
+    digest = zarr.open_array(str(path / "gcc" / "chunk_digest"), mode="r+")
+    if source == "another store":
+        other = tmp_path / "other.zarr"
+        lo, hi = make(other).batch_rows(2)
+        copied = write_decoded(other, "gcc", 2, np.full((hi - lo, 10), 7.0, np.float32))
+        shutil.copy(other / "gcc" / "decoded" / "c" / "2" / "0", path / "gcc" / "decoded" / "c" / "2" / "0")
+    elif source == "another batch":
+        shutil.copy(path / "gcc" / "decoded" / "c" / "1" / "0", path / "gcc" / "decoded" / "c" / "2" / "0")
+        copied = digest[1]
+    else:
+        shutil.copy(path / "uncoded" / "decoded" / "c" / "2" / "0", path / "gcc" / "decoded" / "c" / "2" / "0")
+        copied = zarr.open_array(str(path / "uncoded" / "chunk_digest"), mode="r")[2]
+    assert copied[0] != 0 and copied[0] != digest[2][0]
+    digest[2] = copied
+    assert st.misplaced_chunks("gcc") == {2: ["gcc/decoded/c/2/0"]}
+    assert st.pending_batches("gcc").tolist() == [2]
 
 
 def test_a_failed_batch_without_a_chunk_is_not_missing(tmp_path):

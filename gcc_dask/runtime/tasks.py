@@ -24,7 +24,7 @@ from distributed import WorkerPlugin, get_worker
 from distributed.worker import thread_state
 
 from gcc_dask import metrics
-from gcc_dask.errors import GccDaskError, StoreError, WriteRefusedError
+from gcc_dask.errors import GccDaskError, StoreError, WorkloadError, WriteRefusedError
 from gcc_dask.workloads import load_workload
 
 logger = logging.getLogger(__name__)
@@ -61,10 +61,15 @@ class RunPlugin(WorkerPlugin):
         :class:`gcc_dask.store.SampleIndex` of the run's store. When given, the plugin is pickled without
         the order (O(num_samples) bytes that would pass through the scheduler) and each worker reads it in
         :meth:`setup`.
+    output_shape : tuple of int, optional
+        f's output shape for one sample, as its probe on the driver gave it: every output of f on n rows
+        (a shard's block, a batch's reference) must then have shape ``(n, *output_shape)``
+        (:func:`check_output`). None checks nothing.
     """
 
     def __init__(self, name, workload, codes, source, sink, layout, use_gpu=False, cache_batches=4,
-                 order_from: Callable[[], np.ndarray] | None = None):
+                 order_from: Callable[[], np.ndarray] | None = None,
+                 output_shape: tuple[int, ...] | None = None):
         self.name = name
         self.workload = workload
         self.codes = codes
@@ -73,6 +78,7 @@ class RunPlugin(WorkerPlugin):
         self.layout = layout
         self.order_from = order_from if layout.order is not None else None
         self.use_gpu = use_gpu
+        self.output_shape = None if output_shape is None else tuple(int(d) for d in output_shape)
         self.cache_batches = max(1, int(cache_batches))
         self.fn: Callable | None = None
         self.closed = False
@@ -254,8 +260,8 @@ def is_storage_error(exc: BaseException) -> bool:
     return isinstance(exc, StoreError)
 
 
-def _write(p: "RunPlugin", kind: str, batch: int, **arrays: Any) -> None:
-    """``p.sink(...)``, turning a file-system failure (``OSError``) into one :class:`StoreError` line naming what
+def _write(p: "RunPlugin", kind: str, batch: int, **arrays: Any) -> Any:
+    """``p.sink(...)`` (returning what it returns: a scheme's ``chunk_digest`` for the batch's record), turning a file-system failure (``OSError``) into one :class:`StoreError` line naming what
     failed.
 
     An orphan writes nothing: a task whose plugin was torn down (its run ended, or a new run on the same store
@@ -264,13 +270,13 @@ def _write(p: "RunPlugin", kind: str, batch: int, **arrays: Any) -> None:
     whose write is refused stops with that error's one line."""
     if p.closed:
         logger.debug("not writing %s of batch %s: the run's plugin was removed", kind, batch)
-        return
+        return None
     try:
-        p.sink(kind, batch, **arrays)
+        return p.sink(kind, batch, **arrays)
     except WriteRefusedError as e:
         if p.closed or is_cancelled():
             logger.info("an orphaned task of an ended run did not write %s of batch %s: %s", kind, batch, e)
-            return
+            return None
         raise
     except OSError as e:
         where = getattr(p.sink, "path", "the store")
@@ -399,6 +405,33 @@ def _read_batch(source, layout, batch: int, chunk: Callable[[int], Any] | None =
     return Loaded(x=x, labels=None if labels is None else np.asarray(labels), n_real=x.shape[0])
 
 
+def check_output(p: RunPlugin, y: Any, rows: int, what: str) -> Any:
+    """`y`, f's output on `rows` samples of `what`, once its shape is ``(rows, *p.output_shape)``: the shape f gave
+    on its probe (one sample, on the driver) with `rows` rows. A shape comparison, nothing per row.
+
+    Raises
+    ------
+    WorkloadError
+        One line naming f, the shape it returned and the one expected. It is an error of f like any other: a
+        shard's is an erasure (said once per scheme when a batch has no estimate), a reference's leaves the
+        batch's reference unknown (NaN). Without it an output of the same size in another layout (f transposing
+        a block of several rows, not one) would be reshaped into wrong rows without a word.
+    """
+    expected = getattr(p, "output_shape", None)
+    if expected is None:
+        return y
+    got = tuple(int(d) for d in np.shape(y))
+    want = (int(rows), *expected)
+    if got != want:
+        params = getattr(p.workload, "params", None) or {}
+        label = params.get("function") or params.get("path") or params.get("name") or params.get("kind", "f")
+        raise WorkloadError(
+            f"workload: f ({label}) returned shape {got} for {what} of {rows} samples; expected {want}, the "
+            f"shape it gave for one sample ({(1, *expected)}) with {rows} rows: f must map (n, ...) samples to "
+            "(n, ...) outputs for every n")
+    return y
+
+
 def reference_task(name: str, batch: int, write: bool = True, evaluate: bool = True,
                    output_size: int | None = None) -> np.ndarray | None:
     """Compute f(x) uncoded for the batch's samples (slot order); write labels and reference; return it.
@@ -418,7 +451,7 @@ def reference_task(name: str, batch: int, write: bool = True, evaluate: bool = T
             _write(p, "inputs", batch, labels=loaded.labels)
         return None
     try:
-        ref = to_host(p.fn(loaded.x)).reshape(loaded.n_real, -1)
+        ref = to_host(check_output(p, p.fn(loaded.x), loaded.n_real, "the batch")).reshape(loaded.n_real, -1)
     except Exception:
         if write and output_size is not None:
             unknown = np.full((loaded.n_real, int(output_size)), np.nan, dtype=np.float32)
@@ -472,7 +505,7 @@ def evaluate_shard(name: str, scheme: str, batch: int, worker: int, delay_s: flo
         x = p.shard_input(batch, scheme, worker)
         if delay_s > 0 and not cooperative_sleep(delay_s, p):
             return None
-        y = p.fn(x)
+        y = check_output(p, p.fn(x), x.shape[0], "a shard's block")
         return ShardResult(worker=worker, output=y, started=started, finished=time.time())
     finally:
         spent = time.perf_counter() - t0
@@ -499,7 +532,8 @@ def decode_task(
     decode was submitted with its shards (a scheme that keeps every result, on the wall clock), and each
     shard's latency is taken from its result (``finished - batch_start``), the cutoff as the largest. The record (status,
     received/failed masks, latencies) goes back to the driver, which writes it to the store after this
-    task has written ``decoded``: the status is always written last.
+    task has written ``decoded``: the status is always written last. The record's ``chunk_digest`` is what
+    the write of ``decoded`` returned (:func:`~gcc_dask.store.write_decoded`), written with it.
     """
     from gcc_dask.errors import NotEnoughResultsError
 
@@ -544,9 +578,9 @@ def decode_task(
     if filled.any():  # the positions a fill estimated, for every group of the batch, in slot order
         g = p.layout.batch_groups(batch)
         filled = p.layout.from_blocks(np.repeat(filled[:, None], g, axis=1), n_real)
-        _write(p, scheme, batch, decoded=decoded, filled=filled)
+        digest = _write(p, scheme, batch, decoded=decoded, filled=filled)
     else:
-        _write(p, scheme, batch, decoded=decoded)
+        digest = _write(p, scheme, batch, decoded=decoded)
     latency, cutoff = meta["latency_s"], float(meta["cutoff_s"])
     if latency is None:  # submitted with its shards (a scheme that keeps every result): time them here
         latency = np.full(code.num_workers, np.nan)
@@ -559,6 +593,7 @@ def decode_task(
         "latency_s": np.asarray(latency, dtype=np.float64),
         "failed_mask": np.asarray(meta["failed"], dtype=bool),
         "n_backups": int(meta.get("backups", 0)),
+        "chunk_digest": digest,  # binds the chunks just written to their place (docs/store.rst, 'Integrity')
     }
     if meta.get("score"):
         record["decoded"] = decoded

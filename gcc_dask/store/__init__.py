@@ -4,11 +4,12 @@ Layout::
 
     run.zarr/
       attrs: gcc_dask_version, created, finished, status, config, config_fingerprint, git_sha,
-             versions, seed, run_token, integrity (+ num_samples, batch_size, num_batches, output_shape,
+             versions, seed, run_token, store_id, integrity (+ num_samples, batch_size, num_batches, output_shape,
              schemes, ...)
       inputs/labels          (sample,)            int64   -1 where unknown
       inputs/reference       (sample, output)     float   f(x_k) computed uncoded; NaN until written
       inputs/status          (batch,)             int8    1 once the batch's inputs are written
+      inputs/chunk_digest    (batch, bound_array) uint64  binds the batch's labels, reference chunks to their place
       <scheme>/decoded       (sample, output)     float   estimates f^(x_k); NaN where undecodable
       <scheme>/received      (batch, worker)      bool    the set F used for decoding
       <scheme>/failed        (batch, worker)      bool    shards that raised or whose worker died
@@ -17,6 +18,7 @@ Layout::
       <scheme>/batch_latency_s (batch,)           float64 batch start to decode done, s
       <scheme>/n_received, n_failed, n_backups (batch,) int32 -1 until written
       <scheme>/mse, rel_acc, error_estimate (batch,) float64 NaN when unknown
+      <scheme>/chunk_digest  (batch, bound_array) uint64  binds the batch's decoded, filled chunks to their place
       <scheme>/status        (batch,)             int8    BatchStatus; written last
 
 (with more than one output axis, ``output`` becomes ``output_0, output_1, ...``).
@@ -33,7 +35,9 @@ attributes; metadata is consolidated once, by :meth:`RunStore.finish`.
 
 Integrity (docs/store.rst, section 'Integrity'). Every chunk carries a ``crc32c`` checksum and is written even
 when it holds only fill values, so a flipped byte is an error naming the array and its batch, and a done batch
-whose chunk is missing is run again by a resume (:mod:`.integrity`). Every write of a run carries the run's
+whose chunk is missing, or is not the one written there (moved, swapped, copied from another run: each batch's
+``chunk_digest`` binds its chunks to the store's ``store_id``, their array and their place), is run again by a
+resume (:mod:`.integrity`). Every write of a run carries the run's
 token (``run_token``, new at every create and resume) and is refused
 (:class:`~gcc_dask.errors.WriteRefusedError`) when the store no longer carries it or is gone: the tasks of a
 killed driver never write into the store that replaced it, and a store moved away mid-run is not recreated as

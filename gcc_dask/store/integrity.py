@@ -10,11 +10,15 @@ is written has a chunk in each of its sample arrays. Three checks use that (docs
 - :func:`missing_batches`: the done batches whose chunk of a sample array (``decoded``, ``labels``,
   ``reference``) is gone, which a resume runs again instead of reading them back as fill values;
 - :func:`damaged_chunk_error`: after a read failed (a checksum that does not match, a chunk that does not
-  decompress), the one line naming the array, the chunk file and the batches it holds.
+  decompress), the one line naming the array, the chunk file and the batches it holds;
+- :func:`misplaced_chunks`: in a store that binds its chunks (``chunk_digest``), the done batches whose chunk of a
+  sample array is not the one written there (moved or swapped within the store, or copied from another store):
+  its ``crc32c`` is sound, but the digest recorded with the batch names another store, array, place or content.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import os
@@ -26,9 +30,10 @@ import numpy as np
 
 from gcc_dask.errors import StoreError
 
-from .layout import _BATCH_FLOATS, INPUTS, INTEGRITY_ATTR, _output_dims
+from .layout import _BATCH_FLOATS, DIGEST, INPUTS, INTEGRITY_ATTR, _output_dims, bound_arrays
 
-__all__ = ["check_structure", "chunk_span", "damaged_chunk_error", "missing_batches", "read_checked"]
+__all__ = ["check_structure", "chunk_digest", "chunk_span", "damaged_chunk_error", "misplaced_chunks",
+           "missing_batches", "read_checked"]
 
 #: coordinate arrays, written whole when the store is created (and never again)
 COORDINATES = ("sample", "group", "position", "batch", "worker", "worker_point")
@@ -151,6 +156,102 @@ def missing_batches(path: str | os.PathLike, group: str, names: Iterable[str], s
             if not (folder / key).is_file():
                 missing.add(int(b))
     return np.asarray(sorted(missing), dtype=np.int64)
+
+
+def batch_chunk_key(meta: Mapping[str, Any], batch: int) -> str | None:
+    """The key of batch `batch`'s chunk in the array whose ``zarr.json`` is `meta` (``c/3/0``), or None when the
+    array is not one chunk per batch along its first axis (``batch_size`` rows: the caller checks)."""
+    chunks = meta["chunk_grid"]["configuration"]["chunk_shape"]
+    encoding = meta.get("chunk_key_encoding", {})
+    sep = (encoding.get("configuration") or {}).get("separator", "/")
+    prefix = "c" + sep if encoding.get("name", "default") == "default" else ""
+    return prefix + sep.join([str(int(batch)), *("0" for _ in chunks[1:])])
+
+
+def chunk_crc(file: str | os.PathLike) -> bytes | None:
+    """The ``crc32c`` a chunk file ends with (its last 4 bytes, which zarr checks against the rest on every
+    read), or None when there is no such file."""
+    try:
+        with open(file, "rb") as fh:
+            fh.seek(-4, os.SEEK_END)
+            return fh.read(4)
+    except OSError:  # no file, or one shorter than 4 bytes (which no read accepts either)
+        return None
+
+
+def chunk_digest(store_id: str, name: str, key: str, crc: bytes) -> int:
+    """The digest binding a chunk to its place: 64 bits of BLAKE2b over the store's id (``store_id``, made when
+    it was created), the array's path in it (``"gcc/decoded"``), the chunk's key (``"c/3/0"``) and the chunk's
+    ``crc32c`` (:func:`chunk_crc`). Never 0 (the fill value of ``chunk_digest``: nothing recorded)."""
+    h = hashlib.blake2b(digest_size=8)
+    for part in (store_id.encode(), name.encode(), key.encode(), crc):
+        h.update(len(part).to_bytes(4, "little") + part)
+    return int.from_bytes(h.digest(), "little") or 1
+
+
+def misplaced_chunks(path: str | os.PathLike, group: str, status: np.ndarray, done: Iterable[int], store_id: str,
+                     batch_size: int) -> dict[int, list[str]]:
+    """The done batches of `group` whose chunk of a bound array (:func:`~.layout.bound_arrays`) is not the one
+    written there, with those chunks' names (``"gcc/decoded/c/3/0"``).
+
+    A chunk whose digest (:func:`chunk_digest` of the store's id, the array, its key and its ``crc32c``) differs
+    from the one recorded with its batch (``<group>/chunk_digest``) was moved or swapped within the store, or
+    copied from another store or run; its own checksum cannot tell, as it covers the chunk's bytes only. A
+    batch recorded without digests (0), and a missing chunk (:func:`missing_batches`), are not named here.
+    One read of ``chunk_digest`` and of each bound chunk's last 4 bytes per done batch.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The run store.
+    group : str
+        ``"inputs"`` or a scheme.
+    status : array of int8, shape (num_batches,)
+        The group's batch statuses.
+    done : iterable of int
+        The statuses whose batches are checked.
+    store_id : str
+        The store's ``store_id`` root attribute.
+    batch_size : int
+        Rows per batch (K·B).
+
+    Returns
+    -------
+    dict of int to list of str
+        Batch index to the names of its misplaced chunks, batches ascending.
+
+    Raises
+    ------
+    StoreError
+        When ``chunk_digest`` cannot be read (a damaged chunk is named).
+    """
+    import zarr
+
+    path = Path(path)
+    candidates = np.flatnonzero(np.isin(status, list(done)))
+    if candidates.size == 0 or not (path / group / DIGEST / "zarr.json").is_file():
+        return {}
+    arr = zarr.open_array(str(path / group / DIGEST), mode="r")
+    recorded = read_checked(path, f"{group}/{DIGEST}", arr)
+    columns = []
+    for i, name in enumerate(bound_arrays(group)):
+        try:
+            meta = json.loads((path / group / name / "zarr.json").read_text())
+        except (OSError, ValueError):
+            continue  # an array the store does not have (labels of a run without them), or check_structure's
+        if meta["chunk_grid"]["configuration"]["chunk_shape"][0] == batch_size:
+            columns.append((i, name, meta))
+    found: dict[int, list[str]] = {}
+    for b in candidates:
+        for i, name, meta in columns:
+            want = int(recorded[b, i])
+            if want == 0:
+                continue
+            key = batch_chunk_key(meta, int(b))
+            crc = chunk_crc(path / group / name / key)
+            if crc is not None and chunk_digest(store_id, f"{group}/{name}", key, crc) != want:
+                found.setdefault(int(b), []).append(f"{group}/{name}/{key}")
+    return found
 
 
 def chunk_span(arr: Any, index: tuple[int, ...], batch_size: Any) -> str:

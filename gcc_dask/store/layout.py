@@ -26,7 +26,22 @@ BATCH_CHUNK = 1024
 #: root attribute of a store whose chunks carry a checksum and are all written (fill values included), with
 #: what :mod:`.integrity` may rely on; absent in stores made before (they are read and resumed as before)
 INTEGRITY_ATTR = "integrity"
-INTEGRITY = {"checksum": "crc32c", "empty_chunks": "written"}
+INTEGRITY = {"checksum": "crc32c", "empty_chunks": "written", "chunk_digest": "store_id array chunk crc32c"}
+#: root attribute: a random identity given to a store when it is created, kept by every resume; the
+#: ``chunk_digest`` of each batch binds its chunks to it (:mod:`.integrity`)
+STORE_ID_ATTR = "store_id"
+#: per-batch array of each group, (num_batches, 2) uint64: for each of the group's :data:`BOUND` arrays, a digest
+#: of the store's id, the array's path, the chunk's key and its ``crc32c`` (:func:`.integrity.chunk_digest`); 0
+#: where none was written. A scheme's is written with the batch's record (by the driver), the inputs' one chunk
+#: per batch by the worker that wrote them
+DIGEST = "chunk_digest"
+#: the sample arrays (one chunk per batch) whose chunks a group's :data:`DIGEST` binds, in its column order
+BOUND = {INPUTS: ("labels", "reference"), "scheme": ("decoded", "filled")}
+
+
+def bound_arrays(group: str) -> tuple[str, str]:
+    """The arrays of `group` (``"inputs"`` or a scheme) whose chunks its :data:`DIGEST` binds, in column order."""
+    return BOUND[INPUTS] if group == INPUTS else BOUND["scheme"]
 
 
 class BatchStatus(IntEnum):
@@ -235,6 +250,8 @@ VARIABLES: dict[str, dict[str, str]] = {
     "n_backups": {"long_name": "backup copies launched (speculative; 0 for schemes without backups; -1 until "
                                "written)", "units": "workers"},
     "status": {"long_name": "0 pending, 1 decoded, 2 deadline-decoded, 3 undecodable, 4 failed"},
+    DIGEST: {"long_name": "digest binding the batch's chunk of each bound array (decoded and filled; labels and "
+                          "reference) to this store, the array and the chunk's place; 0 where not written"},
 }
 
 
@@ -391,6 +408,10 @@ def _create_arrays(path: str | os.PathLike, root_attrs: Mapping[str, Any], schem
         group.create_array(name, shape=(num_batches,), chunks=(chunk,), dtype=dtype_, fill_value=fill,
                            dimension_names=("batch",), attributes=attrs or VARIABLES.get(name, {}))
 
+    def digest_array(group, chunk=bchunk):
+        group.create_array(DIGEST, shape=(num_batches, 2), chunks=(chunk, 2), dtype="uint64", fill_value=0,
+                           dimension_names=("batch", "bound_array"), attributes=VARIABLES[DIGEST])
+
     def coordinates(group, workers=None):
         for name, (values, attrs) in composition.items():
             _coordinate(group, name, values, ("sample",), attrs)
@@ -417,6 +438,7 @@ def _create_arrays(path: str | os.PathLike, root_attrs: Mapping[str, Any], schem
                             fill_value=np.nan, dimension_names=sample_spec[2], attributes=VARIABLES["reference"])
     batch_array(inputs, "status", "int8", 0, chunk=1,  # written by workers: one chunk per batch
                 attrs={"long_name": "1 once the batch's labels and reference are written"})
+    digest_array(inputs, chunk=1)  # written by the workers with the batch's chunks, as its status
     for scheme, workers in schemes.items():
         workers = int(workers)
         beta = (worker_points or {}).get(scheme)
@@ -442,4 +464,5 @@ def _create_arrays(path: str | os.PathLike, root_attrs: Mapping[str, Any], schem
         batch_array(group, "n_failed", "int32", -1)
         batch_array(group, "n_backups", "int32", -1)
         batch_array(group, "status", "int8", 0)
+        digest_array(group)  # with the driver's records (what the decode's write of the chunks returned)
     root.make(path)

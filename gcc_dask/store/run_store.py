@@ -15,7 +15,8 @@ import numpy as np
 from gcc_dask.composition import permutation_or_raise
 from gcc_dask.errors import InvalidInputError, StoreError, WriteRefusedError
 
-from .integrity import _DECODED_WRITTEN, _DECODED_WRITTEN_ALL, check_structure, missing_batches, read_checked
+from .integrity import (_DECODED_WRITTEN, _DECODED_WRITTEN_ALL, check_structure, misplaced_chunks, missing_batches,
+                        read_checked)
 from .layout import (
     BatchStatus,
     _MARKER,
@@ -24,6 +25,7 @@ from .layout import (
     INTEGRITY,
     INTEGRITY_ATTR,
     STORE_FORMAT,
+    STORE_ID_ATTR,
     _batch_rows,
     _check_layout,
     _create_arrays,
@@ -36,6 +38,10 @@ from .layout import (
     _zarr,
 )
 from .writes import TOKEN_ATTR, _naming_failures, _write_records, write_batch, write_inputs
+
+#: root attribute: the Python source files of the model's module that the store's ``inputs_digest`` covers (an
+#: import path ``module:function``); absent in stores made before they counted
+MODEL_SOURCES = "model_sources"
 
 #: hidden folders next to a store ``NAME``: a new store being built (``.NAME.creating-*``) and an old one being
 #: removed after ``--overwrite`` replaced it (``.NAME.replaced-*``); what a killed driver leaves of them is
@@ -258,6 +264,7 @@ class RunStore:
             "dtype": np.dtype(dtype).name,
             "resumed_at": [],
             INTEGRITY_ATTR: dict(INTEGRITY),
+            STORE_ID_ATTR: uuid.uuid4().hex,  # kept by every resume: the chunks' digests are bound to it
             TOKEN_ATTR: uuid.uuid4().hex,
             **dict(attrs or {}),
         }
@@ -286,7 +293,8 @@ class RunStore:
     @classmethod
     def resume(cls, path: str | os.PathLike, *, fingerprint: str, overwrite: bool = False,
                inputs_digest: str | None = None, fingerprint_for: Callable[[dict], str] | None = None,
-               config_for: Callable[[dict], dict] | None = None, **expected: Any) -> RunStore | None:
+               config_for: Callable[[dict], dict] | None = None, legacy_inputs_digest: str | None = None,
+               **expected: Any) -> RunStore | None:
         """The store at `path` ready to resume (status "running"), or None when a new one must be created.
 
         None when `path` does not exist, is an empty directory, or `overwrite` is true. Takes the layout
@@ -299,7 +307,9 @@ class RunStore:
         under a dotted prefix in ``config_ignore``. `fingerprint_for`, given the stored config, gives the
         fingerprint this run would have had when that store was made (keys added since, at their defaults, left
         out): a store whose fingerprint is that one is resumed too; `config_for` gives that config, which a
-        refusal compares with the stored one. What an interrupted creation or replacement left next to the store
+        refusal compares with the stored one. A store made before the source files of a model's module counted in
+        its inputs digest (no ``model_sources`` attribute) is compared with `legacy_inputs_digest` when given
+        (the digest without them). What an interrupted creation or replacement left next to the store
         is removed (:func:`remove_leftovers`).
 
         Raises
@@ -326,8 +336,12 @@ class RunStore:
                              "--overwrite (store.overwrite: true) to replace it, set those keys back to resume "
                              "it, or choose another --out")
         old_inputs = store.attrs.get("inputs_digest")
+        if legacy_inputs_digest is not None and MODEL_SOURCES not in store.attrs:
+            inputs_digest = legacy_inputs_digest
         if inputs_digest is not None and old_inputs is not None and old_inputs != inputs_digest:
-            raise StoreError(f"store path: got {str(path)!r}, a run made with other model or data files (their "
+            modules = [str(m) for m in store.attrs.get(MODEL_SOURCES) or []]
+            also = f", or another source of the model's module {', '.join(modules)}" if modules else ""
+            raise StoreError(f"store path: got {str(path)!r}, a run made with other model or data files{also} (their "
                              f"content changed since: digest {str(old_inputs)[:12]}, now {inputs_digest[:12]}); "
                              "pass --overwrite (store.overwrite: true) to start over, or choose another --out")
         want = {"num_samples": int(expected.get("num_samples", store.num_samples)),
@@ -451,9 +465,27 @@ class RunStore:
         return missing_batches(self.path, scheme, ("decoded",), status,
                                _DECODED_WRITTEN_ALL if full else _DECODED_WRITTEN, self.batch_size)
 
+    def misplaced_chunks(self, scheme: str) -> dict[int, list[str]]:
+        """Batches of `scheme` (or ``"inputs"``) marked done whose chunk of a sample array is not the one written
+        there: moved or swapped within the store, or copied from another store or run. Batch index to the names
+        of those chunks (``"gcc/decoded/c/3/0"``), batches ascending; empty for a store made before chunks were
+        bound (no ``store_id``). See :func:`~.integrity.misplaced_chunks`.
+
+        Raises
+        ------
+        StoreError
+            When the batches' statuses or digests cannot be read (a damaged chunk is named).
+        """
+        store_id = self.attrs.get(STORE_ID_ATTR)
+        if not store_id:
+            return {}
+        done = (1,) if scheme == INPUTS else DONE_STATUSES
+        return misplaced_chunks(self.path, scheme, self.batch_status(scheme), done, str(store_id), self.batch_size)
+
     def pending_batches(self, scheme: str, retry_failed: bool = False) -> np.ndarray:
         """Indices (int64, ascending) of the batches of `scheme` that are not done (status 0), and of those
-        marked done whose chunks are missing (:meth:`missing_batches`), which a resume runs again.
+        marked done whose chunks are missing (:meth:`missing_batches`) or misplaced (:meth:`misplaced_chunks`),
+        which a resume runs again.
 
         With ``retry_failed``, also the batches that failed for a reason of the environment (status 4 with no
         cutoff recorded: a lost decode, a worker error), which a resume runs again; a batch failed by the cutoff
@@ -464,6 +496,7 @@ class RunStore:
         if retry_failed and scheme != INPUTS:
             todo |= (status == int(BatchStatus.FAILED)) & np.isnan(self.batch_values(scheme, "cutoff_s"))
         todo[self.missing_batches(scheme)] = True
+        todo[list(self.misplaced_chunks(scheme))] = True
         return np.flatnonzero(todo).astype(np.int64)
 
     def read_batch(self, scheme: str, batch: int) -> dict[str, np.ndarray]:

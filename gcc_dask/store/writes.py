@@ -15,8 +15,9 @@ import numpy as np
 
 from gcc_dask.errors import InvalidInputError, StoreError, WriteRefusedError
 
-from .layout import (_BATCH_FLOATS, DONE_STATUSES, INPUTS, Concurrently, _batch_rows, _local, _open_root, _rows,
-                     _vector, writable)
+from .integrity import chunk_crc, chunk_digest
+from .layout import (_BATCH_FLOATS, DIGEST, DONE_STATUSES, INPUTS, STORE_ID_ATTR, Concurrently, _batch_rows, _local,
+                     _open_root, _rows, _vector, bound_arrays, writable)
 
 #: root attribute holding the identity of the driver session that writes the store (a new one at every
 #: create and resume): a write that carries another one is refused (:class:`WriteRefusedError`)
@@ -73,8 +74,8 @@ def write_batch(path: str | os.PathLike, scheme: str, batch: int, *, decoded: An
     InvalidInputError
         If `batch`, `status` or an array shape is out of range.
     """
-    write_decoded(path, scheme, batch, decoded, token=token)
-    record = {"batch": batch, "received_mask": received_mask, "latency_s": latency_s, "cutoff_s": cutoff_s,
+    digest = write_decoded(path, scheme, batch, decoded, token=token)
+    record = {"batch": batch, "chunk_digest": digest, "received_mask": received_mask, "latency_s": latency_s, "cutoff_s": cutoff_s,
               "status": status, "mse": mse, "rel_acc": rel_acc, "batch_latency_s": batch_latency_s,
               "error_estimate": error_estimate, "failed_mask": failed_mask}
     _write_records(_local(path), scheme, [record], token=token)
@@ -176,8 +177,13 @@ def _scheme_checked(attrs: Mapping[str, Any], scheme: str) -> None:
 
 
 def write_decoded(path: str | os.PathLike, scheme: str, batch: int, decoded: Any, filled: Any = None, *,
-                  token: str | None = None) -> None:
+                  token: str | None = None) -> np.ndarray | None:
     """Write one batch's estimates ``<scheme>/decoded`` (its own chunk only); safe on Dask workers.
+
+    Returns the batch's ``chunk_digest`` row, uint64 (2,), which binds the chunks just written (``decoded``,
+    ``filled``) to this store, their arrays and their place: pass it with the batch's record
+    (``record["chunk_digest"]``, :meth:`RunStore.write_records`) so that a resume can tell a chunk moved or
+    copied there (:func:`~.integrity.misplaced_chunks`); None for a store made without digests.
 
     Parameters
     ----------
@@ -209,6 +215,27 @@ def write_decoded(path: str | os.PathLike, scheme: str, batch: int, decoded: Any
     if filled is not None:
         with _naming_failures(path, f"{scheme}/filled", np.array([batch])):
             _array(h, scheme, "filled")[start:stop] = _vector("filled", filled, stop - start, bool)
+    return _digests(h, scheme, batch, ("decoded",) + (("filled",) if filled is not None else ()))
+
+
+def _digests(h: dict[str, Any], group: str, batch: int, written: tuple[str, ...]) -> np.ndarray | None:
+    """The ``chunk_digest`` row of `batch` in `group`: uint64 (2,), for each bound array
+    (:func:`~.layout.bound_arrays`) the digest of its chunk just written (:func:`~.integrity.chunk_digest`, the
+    ``crc32c`` read back from the file: 4 bytes), 0 for one not written now. None for a store made without
+    digests."""
+    store_id = h["attrs"].get(STORE_ID_ATTR)
+    if not store_id or not _present(h, group, DIGEST):
+        return None
+    folder = Path(str(h["root"].store.root))  # where the writes went (/proc/self/fd/N: the store opened)
+    digests = np.zeros(2, dtype=np.uint64)
+    for i, name in enumerate(bound_arrays(group)):
+        if name in written:
+            arr = _array(h, group, name)
+            key = arr.metadata.encode_chunk_key((int(batch),) + (0,) * (arr.ndim - 1))
+            crc = chunk_crc(folder / group / name / key)
+            if crc is not None:
+                digests[i] = chunk_digest(str(store_id), f"{group}/{name}", key, crc)
+    return digests
 
 
 def _write_records(path: Path, scheme: str, records: list[Mapping[str, Any]], token: str | None = None) -> None:
@@ -236,6 +263,9 @@ def _write_records(path: Path, scheme: str, records: list[Mapping[str, Any]], to
     }
     if _present(h, scheme, "n_backups"):  # a store made before the array existed is resumed without it
         columns["n_backups"] = np.array([int(r.get("n_backups", 0)) for r in records], dtype=np.int32)
+    if _present(h, scheme, DIGEST):  # what write_decoded returned; 0 (not checked) for a batch without it
+        columns[DIGEST] = np.stack([np.zeros(2, np.uint64) if r.get(DIGEST) is None
+                                    else _vector(DIGEST, r[DIGEST], 2, np.uint64) for r in records])
     for name in _BATCH_FLOATS:
         columns[name] = np.array([math.nan if r.get(name) is None else float(r[name]) for r in records])
     order = np.argsort(idx)
@@ -324,5 +354,9 @@ def write_inputs(path: str | os.PathLike, batch: int, *, labels: Any = None, ref
         out = _array(_handles(path, token), INPUTS, name)  # the token checked right before each write
         with _naming_failures(path, f"{INPUTS}/{name}", np.array([batch])):
             out[start:stop] = values.astype(out.dtype, copy=False)
+    digests = _digests(_handles(path, token), INPUTS, batch, tuple(rows))
+    if digests is not None:  # with the batch's chunks, before its status (one chunk per batch: workers write it)
+        with _naming_failures(path, f"{INPUTS}/{DIGEST}", np.array([batch])):
+            _array(_handles(path, token), INPUTS, DIGEST)[batch:batch + 1] = digests[None]
     with _naming_failures(path, f"{INPUTS}/status", np.array([batch])):
         _write_status(_array(_handles(path, token), INPUTS, "status"), batch, np.array([1], np.int8))

@@ -181,7 +181,9 @@ def test_a_full_store_is_one_line_and_the_rerun_after_freeing_space_completes(tm
     and the array (no traceback); once space is freed the same command resumes and equals a clean run."""
     disk = tmp_path / "disk"
     disk.mkdir()
-    if not _mount("-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)):
+    # 3 MiB: the finished store's ~570 files take a 4 KiB page each on a tmpfs (inputs/chunk_digest, one small
+    # chunk per batch as inputs/status, added 128 of them to the 2 MiB this test had)
+    if not _mount("-t", "tmpfs", "-o", "size=3m", "tmpfs", str(disk)):
         pytest.skip("needs root and mount (a small tmpfs) to fill a file system for real")
     try:
         store = disk / "run.zarr"
@@ -348,6 +350,33 @@ def test_batches_whose_chunks_are_missing_are_run_again(damaged):
     assert_stores_equal(store, damaged["pristine"], ["gcc", "uncoded"])
     np.testing.assert_array_equal(read_group(store, "inputs", ("labels",))["labels"],
                                   np.load(store.parent / "y.npy")[read_group(store, "inputs", ("sample",))["sample"]])
+
+
+@pytest.mark.slow
+def test_swapped_chunks_are_named_and_run_again(damaged):
+    """Issue 35, case 2: two chunk files of ``gcc/decoded`` swapped, and one of ``inputs/reference`` copied over
+    another's. Each still has a sound crc32c, and the resume used to say "8 of 8 batches already done" (the
+    report's RelAcc then fell); their digests, bound to the store, the array and the chunk's place, name them in
+    one warning, their batches are run again, and the store equals the run's own, bit for bit."""
+    store = damaged["store"]
+    a, b = store / "gcc" / "decoded" / "c" / "1" / "0", store / "gcc" / "decoded" / "c" / "4" / "0"
+    a.rename(a.with_name("tmp"))
+    b.rename(a)
+    a.with_name("tmp").rename(b)
+    shutil.copy(store / "inputs" / "reference" / "c" / "6" / "0", store / "inputs" / "reference" / "c" / "7" / "0")
+    res = _gcc_dask("run", str(damaged["pipe"]), "--no-progress")
+    assert res.returncode == 0, res.stderr
+    said = [line for line in _lines(res.stdout + res.stderr) if "not the ones this store wrote there" in line]
+    assert len(said) == 1, res.stdout + res.stderr
+    assert ("gcc/decoded/c/1/0 (batch 1), gcc/decoded/c/4/0 (batch 4)" in said[0]
+            and "inputs/reference/c/7/0 (batch 7)" in said[0]), said[0]
+    assert "5 of 8 batches already done" in res.stdout
+    assert_stores_equal(store, damaged["pristine"], ["gcc", "uncoded"])
+    np.testing.assert_array_equal(read_group(store, "inputs", ("reference",))["reference"],
+                                  read_group(damaged["pristine"], "inputs", ("reference",))["reference"])
+    again = _gcc_dask("run", str(damaged["pipe"]), "--no-progress")  # repaired: nothing named, nothing to run
+    assert again.returncode == 0 and "not the one" not in again.stdout + again.stderr
+    assert "8 of 8 batches already done" in again.stdout
 
 
 @pytest.mark.slow
