@@ -6,7 +6,7 @@ With ``code.block_size: auto`` (the default) the run times f on a sample of the 
 Dask's own guidance asks of tasks (100 ms or more). A cheap f gets large blocks, a costly one small blocks.
 B is then bounded by memory (:data:`MAX_BATCH_BYTES` of samples per batch), by the data (at least
 :data:`MIN_BATCHES` batches where the source is long enough, so that batches overlap and the cutoff has
-latencies to learn from), aligned with the source's chunks (a batch reads whole chunks), and rounded so
+latencies to learn from), lined up with the source's chunks (each chunk read once per batch), and rounded so
 that a little timing noise does not change it. The batches in flight follow from B
 (:data:`MAX_IN_FLIGHT_BYTES`). docs/pipeline.rst, section 'Block size', tells the rule and its figures.
 
@@ -104,29 +104,36 @@ def time_f(fn: Callable[[np.ndarray], Any], read: Callable[[int, int], np.ndarra
         x = read(0, rows)
 
 
-def _aligned(b: int, k: int, chunks: int | None, multiple: int) -> int:
-    """`b` (>= 1) moved down to a value that lines batches up with the chunks (a batch of K·B samples holds whole
-    chunks, or a whole number of batches fills a chunk) and is a multiple of `multiple`; without chunks, down to
-    a power of two times `multiple`. Never below `multiple` nor 1."""
+def _aligned(b: int, k: int, chunks: int | None, multiple: int, ceiling: int | None = None) -> int:
+    """`b` (>= 1) moved to a value that lines blocks up with the chunks, a multiple of `multiple`.
+
+    With chunks of c samples, in order of preference:
+
+    - ``b >= c / 2``: B a whole number of chunks (rounded down, or up to one chunk when ``c / 2 <= b < c``
+      and one chunk is at most `ceiling`): every shard of a selection scheme (uncoded, replication) then
+      reads whole chunks of its own, so a batch reads each chunk once, and a batch of K·B samples holds
+      whole chunks;
+    - B a divisor of c such that whole batches fill a chunk (K·B divides c);
+    - B a divisor of c (a shard's samples lie in one chunk);
+    - else, or without chunks, B moved down to a power of two times `multiple`.
+
+    A candidate below ``b / 2`` is not taken. Never below `multiple` nor 1.
+    """
     unit = max(1, int(multiple))
     if chunks is None or chunks < 1:
         whole = max(1, b // unit)
         return unit * 2 ** int(math.floor(math.log2(whole)))
     c = int(chunks)
-    if k * b >= c:  # whole chunks per batch: K·B = m·c, with K | m·c
-        step = k // math.gcd(k, c)
-        m = (k * b // c) // step * step
-        if m >= step:
-            cand = m * c // k
-            cand -= cand % unit
-            if cand >= max(unit, b // 2):
+    step = c * unit // math.gcd(c, unit)  # the smallest whole number of chunks that is a multiple of `unit`
+    if 2 * b >= c:
+        cand = max(1, b // step) * step
+        if cand <= b or (cand <= 2 * b and (ceiling is None or cand <= ceiling)):
+            return cand
+    for per in (k, 1):  # whole batches per chunk (K·B divides c), then whole blocks per chunk (B divides c)
+        for j in range(max(1, -(-c // (per * b))), 2 * c // (per * b) + 1):
+            cand = c // (per * j)
+            if c % (per * j) == 0 and cand % unit == 0 and b <= 2 * cand <= 2 * b:
                 return cand
-    else:  # whole batches per chunk: K·B divides c
-        for j in range(max(1, -(-c // (k * b))), 4 * (-(-c // (k * b))) + 1):
-            if c % (k * j) == 0:
-                cand = c // (k * j)
-                if cand % unit == 0 and cand >= b // 2:
-                    return cand
     return _aligned(b, k, None, unit)
 
 
@@ -181,10 +188,14 @@ def choose_block_size(seconds_per_row: float, *, num_samples: int, group_size: i
         "the largest block size": MAX_BLOCK_SIZE,
     }
     bound = min(bounds, key=bounds.get)
-    b = _aligned(bounds[bound], k, chunks, int(multiple))
+    ceiling = min(MAX_BLOCK_SIZE, bounds[f"{MAX_BATCH_BYTES // 2**20} MiB of samples per batch"])
+    b = _aligned(bounds[bound], k, chunks, int(multiple), ceiling)
     in_flight = batches_in_flight(b, k, int(row_bytes), int(max_in_flight))
     per_shard = b * seconds_per_row
     reason = (f"auto: f took {seconds_per_row * 1e6:.3g} µs per sample; B = {b} ({per_shard * 1e3:.3g} ms of f per "
-              f"shard), bounded by {bound}" + (f", aligned with chunks of {chunks}" if chunks else "")
+              f"shard), bounded by {bound}"
+              + (f" ({bounds[bound]}), rounded up to whole chunks of {chunks}" if b > bounds[bound]
+                 else f", aligned with chunks of {chunks}" if chunks and (b % chunks == 0 or chunks % b == 0)
+                 else f", not lined up with chunks of {chunks} (none fits a multiple of {multiple})" if chunks else "")
               + f"; {in_flight} batches in flight")
     return BlockChoice(block_size=b, max_in_flight=in_flight, reason=reason)

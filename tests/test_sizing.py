@@ -39,14 +39,25 @@ def test_the_bounds_of_the_choice(kw, block, bound):
 
 
 def test_blocks_line_up_with_the_chunks():
-    # 200,000 rows in chunks of 10,000, a cheap f: 4 batches of 50,000 rows, 5 whole chunks each
+    # 200,000 rows in chunks of 10,000, a cheap f: the bound (4 batches: 6,250) is rounded up to one chunk, so
+    # each shard of uncoded or replication reads one whole chunk of its own (3 batches: 80,000, 80,000, 40,000)
     choice = _choose(5e-7, n=200_000, chunks=10_000)
-    assert choice.block_size == 6250 and (8 * choice.block_size) % 10_000 == 0
+    assert choice.block_size == 10_000 and "rounded up to whole chunks of 10000" in choice.reason
+    # 2,000,000 rows in chunks of 100,000: one chunk is over the largest block size, so half a chunk
+    big = _choose(5.2e-7, n=2_000_000, chunks=100_000)
+    assert big.block_size == 50_000 and 100_000 % big.block_size == 0 and "aligned" in big.reason
+    # several chunks per shard: a whole number of them, rounded down
+    assert _choose(1.7e-5, n=100_000, chunks=512, row_bytes=3136).block_size == 2560  # 64 MiB bound: 2,674
     # a batch shorter than a chunk: a whole number of batches fills each chunk
     small = _choose(1e-3, n=200_000, chunks=1200)
     assert small.block_size == 75 and 1200 % (8 * small.block_size) == 0
+    # never rounded up past the memory bound: 8 x 60,000 rows of 256 bytes is over 64 MiB
+    mem = _choose(1e-9, n=10_000_000, chunks=60_000, row_bytes=256)
+    assert mem.block_size == 30_000 and 8 * mem.block_size * 256 <= 64 * 2**20
     # a fixed batch dimension of the model: B is a multiple of it
     assert _choose(1e-3, multiple=24).block_size % 24 == 0
+    odd = _choose(5e-7, n=200_000, chunks=10_000, multiple=3)
+    assert odd.block_size % 3 == 0 and "not lined up with chunks of 10000" in odd.reason
 
 
 def test_batches_in_flight_follow_the_batch_bytes():

@@ -119,15 +119,18 @@ def read_in_dataset_order(path: str | os.PathLike, group: str, name: str = "deco
     import dask.array as da
     import numpy as np
 
-    lazy_arr = da.from_zarr(arr)
     inverse = np.empty_like(order)
     inverse[order] = np.arange(order.size, dtype=order.dtype)
-    if (inverse != np.arange(order.size)).any():
-        # each output block gathers its rows from the few store chunks that hold them (a composition moves a
-        # sample only within its window)
-        lazy_arr = da.take(lazy_arr, inverse, axis=0)
+    whole = {i: -1 for i in range(1, arr.ndim)}
+    if not (inverse != np.arange(order.size)).any():
+        # the store's rows are the dataset's: each block of the result reads its rows from the store (one task
+        # per block, no rechunk layer: a store chunk holds a batch, a few hundred KB to a few MB compressed)
+        return da.from_zarr(arr, chunks=(tuple(chunks) if chunks is not None else arr.chunks[0], *arr.shape[1:]))
+    # each output block gathers its rows from the few store chunks that hold them (a composition moves a
+    # sample only within its window)
+    lazy_arr = da.take(da.from_zarr(arr), inverse, axis=0)
     if chunks is not None:
-        lazy_arr = lazy_arr.rechunk({0: tuple(chunks), **{i: -1 for i in range(1, lazy_arr.ndim)}})
+        lazy_arr = lazy_arr.rechunk({0: tuple(chunks), **whole})
     return lazy_arr
 
 
