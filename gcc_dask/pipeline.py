@@ -20,7 +20,7 @@ import sys
 import time
 import uuid
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -36,6 +36,7 @@ from gcc_dask.composition import BatchLayout, compose, num_windows, window_unit
 from gcc_dask.composition_cache import CompositionCache
 from gcc_dask.config import FINGERPRINT_IGNORED, PipelineConfig, load_config
 from gcc_dask.limits import MAX_SAMPLES
+from gcc_dask.phases import PhaseTimer
 from gcc_dask.errors import (
     ClusterError, ConfigError, GccDaskError, InvalidInputError, SourceError, StoreError, WorkloadError,
 )
@@ -76,12 +77,20 @@ class RunResult:
     config : PipelineConfig
     wall_s : float
         Seconds the batches took on the cluster (0 when everything was already done).
+    phases_s : dict of str to float
+        Where this call's time went, in seconds (wall clock, this process): ``connect`` (the cluster up and its
+        workers in), ``probe`` (f checked on a sample, and timed for ``code.block_size: auto``), ``digests``
+        (the inputs' digest a resume is checked against), ``store`` (the store created or opened, without the
+        composition), ``composition``, ``batches`` (every batch run and written), ``first_batch`` (from the
+        first submission to the first batch written), ``finish`` (the final status written) and ``total``.
+        A phase the call did not go through is absent (a resume of a finished run has no ``batches``).
     """
 
     path: str
     status: str
     config: PipelineConfig
     wall_s: float
+    phases_s: dict = field(default_factory=dict, compare=False)
 
     @functools.cached_property
     def summary(self) -> pd.DataFrame:
@@ -553,6 +562,7 @@ def run_pipeline(
         After marking the store ``interrupted`` (a rerun resumes it).
     """
     say = echo or (lambda _msg: None)
+    phases = PhaseTimer()
     if performance_report is not None:
         writable_file("--performance-report", performance_report)  # refused now, not once the run is done
     cfg = config if isinstance(config, PipelineConfig) else load_config(config, overrides=overrides)
@@ -582,19 +592,22 @@ def run_pipeline(
 
         def connected():
             if not cluster:
-                c = stack.enter_context(connect(spec, client))
-                say(f"dask dashboard: {c.dashboard_link}" + (_EMBEDDED_NOTE if embedded else ""))
-                _wait_for_workers(c, cfg.cluster.connect_timeout)
+                with phases("connect"):
+                    c = stack.enter_context(connect(spec, client))
+                    say(f"dask dashboard: {c.dashboard_link}" + (_EMBEDDED_NOTE if embedded else ""))
+                    _wait_for_workers(c, cfg.cluster.connect_timeout)
                 cluster.append(c)
             return cluster[0]
 
         timed = cfg.code.block_size == "auto"
         fixed = None
         if getattr(source, "remote", False):  # a dask array: not one block of it is read on the driver
-            output_shape, cost = run_on_cluster(connected(), _probe_model, workload, source, cfg.run.nan_policy,
-                                                timed)
+            c = connected()
+            with phases("probe"):
+                output_shape, cost = run_on_cluster(c, _probe_model, workload, source, cfg.run.nan_policy, timed)
         else:
-            output_shape, cost = _probe_model(workload, source, cfg.run.nan_policy, timed)
+            with phases("probe"):
+                output_shape, cost = _probe_model(workload, source, cfg.run.nan_policy, timed)
             fixed = getattr(load_workload(workload), "fixed_batch", None)  # loaded once by the check above
             if fixed is not None and not timed and fixed != cfg.code.block_size:
                 say(f"note: the model {getattr(workload, 'path', workload)!r} has a fixed batch dimension of "
@@ -606,8 +619,10 @@ def run_pipeline(
                 say(f"warning: {message}")
         else:
             warn = _warn_caller
-        return _run_stored(cfg, path, source, workload, output_shape, connected, say, warn, echo is not None,
-                           performance_report, advice, cost=cost, fixed=fixed)
+        result = _run_stored(cfg, path, source, workload, output_shape, connected, say, warn, echo is not None,
+                             performance_report, advice, cost=cost, fixed=fixed, phases=phases)
+    phases.seconds["total"] = phases.elapsed()
+    return result
 
 
 def _warn_caller(message: str) -> None:
@@ -625,19 +640,24 @@ _EMBEDDED_NOTE = (" (an embedded cluster's: it closes when the run ends; --perfo
 
 
 def _run_stored(cfg, path, source, workload, output_shape, connected, say, warn, progress,
-                report_path, advice=None, cost=None, fixed=None) -> RunResult:
+                report_path, advice=None, cost=None, fixed=None, phases: "PhaseTimer | None" = None) -> RunResult:
     """Resume or create the store at `path`, run what is pending on ``connected()``'s client, finish the store
     (with `advice`, the choice of ``schemes: [auto]``, in its attrs). `cost` is f's measured cost (for
-    ``code.block_size: auto``), `fixed` a fixed batch dimension of the model."""
+    ``code.block_size: auto``), `fixed` a fixed batch dimension of the model; `phases` is told the time of each
+    part (:attr:`RunResult.phases_s`)."""
+    phases = phases if phases is not None else PhaseTimer()
     codes = build_codes(cfg)
     plans = build_plans(cfg, codes)
     k = cfg.code.num_inputs
     auto = cfg.code.block_size == "auto"
     choice = None if auto else _block_choice(cfg, source, cost, fixed)
     latency_model = latency_model_from_config(cfg.stragglers.model_dump(), strict=False)
+    with phases("digests"):
+        inputs_digest = _inputs_digest(source, workload)
+        legacy_digest = _inputs_digest(source, workload, sources=False)
     layout_kwargs = dict(
         fingerprint=cfg.fingerprint(),
-        inputs_digest=_inputs_digest(source, workload),
+        inputs_digest=inputs_digest,
         config_resolved=cfg.resolved(),
         schemes={s: codes[s].num_workers for s in cfg.schemes},
         num_samples=source.num_samples,
@@ -653,10 +673,10 @@ def _run_stored(cfg, path, source, workload, output_shape, connected, say, warn,
                **({"advice": advice} if advice is not None else {})},
     )
     with StoreLock(path):
-        store = store_mod.RunStore.resume(path, overwrite=cfg.store.overwrite, config_ignore=FINGERPRINT_IGNORED,
-                                          fingerprint_for=cfg.fingerprint, config_for=cfg.resolved_for,
-                                          legacy_inputs_digest=_inputs_digest(source, workload, sources=False),
-                                          **layout_kwargs)
+        with phases("store"):
+            store = store_mod.RunStore.resume(path, overwrite=cfg.store.overwrite, config_ignore=FINGERPRINT_IGNORED,
+                                              fingerprint_for=cfg.fingerprint, config_for=cfg.resolved_for,
+                                              legacy_inputs_digest=legacy_digest, **layout_kwargs)
         work = None
         if store is not None:
             choice = _block_choice(cfg, source, cost, fixed, store)
@@ -674,30 +694,36 @@ def _run_stored(cfg, path, source, workload, output_shape, connected, say, warn,
                     if auto:
                         say(f"block size {choice.block_size} ({choice.reason})")
                     t0 = time.perf_counter()
-                    layout = _compose(cfg, choice.block_size, source, c, say)
-                    store = store_mod.RunStore.create(
+                    with phases("composition"):
+                        layout = _compose(cfg, choice.block_size, source, c, say)
+                    composed_s = time.perf_counter() - t0
+                    with phases("store"):
+                        store = store_mod.RunStore.create(
                         path, overwrite=cfg.store.overwrite, sample_index=layout.order,
                         groups=layout.group_of_slot(),
                         worker_points={s: codes[s].worker_points for s in cfg.schemes},
                         **{**layout_kwargs, "batch_size": k * choice.block_size,
                            "attrs": {**layout_kwargs["attrs"], "block_size": choice.block_size,
                                      "block_size_reason": choice.reason,
-                                     "composition_s": round(time.perf_counter() - t0, 3)}})
+                                     "composition_s": round(composed_s, 3)}})
                     # a new store: every batch pending for every scheme (nothing to read back)
                     work = [(b, list(cfg.schemes)) for b in range(_limited(cfg, store.num_batches))]
-                wall = _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, latency_model,
-                                    output_shape, work, say, progress, warn, in_flight=choice.max_in_flight)
+                with phases("batches"):
+                    wall = _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, latency_model,
+                                        output_shape, work, say, progress, warn, in_flight=choice.max_in_flight,
+                                        phases=phases)
             if report_path is not None:
                 say(f"performance report: {os.path.abspath(os.path.expanduser(os.fspath(report_path)))}")
-        num_batches = _limited(cfg, store.num_batches)
-        final = {s: store.batch_status(s)[:num_batches] for s in cfg.schemes}
-        complete = all((v > 0).all() for v in final.values()) and num_batches == store.num_batches \
-            and not _inputs_pending(store)[:num_batches].any()
-        run_status = "complete" if complete else "incomplete"
-        store.finish(status=run_status)
+        with phases("finish"):
+            num_batches = _limited(cfg, store.num_batches)
+            final = {s: store.batch_status(s)[:num_batches] for s in cfg.schemes}
+            complete = all((v > 0).all() for v in final.values()) and num_batches == store.num_batches \
+                and not _inputs_pending(store)[:num_batches].any()
+            run_status = "complete" if complete else "incomplete"
+            store.finish(status=run_status)
         if num_batches < store.num_batches:
             say(_limit_note(cfg, store, num_batches))
-    return RunResult(path=path, status=run_status, config=cfg, wall_s=wall)
+    return RunResult(path=path, status=run_status, config=cfg, wall_s=wall, phases_s=phases.seconds)
 
 
 def _limit_note(cfg: PipelineConfig, store, num_batches: int) -> str:
@@ -728,8 +754,9 @@ _RERUNS_WARNED: set[str] = set()
 
 
 def _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, latency_model, output_shape,
-                 work, say, progress, warn=None, in_flight=None) -> float:
-    """Run the pending batches on client `c`, writing records as they finish; the wall time taken (s).
+                 work, say, progress, warn=None, in_flight=None, phases: "PhaseTimer | None" = None) -> float:
+    """Run the pending batches on client `c`, writing records as they finish; the wall time taken (s). `phases`
+    is told ``first_batch``: the seconds from the first submission to the first batch's records.
 
     Marks the store ``failed`` when the run stops on an error, ``interrupted`` on Ctrl-C (and re-raises).
     """
@@ -792,6 +819,8 @@ def _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, la
     def done(batch: int, batch_records: list[dict]) -> None:
         records.add(batch_records)
         bar.update(1)
+        if phases is not None and "first_batch" not in phases.seconds:
+            phases.seconds["first_batch"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
     try:

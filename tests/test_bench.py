@@ -281,3 +281,25 @@ def test_spent_counts_new_workers_from_zero_and_never_goes_negative():
     assert _spent(before, after) == pytest.approx(5.5)
     assert _spent({"tcp://a": 10.0}, {"tcp://a": 4.0}) == 0.0  # a counter that restarted under the same key
     assert _spent({}, {}) == 0.0
+
+
+def test_cheap_section_rows_work_limits_and_targets(pipeline_report):
+    """A model of the user's own through coded_map: one row per contender with a finite ratio to map_blocks,
+    its work limit and the ratio over it, and a target per contender (values, never a time asserted)."""
+    from gcc_dask.bench.cheap import CHEAP_TARGETS, CONTENDERS, CheapMLP, work_limit
+
+    rows = pipeline_report.table("cheap").rows
+    assert [r["contender"] for r in rows] == list(CONTENDERS)
+    for r in rows:
+        assert _positive(r["vs_plain_map"]) and _positive(r["plain_s"]) and _positive(r["coded_s"]), r
+        assert r["work_limit"] == work_limit(CONTENDERS[r["contender"]][0])
+        assert r["vs_work_limit"] == pytest.approx(r["vs_plain_map"] / r["work_limit"])
+        assert r["block_size"] >= 1 and r["rounds"] == 1
+    assert work_limit("uncoded") == 1.0 and work_limit("gcc") == pytest.approx(8 / 12)
+    named = {t.name: t for t in pipeline_report.targets if t.name.startswith("cheap model")}
+    assert {n.split(": ", 1)[1].split(" / ")[0] for n in named} == set(CHEAP_TARGETS)
+    assert all(t.op == ">=" and t.limit == CHEAP_TARGETS[t.name.split(": ", 1)[1].split(" / ")[0]]
+               for t in named.values())
+    f = CheapMLP()
+    p = f(np.random.default_rng(1).normal(size=(5, 32)).astype(np.float32))
+    assert p.shape == (5, 3) and p.dtype == np.float32 and np.allclose(p.sum(axis=1), 1, atol=1e-6)

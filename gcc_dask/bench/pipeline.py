@@ -1,8 +1,9 @@
 """End-to-end benchmarks of the pipeline on a Dask LocalCluster.
 
-Eight sections, each a table of :class:`~gcc_dask.bench.report.BenchReport` (``throughput`` and ``scale`` are
+Nine sections, each a table of :class:`~gcc_dask.bench.report.BenchReport` (``throughput`` and ``scale`` are
 described in :mod:`gcc_dask.bench.throughput`, ``tail`` (tail latency against compute spent, with a figure, on
-a cluster of 4 processes) in :mod:`gcc_dask.bench.tail`, ``checksums`` in :mod:`gcc_dask.bench.store`; the other
+a cluster of 4 processes) in :mod:`gcc_dask.bench.tail`, ``checksums`` in :mod:`gcc_dask.bench.store`, ``cheap`` (a
+model of the user's own through ``coded_map`` against ``map_blocks``) in :mod:`gcc_dask.bench.cheap`; the other
 four use one sample per shard, ``block_size: 1``):
 
 ``stragglers``
@@ -41,7 +42,7 @@ from gcc_dask.errors import WorkloadError
 
 __all__ = ["run_pipeline_bench", "noop_f", "pool_f", "MemorySampler", "SECTIONS"]
 
-SECTIONS = ("throughput", "scale", "tail", "stragglers", "orchestration", "scaling", "memory", "checksums")
+SECTIONS = ("throughput", "scale", "tail", "stragglers", "orchestration", "scaling", "memory", "checksums", "cheap")
 #: the block size of the throughput and scale sections (the pipeline's default ``code.block_size``)
 BLOCK = 512
 K = 8
@@ -444,6 +445,14 @@ def run_pipeline_bench(*, quick: bool = False, client=None, sections: tuple[str,
         if "memory" in sections:
             say("pipeline bench: memory")
             table, tg = _memory(client, tmp, quick, say)
+            tables.append(table)
+            targets += tg
+        if "cheap" in sections:  # a model of the user's own through coded_map, on 2 processes of one thread
+            from gcc_dask.bench.cheap import cheap_section
+
+            say("pipeline bench: cheap")
+            with connect(ClusterSpec(n_workers=2, threads_per_worker=1, processes=True), client) as c:
+                table, tg = cheap_section(c, tmp, quick, say)
             tables.append(table)
             targets += tg
         if "checksums" in sections:  # the store's codecs alone: no cluster

@@ -121,17 +121,34 @@ def read_in_dataset_order(path: str | os.PathLike, group: str, name: str = "deco
 
     inverse = np.empty_like(order)
     inverse[order] = np.arange(order.size, dtype=order.dtype)
-    whole = {i: -1 for i in range(1, arr.ndim)}
     if not (inverse != np.arange(order.size)).any():
         # the store's rows are the dataset's: each block of the result reads its rows from the store (one task
         # per block, no rechunk layer: a store chunk holds a batch, a few hundred KB to a few MB compressed)
         return da.from_zarr(arr, chunks=(tuple(chunks) if chunks is not None else arr.chunks[0], *arr.shape[1:]))
-    # each output block gathers its rows from the few store chunks that hold them (a composition moves a
-    # sample only within its window)
-    lazy_arr = da.take(da.from_zarr(arr), inverse, axis=0)
-    if chunks is not None:
-        lazy_arr = lazy_arr.rechunk({0: tuple(chunks), **whole})
-    return lazy_arr
+    # each output block reads its rows from the few store chunks that hold them (a composition moves a sample
+    # only within its window): one task per block, no shuffle of the whole array
+    sizes = tuple(int(c) for c in chunks) if chunks is not None else tuple(int(c) for c in arr.chunks[:1])
+    if chunks is None:
+        sizes = tuple(min(sizes[0], order.size - s) for s in range(0, order.size, sizes[0]))
+    small = inverse.astype(np.int32) if order.size < 2**31 else inverse
+    index = da.from_array(small, chunks=(sizes,), name=False)
+    return da.map_blocks(_rows_at, index, arr, dtype=arr.dtype, chunks=(sizes, *((n,) for n in arr.shape[1:])),
+                         new_axis=list(range(1, arr.ndim)), meta=np.empty((0,) * arr.ndim, dtype=arr.dtype))
+
+
+def _rows_at(index, arr):
+    """Rows `index` (1-D integers, any order) of the Zarr array `arr`, in that order: one orthogonal read of the
+    sorted rows (only the chunks that hold them are read)."""
+    import numpy as np
+
+    index = np.asarray(index, dtype=np.int64)
+    if index.size == 0:
+        return np.empty((0, *arr.shape[1:]), dtype=arr.dtype)
+    sort = np.argsort(index, kind="stable")
+    rows = np.asarray(arr.oindex[index[sort]])
+    out = np.empty_like(rows)
+    out[sort] = rows
+    return out
 
 
 def check_writable(path: str | os.PathLike, *, must_exist: bool = False) -> str:

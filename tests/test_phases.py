@@ -1,0 +1,47 @@
+"""Where a run's time goes: the phase timer on a simulated clock, and the phases a real run reports."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gcc_dask.phases import PhaseTimer
+
+
+def test_phases_sum_on_a_simulated_clock():
+    now = iter([0.0, 1.0, 3.0, 10.0, 10.5, 12.0])
+    timer = PhaseTimer(clock=lambda: next(now))  # made at 0
+    with timer("store"):  # 1 -> 3
+        pass
+    with timer("store"):  # 10 -> 10.5: summed with the first
+        pass
+    assert timer.seconds == {"store": pytest.approx(2.5)}
+    assert timer.elapsed() == 12.0
+
+
+def test_a_phase_that_raises_is_still_timed():
+    now = iter([0.0, 1.0, 4.0])
+    timer = PhaseTimer(clock=lambda: next(now))
+    with pytest.raises(RuntimeError):
+        with timer("probe"):
+            raise RuntimeError("f failed")
+    assert timer.seconds == {"probe": 3.0}
+
+
+def _tanh(x):
+    return np.tanh(x)
+
+
+def test_a_run_reports_its_phases(client, tmp_path):
+    import gcc_dask as gd
+
+    X = np.random.default_rng(0).normal(size=(256, 4)).astype(np.float32)
+    res = gd.coded_map(_tanh, X, schemes=("gcc",), client=client, out=tmp_path / "r.zarr")
+    phases = res.run.phases_s
+    assert {"probe", "digests", "store", "composition", "batches", "first_batch", "finish", "total"} <= set(phases)
+    assert all(v >= 0 for v in phases.values())
+    assert phases["first_batch"] <= phases["batches"]
+    parts = sum(v for k, v in phases.items() if k not in ("total", "first_batch"))
+    assert parts <= phases["total"]
+    again = gd.coded_map(_tanh, X, schemes=("gcc",), client=client, out=tmp_path / "r.zarr")
+    assert "batches" not in again.run.phases_s and "composition" not in again.run.phases_s  # all done: resumed
