@@ -565,8 +565,9 @@ def compose(
     if policy == "random":
         sequence = np.random.default_rng([int(seed), 0x5EED]).permutation(n).astype(np.int64)
         return BatchLayout.from_sequence(sequence, group_size, block_size)
-    bounds = window_bounds(n, window, group_size,
-                           window_unit(group_size, block_size, getattr(source, "chunks", None), window))
+    bounds = composition_items(n, window, group_size,
+                               window_unit(group_size, block_size, getattr(source, "chunks", None), window), policy)
+    piece = _piece(window, group_size)
     run = map_windows or serial_map
     key = None
     if cache is not None:
@@ -585,7 +586,6 @@ def compose(
             parts = run(_window_pc1, bounds, source, projection)
             sequence = np.argsort(np.concatenate([p for p, _ in parts]), kind="stable").astype(np.int64)
         else:
-            piece = -(-int(window) // group_size) * group_size  # the window, in whole groups
             parts = run(_window_chain, bounds, source, projection, piece)
             sequence = np.concatenate([p for p, _ in parts]).astype(np.int64)
     if cache is not None:
@@ -619,6 +619,19 @@ def _fit_indices(n: int, fit_samples: int, runs: int = 32) -> np.ndarray:
     return np.unique((starts[:, None] + np.arange(length)[None, :]).ravel())
 
 
-def num_windows(num_samples: int, window: int, group_size: int, unit: int | None = None) -> int:
-    """How many windows :func:`compose` reads for `num_samples` samples (`unit` as in :func:`window_bounds`)."""
-    return len(window_bounds(num_samples, window, group_size, unit))
+def _piece(window: int, group_size: int) -> int:
+    """The longest run of samples one chain goes through: `window` rounded up to whole groups of `group_size`."""
+    return -(-int(window) // int(group_size)) * int(group_size)
+
+
+def composition_items(num_samples: int, window: int, group_size: int, unit: int | None = None,
+                      policy: str = "similarity") -> list[tuple[int, int]]:
+    """``[start, stop)`` of each task of :func:`compose`: the windows (:func:`window_bounds`), and for the
+    ``similarity`` chain each window cut into pieces of `window` samples (whole groups), one task each, so that
+    the workers share the chaining evenly when a window holds a batch longer than `window`. The chains are those
+    of chaining each window's pieces in turn (:func:`_window_chain`)."""
+    bounds = window_bounds(num_samples, window, group_size, unit)
+    if policy != "similarity":
+        return bounds
+    piece = _piece(window, group_size)
+    return [(s, min(s + piece, stop)) for start, stop in bounds for s in range(start, stop, piece)]

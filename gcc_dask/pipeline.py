@@ -32,7 +32,7 @@ from gcc_dask._paths import writable_file
 from gcc_dask.analysis.summary import summarize_run
 from gcc_dask.coding import make_code
 from gcc_dask.coding.points import spread_order
-from gcc_dask.composition import BatchLayout, compose, num_windows, window_unit
+from gcc_dask.composition import BatchLayout, compose, composition_items, window_unit
 from gcc_dask.composition_cache import CompositionCache
 from gcc_dask.config import FINGERPRINT_IGNORED, PipelineConfig, load_config
 from gcc_dask.limits import MAX_SAMPLES
@@ -456,7 +456,7 @@ def _compose(cfg: PipelineConfig, block: int, source, client, say) -> BatchLayou
     comp = cfg.composition
     policy = composition_policy(cfg)
     unit = window_unit(cfg.code.num_inputs, block, source.chunks, comp.window)
-    windows = num_windows(source.num_samples, comp.window, cfg.code.num_inputs, unit) \
+    windows = len(composition_items(source.num_samples, comp.window, cfg.code.num_inputs, unit, policy)) \
         if policy in ("similarity", "pc1") else 1
     if policy in ("similarity", "pc1"):
         say(f"composing {source.num_samples:,} samples into groups of {cfg.code.num_inputs} ({policy}, "

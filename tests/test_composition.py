@@ -302,3 +302,30 @@ def test_a_window_that_holds_a_batch_longer_than_the_window_is_chained_in_pieces
     pieces = [p + chain_order(features[p:p + 32]) for p in range(0, 192, 32)]
     expected = np.concatenate(pieces)
     np.testing.assert_array_equal(order, BatchLayout.from_sequence(expected, 8, 12).sample_index())
+
+
+def test_the_pieces_of_a_long_window_are_tasks_of_their_own():
+    """``similarity`` maps one task per piece of ``composition.window`` samples (whole groups), never more than a
+    window, so the workers share a window longer than ``window`` evenly; ``pc1`` keeps one task per window."""
+    from gcc_dask.composition import composition_items
+
+    # windows of whole batches of 96 samples (unit 96), composition.window 32: pieces of 32
+    assert composition_items(250, 32, 8, unit=96) == [(0, 32), (32, 64), (64, 96), (96, 128), (128, 160),
+                                                      (160, 192), (192, 224), (224, 250)]
+    assert composition_items(250, 32, 8, unit=96, policy="pc1") == [(0, 96), (96, 192), (192, 250)]
+    # a window of 30 rounds up to whole groups of 8 (32); the last window is short
+    assert composition_items(100, 30, 8) == [(0, 32), (32, 64), (64, 96), (96, 100)]
+    seen = []
+
+    def mapper(func, items, *shared):
+        seen.append(list(items))
+        return [func(*shared, item) for item in items]
+
+    x, _ = _clustered(192)
+    from gcc_dask.sources import ArraySource
+
+    serial = compose(ArraySource(x), group_size=8, block_size=12, policy="similarity", window=32)
+    mapped = compose(ArraySource(x), group_size=8, block_size=12, policy="similarity", window=32,
+                     map_windows=mapper)
+    assert seen == [[(0, 32), (32, 64), (64, 96), (96, 128), (128, 160), (160, 192)]]
+    np.testing.assert_array_equal(serial.sample_index(), mapped.sample_index())
