@@ -45,3 +45,14 @@ def test_a_run_reports_its_phases(client, tmp_path):
     assert parts <= phases["total"]
     again = gd.coded_map(_tanh, X, schemes=("gcc",), client=client, out=tmp_path / "r.zarr")
     assert "batches" not in again.run.phases_s and "composition" not in again.run.phases_s  # all done: resumed
+
+
+def test_the_time_line_names_the_phases_a_run_went_through():
+    from gcc_dask.phases import format_phases
+
+    line = format_phases({"connect": 0.001, "probe": 0.071, "store": 0.05, "composition": 12.4, "batches": 2.8,
+                          "first_batch": 0.31, "finish": 0.02, "total": 15.4})
+    assert line == ("time: 15.4 s in all: probe 0.071 s, store 0.05 s, composition 12 s, batches 2.8 s "
+                    "(first batch 0.31 s), finish 0.02 s")
+    assert format_phases({"store": 0.01, "total": 0.02}) == "time: 0.02 s in all: store 0.01 s"
+    assert format_phases({}) == "time"
