@@ -555,12 +555,16 @@ def tail_section(client, work: Path, quick: bool, say: Callable[[str], None], mo
             rows_here = []
             for hedged_label, hedged_copies, quantile, multiplier in HEDGED:
                 cpu0 = _cpu_s(c)
+                # a store of its own: a cancelled copy of the previous hedged map may still be writing to its
+                # store (a running task is not stopped), and overwriting that one raced with it
+                hedged_path = str(work / f"tail-hedged-{uuid.uuid4().hex[:8]}.zarr")
                 with condition():
-                    hedged = hedged_map(c, src, str(work / "tail-hedged.zarr"), model, samples, block,
+                    hedged = hedged_map(c, src, hedged_path, model, samples, block,
                                         slots=threads, delay=delay, backup_delay=backup_delay, copies=hedged_copies,
                                         quantile=quantile, multiplier=multiplier)
                 hedged["cpu_s"] = _spent(cpu0, _cpu_s(c))
-                hedged_out = np.asarray(zarr.open_array(str(work / "tail-hedged.zarr"), mode="r")[:])
+                hedged_out = np.asarray(zarr.open_array(hedged_path, mode="r")[:])
+                shutil.rmtree(hedged_path, ignore_errors=True)
                 rows_here.append({"contender": hedged_label, "N": "-", **_percentiles(hedged["spans"]),
                                   "job_wall_s": hedged["wall_s"], "samples_per_s": samples / hedged["wall_s"],
                                   "compute_s": hedged["compute_s"], "cpu_s": hedged["cpu_s"],
@@ -649,7 +653,7 @@ def tail_section(client, work: Path, quick: bool, say: Callable[[str], None], mo
                       block)  # its sessions on every thread
             rounds += rounds_on("f", data["heavy"], str(heavy), n_heavy, QUICK_ROUNDS if quick else HEAVY_ROUNDS)
             floors.append(_floor("f", data["heavy"], str(heavy), block, len(addresses)))
-        for path in (*data.values(), out, str(work / "tail-hedged.zarr"), str(work / "tail-warm-out.zarr")):
+        for path in (*data.values(), out, str(work / "tail-warm-out.zarr"), *map(str, work.glob("tail-hedged-*.zarr"))):
             shutil.rmtree(path, ignore_errors=True)
     return _finish(rows, identical, samples, block, m, threads, quick, own, rounds, floors)
 
