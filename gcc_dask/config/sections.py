@@ -5,8 +5,8 @@ store, run``;
 :class:`PipelineConfig` holds them all, checks the combinations and computes the run's fingerprint.
 
 The sections' own models live in one module per concern, imported here (and importable from here, as before):
-:mod:`.data` (source, workload), :mod:`.coding` (code, composition, the schemes' parameters),
-:mod:`.stragglers` (stragglers, speculation, cutoff, advise), :mod:`.execution` (cluster, store, run).
+``config.data`` (source, workload), ``config.coding`` (code, composition, the schemes' parameters),
+``config.stragglers`` (stragglers, speculation, cutoff, advise), ``config.execution`` (cluster, store, run).
 """
 
 from __future__ import annotations
