@@ -10,7 +10,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field
 
-
 from .fields import FitSamples, InputCount, Points, PosInt, WindowSize, WorkerCount, _Invalid, _Section
 
 

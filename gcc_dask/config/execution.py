@@ -9,7 +9,6 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator
 from pydantic import model_validator
 
-
 from .fields import Duration, OptionalDuration, PathStr, PosInt, _Invalid, _Section
 
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import logging
 
-
-
 logger = logging.getLogger("gcc_dask.runtime.cluster")  # (the name its messages had before the split)
 
 

@@ -4,7 +4,6 @@ workers advertise one, and a check that those that do can use it.
 
 from __future__ import annotations
 
-
 from gcc_dask.errors import ClusterError
 from gcc_dask.runtime.cluster_calls import _accepts_n_workers
 

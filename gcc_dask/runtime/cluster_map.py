@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-
 from gcc_dask.errors import ClusterError
 from gcc_dask.runtime.cluster_calls import frozen_workers
 

@@ -8,7 +8,6 @@ import importlib
 import os
 from typing import Any, Callable
 
-
 from gcc_dask.errors import ConfigError, WorkloadError
 from gcc_dask.workloads.base import Workload, register_workload
 
