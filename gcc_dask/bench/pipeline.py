@@ -42,7 +42,6 @@ from gcc_dask.errors import WorkloadError
 
 __all__ = ["run_pipeline_bench", "noop_f", "pool_f", "MemorySampler", "SECTIONS"]
 
-
 SECTIONS = ("throughput", "scale", "tail", "stragglers", "orchestration", "scaling", "memory", "checksums")
 #: the block size of the throughput and scale sections (the pipeline's default ``code.block_size``)
 BLOCK = 512
