@@ -112,7 +112,7 @@ def test_fashion_mnist_reads_idx_files(fake_fashion):
 
 
 def test_fashion_mnist_missing_names_debian_package(tmp_path, monkeypatch):
-    monkeypatch.setattr(sources, "FASHION_MNIST_SEARCH_PATHS", [str(tmp_path / "nowhere")])
+    monkeypatch.setattr(sources.images, "FASHION_MNIST_SEARCH_PATHS", [str(tmp_path / "nowhere")])
     with pytest.raises(SourceError, match="apt-get install dataset-fashion-mnist"):
         make_source("fashion_mnist")
     with pytest.raises(SourceError, match="t10k-images-idx3-ubyte"):

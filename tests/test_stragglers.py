@@ -24,7 +24,7 @@ from gcc_dask.stragglers import (
 class LinearInterpCode:
     """A tiny linear approximate code: piecewise-linear encoder and decoder on [-1, 1].
 
-    Same interface as gcc_dask.coding's CodingScheme for what stragglers.py uses. Its error grows with
+    Same interface as gcc_dask.coding's CodingScheme for what gcc_dask.stragglers uses. Its error grows with
     the widest gap between surviving worker points, like the real approximate codes.
     """
 

@@ -47,37 +47,33 @@ grows. The ``tail_rounds`` table lists every round.
 
 from __future__ import annotations
 
-import abc
 import contextlib
 import io
 import math
 import os
 import shutil
-import signal
 import socket
-import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
 from gcc_dask.bench.report import Table, Target
+from gcc_dask.bench.faults import FREEZE_AFTER_S, SLOW_OFF_S, SLOW_ON_S, _Freeze, _Slow, _victim
+from gcc_dask.bench.maps import K, MIN_RUNTIME, MULTIPLIER, QUANTILE, _settle, _spent, hedged_map, plain_map
+from gcc_dask.bench.rounds import _decided, interleaved_rounds, ratio_summary
 
 __all__ = ["CONTENDERS", "SCENARIOS", "hedged_map", "interleaved_rounds", "ratio_summary", "tail_section"]
 
-K = 8
 HANG_PROB = 0.05
 HANG_FACTOR = 20.0
 FREEZE_FACTOR = 20.0
-FREEZE_AFTER_S = 1.0
-#: the slow process runs SLOW_ON_S out of every SLOW_ON_S + SLOW_OFF_S
-SLOW_ON_S, SLOW_OFF_S = 0.010, 0.040
 #: the cluster of the section: one slow or frozen process is a quarter of it
 WORKERS, THREADS = 4, 8
-#: Spark's classic rule for the hedged map and ``speculative`` (docs/pipeline.rst, 'Speculative execution')
-QUANTILE, MULTIPLIER, MIN_RUNTIME = 0.75, 1.5, 0.1
+
+
 SCENARIOS = ("a: no stragglers", "b: hangs", "c: one slow worker process", "d: one worker frozen",
              "e: compressed Zarr")
 #: (label, code, N, S, params) of the pipeline contenders
@@ -126,13 +122,6 @@ def _percentiles(values) -> dict[str, float]:
             "batch_p999_s": float(np.percentile(v, 99.9))}
 
 
-def _task_seconds(client) -> dict[str, float]:
-    """Seconds plain-map tasks have held a thread so far, per worker address (see :func:`_spent`)."""
-    from gcc_dask.bench.throughput import task_seconds
-
-    return {addr: float(v) for addr, v in client.run(task_seconds).items()}
-
-
 def _shard_seconds(client, label: str) -> dict[str, float]:
     """Seconds the shards of scheme `label` have held a thread so far, per worker address."""
     from gcc_dask.runtime.tasks import shard_seconds
@@ -142,226 +131,9 @@ def _shard_seconds(client, label: str) -> dict[str, float]:
 
 def _cpu_s(client) -> dict[int, float]:
     """CPU seconds (user + system) each worker process of this machine has used so far, per process id."""
-    from gcc_dask.bench.pipeline import _worker_pids, cpu_by_pid
+    from gcc_dask.bench.processes import _worker_pids, cpu_by_pid
 
     return cpu_by_pid(_worker_pids(client))
-
-
-def _spent(before: dict, after: dict) -> float:
-    """What the cluster spent between two per-worker snapshots: each worker's growth, a worker that started in
-    between counted from zero. A worker that ended in between (scenario d's frozen process, ended and replaced)
-    takes its counts with it, so the figure is then a lower bound (without this, the replaced worker's counts
-    made the total negative)."""
-    return float(sum(max(0.0, v - before.get(k, 0.0)) for k, v in after.items()))
-
-
-def _settle(client, timeout: float = 300.0) -> None:
-    """Wait until no task runs on the cluster (cancelled copies that are still running finish first)."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if not any(client.processing().values()):
-            return
-        time.sleep(0.05)
-
-
-def _output_array(path: str, samples: int, block: int) -> None:
-    import zarr
-
-    zarr.create_array(store=path, shape=(samples, 10), chunks=(block, 10), dtype="float32", overwrite=True)
-
-
-def plain_map(client, data: str, out: str, model: str, samples: int, block: int,
-              delay: Callable[[int], float] | None = None) -> dict:
-    """The plain map over every chunk of `block` samples (all submitted at once, as ``client.map`` does)."""
-    from gcc_dask.bench.throughput import plain_chunk
-
-    _output_array(out, samples, block)
-    starts = list(range(0, samples, block))
-    stops = [min(s + block, samples) for s in starts]
-    d = [0.0 if delay is None else float(delay(i)) for i in range(len(starts))]
-    c0 = _task_seconds(client)
-    t0 = time.perf_counter()
-    futures = client.map(plain_chunk, [data] * len(starts), [out] * len(starts), [model] * len(starts), starts,
-                         stops, d, pure=False)
-    times = client.gather(futures)
-    wall = time.perf_counter() - t0
-    _settle(client)
-    spans = [max(t[1] for t in times[i:i + K]) - min(t[0] for t in times[i:i + K]) for i in range(0, len(times), K)]
-    chunk = [t[1] - t[0] - dd for t, dd in zip(times, d)]
-    return {"wall_s": wall, "spans": np.array(spans), "chunk_s": np.array(chunk),
-            "compute_s": _spent(c0, _task_seconds(client)), "backups": 0}
-
-
-def hedged_map(client, data: str, out: str, model: str, samples: int, block: int, *, slots: int,
-               delay: Callable[[int], float] | None = None,
-               backup_delay: Callable[[int, int], float] | None = None, copies: int = 1,
-               quantile: float = QUANTILE, multiplier: float = MULTIPLIER, min_runtime: float = MIN_RUNTIME,
-               poll_s: float = 0.01) -> dict:
-    """The plain map with backup tasks, written with Dask's public API as a careful user would.
-
-    At most `slots` chunk tasks are in flight (one per worker thread), so that the time since a task's
-    submission is its run time (and its scheduling). ``as_completed`` reports the results; every `poll_s` the
-    loop applies Spark's rule: once ``max(floor(quantile · slots), 1)`` chunks are done, a chunk out for longer
-    than ``max(multiplier × their median time from submission to result, min_runtime)`` that has no copy gets
-    one (its own injected delay: ``backup_delay(i, 1)``); with `copies` > 1, a copy out that long in its turn
-    gets the next (``backup_delay(i, c)``), up to `copies` of them. The first result of a chunk wins; the other
-    copies are cancelled, which does not stop a running task.
-
-    Returns
-    -------
-    dict
-        ``wall_s``, ``spans`` (K-chunk batches, first submission to last winning result), ``compute_s`` (thread
-        seconds of every copy, once they have all returned), ``backups``.
-    """
-    from distributed import as_completed
-
-    from gcc_dask.bench.throughput import plain_chunk
-
-    _output_array(out, samples, block)
-    starts = list(range(0, samples, block))
-    n = len(starts)
-    token = uuid.uuid4().hex[:8]
-    c0 = _task_seconds(client)
-    submitted: dict[int, float] = {}
-    winner: dict[int, float] = {}
-    chunk_of: dict[Any, int] = {}
-    out_copies: dict[int, list] = {}
-    durations: list[float] = []
-    ac = as_completed(loop=client.loop)
-    t0 = time.perf_counter()
-
-    latest: dict[int, float] = {}
-
-    def submit(i: int, copy: int) -> None:
-        if copy == 0:
-            d = 0.0 if delay is None else float(delay(i))
-        else:
-            d = 0.0 if backup_delay is None else float(backup_delay(i, copy))
-        fut = client.submit(plain_chunk, data, out, model, starts[i], min(starts[i] + block, samples),
-                            d, key=f"hedged-{i}-{copy}-{token}", pure=False)
-        chunk_of[fut] = i
-        out_copies.setdefault(i, []).append(fut)
-        latest[i] = time.time()
-        if copy == 0:
-            submitted[i] = latest[i]
-        ac.add(fut)
-
-    nxt = 0
-    while nxt < min(slots, n):
-        submit(nxt, 0)
-        nxt += 1
-    need = max(1, math.floor(quantile * slots + 1e-9))
-    backups = 0
-    while len(winner) < n:
-        batch = ac.next_batch(block=False)
-        for fut in batch:
-            i = chunk_of[fut]
-            if fut.status == "error" and all(f.status == "error" for f in out_copies[i]):
-                raise fut.exception()
-            if i in winner or fut.status != "finished":
-                continue
-            _, finished = fut.result()
-            winner[i] = finished
-            durations.append(finished - submitted[i])  # as the lateness below: from the submission
-            client.cancel([f for f in out_copies[i] if f is not fut])
-            if nxt < n:
-                submit(nxt, 0)
-                nxt += 1
-        if len(durations) >= need:
-            threshold = max(multiplier * float(np.median(durations)), min_runtime)
-            now = time.time()
-            for i in list(submitted):
-                if i not in winner and len(out_copies[i]) <= copies and now - latest[i] > threshold:
-                    submit(i, len(out_copies[i]))
-                    backups += 1
-        if not batch:
-            time.sleep(poll_s)
-    wall = time.perf_counter() - t0
-    _settle(client)
-    spans = []
-    for b in range(0, n, K):
-        ids = range(b, min(b + K, n))
-        spans.append(max(winner[i] for i in ids) - min(submitted[i] for i in ids))
-    return {"wall_s": wall, "spans": np.array(spans), "compute_s": _spent(c0, _task_seconds(client)), "backups": backups}
-
-
-# ------------------------------------------------------------------------------------ real slowness
-def _victim(client, workers: int) -> int:
-    """The process id of the first worker (by address) once `workers` are there: the one slowed or frozen. A
-    pipeline ends a worker frozen longer than ``cluster.unresponsive_after`` and its nanny starts another, so
-    it is looked up before every job."""
-    client.wait_for_workers(workers, timeout=120)
-    pids = client.run(os.getpid)
-    return int(pids[sorted(pids)[0]])
-
-
-def _signal(pid: int, sig: int) -> None:
-    """``os.kill``, quiet when the process is gone (ended by the run, or by its nanny)."""
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
-
-
-class _Signalling(abc.ABC):
-    """A context that signals process `pid` from a thread of its own (:meth:`_run`, which returns early once
-    ``self._stop`` is set), and leaves it running (SIGCONT) on exit."""
-
-    name = "gcc-dask-bench-signal"
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-
-    @abc.abstractmethod
-    def _run(self) -> None:
-        """Signal ``self.pid`` until ``self._stop`` is set (each subclass its own pattern)."""
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-        _signal(self.pid, signal.SIGCONT)
-
-
-class _Slow(_Signalling):
-    """Make a process run a fraction of the time: SIGSTOP/SIGCONT in a cycle."""
-
-    name = "gcc-dask-bench-slow"
-
-    def __init__(self, pid: int, on_s: float = SLOW_ON_S, off_s: float = SLOW_OFF_S) -> None:
-        super().__init__(pid)
-        self.on_s, self.off_s = on_s, off_s
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            _signal(self.pid, signal.SIGSTOP)
-            self._stop.wait(self.off_s)
-            _signal(self.pid, signal.SIGCONT)
-            self._stop.wait(self.on_s)
-
-
-class _Freeze(_Signalling):
-    """Freeze a process (SIGSTOP) `after` seconds into the context for `seconds`, then resume it (SIGCONT)."""
-
-    name = "gcc-dask-bench-freeze"
-
-    def __init__(self, pid: int, seconds: float, after: float = FREEZE_AFTER_S) -> None:
-        super().__init__(pid)
-        self.seconds, self.after = seconds, after
-
-    def _run(self) -> None:
-        if self._stop.wait(self.after):
-            return
-        _signal(self.pid, signal.SIGSTOP)
-        try:
-            self._stop.wait(self.seconds)
-        finally:
-            _signal(self.pid, signal.SIGCONT)
 
 
 # ------------------------------------------------------------------------------------ the pipeline
@@ -405,55 +177,6 @@ def _pipeline(client, work: Path, data: str, model: str, contender: tuple, *, bl
            "backups": int(group["n_backups"][:][status > 0].sum()), "decoded": decoded.reshape(decoded.shape[0], -1)}
     shutil.rmtree(path, ignore_errors=True)
     return out
-
-
-def interleaved_rounds(run_plain: Callable[[], float], runs: dict[str, Callable[[], float]],
-                       rounds: int) -> list[dict]:
-    """Throughput ratios of pipelines against the plain map, one sample per round: plain map, first pipeline,
-    plain map, second pipeline, plain map, ... `rounds` times over. Each run returns its job's wall time (s);
-    a pipeline's run may instead return a dict with ``job_wall_s`` and ``composition_s`` (the seconds of the job
-    spent composing the batches). A pipeline's ratio is the mean of the plain map runs just before and just after
-    it over its own, so that a drift of the machine's speed weighs on both sides alike.
-
-    Returns one dict per pipeline run: ``contender``, ``round`` (0-based), ``job_wall_s``, ``composition_s`` (0
-    when the run did not say), ``plain_before_s``, ``plain_after_s``, ``vs_plain_map``, and
-    ``batches_vs_plain_map``: the same ratio over the job's time less its composition (what the batches alone
-    run at).
-    """
-    out: list[dict] = []
-    before = float(run_plain())
-    for i in range(int(rounds)):
-        for label, run in runs.items():
-            got = run()
-            wall = float(got["job_wall_s"] if isinstance(got, dict) else got)
-            composing = float(got.get("composition_s", 0.0)) if isinstance(got, dict) else 0.0
-            after = float(run_plain())
-            plain = (before + after) / 2
-            out.append({"contender": label, "round": i, "job_wall_s": wall, "composition_s": composing,
-                        "plain_before_s": before, "plain_after_s": after, "vs_plain_map": plain / wall,
-                        "batches_vs_plain_map": plain / (wall - composing)})
-            before = after
-    return out
-
-
-def ratio_summary(ratios) -> dict[str, float]:
-    """``n``, ``mean``, ``se`` (the standard error of the mean: sample standard deviation over sqrt(n); NaN for
-    one sample), ``median``, ``min`` and ``max`` of throughput ratios (a 1-D sequence of floats, n >= 1)."""
-    r = np.asarray(ratios, dtype=np.float64)
-    if r.ndim != 1 or r.size == 0:
-        raise ValueError(f"ratios: got shape {r.shape}; expected a non-empty 1-D sequence")
-    se = float(r.std(ddof=1) / math.sqrt(r.size)) if r.size > 1 else math.nan
-    return {"n": int(r.size), "mean": float(r.mean()), "se": se, "median": float(np.median(r)),
-            "min": float(r.min()), "max": float(r.max())}
-
-
-def _decided(summary: dict[str, float], limit: float) -> str:
-    """Whether the limit lies outside mean +- 2 SE (the target is then decided either way)."""
-    if not math.isfinite(summary["se"]):
-        return "one round: undecided"
-    gap = abs(summary["mean"] - limit)
-    return "decided (the limit is outside mean +- 2 SE)" if gap > 2 * summary["se"] else \
-        "not decided (the limit is within mean +- 2 SE)"
 
 
 def _relacc(estimates: np.ndarray, reference: np.ndarray) -> float:
@@ -555,12 +278,16 @@ def tail_section(client, work: Path, quick: bool, say: Callable[[str], None], mo
             rows_here = []
             for hedged_label, hedged_copies, quantile, multiplier in HEDGED:
                 cpu0 = _cpu_s(c)
+                # a store of its own: a cancelled copy of the previous hedged map may still be writing to its
+                # store (a running task is not stopped), and overwriting that one raced with it
+                hedged_path = str(work / f"tail-hedged-{uuid.uuid4().hex[:8]}.zarr")
                 with condition():
-                    hedged = hedged_map(c, src, str(work / "tail-hedged.zarr"), model, samples, block,
+                    hedged = hedged_map(c, src, hedged_path, model, samples, block,
                                         slots=threads, delay=delay, backup_delay=backup_delay, copies=hedged_copies,
                                         quantile=quantile, multiplier=multiplier)
                 hedged["cpu_s"] = _spent(cpu0, _cpu_s(c))
-                hedged_out = np.asarray(zarr.open_array(str(work / "tail-hedged.zarr"), mode="r")[:])
+                hedged_out = np.asarray(zarr.open_array(hedged_path, mode="r")[:])
+                shutil.rmtree(hedged_path, ignore_errors=True)
                 rows_here.append({"contender": hedged_label, "N": "-", **_percentiles(hedged["spans"]),
                                   "job_wall_s": hedged["wall_s"], "samples_per_s": samples / hedged["wall_s"],
                                   "compute_s": hedged["compute_s"], "cpu_s": hedged["cpu_s"],
@@ -649,7 +376,7 @@ def tail_section(client, work: Path, quick: bool, say: Callable[[str], None], mo
                       block)  # its sessions on every thread
             rounds += rounds_on("f", data["heavy"], str(heavy), n_heavy, QUICK_ROUNDS if quick else HEAVY_ROUNDS)
             floors.append(_floor("f", data["heavy"], str(heavy), block, len(addresses)))
-        for path in (*data.values(), out, str(work / "tail-hedged.zarr"), str(work / "tail-warm-out.zarr")):
+        for path in (*data.values(), out, str(work / "tail-warm-out.zarr"), *map(str, work.glob("tail-hedged-*.zarr"))):
             shutil.rmtree(path, ignore_errors=True)
     return _finish(rows, identical, samples, block, m, threads, quick, own, rounds, floors)
 

@@ -277,7 +277,7 @@ def throughput_section(client, work: Path, quick: bool, say: Callable[[str], Non
 def scale_section(client, work: Path, quick: bool, say: Callable[[str], None], model: str,
                   block: int) -> tuple[Table, list[Target]]:
     """The ``scale`` section: gcc on 100k and 1M images, samples/s and peak memory (see the module docstring)."""
-    from gcc_dask.bench.pipeline import MemorySampler, _worker_pids
+    from gcc_dask.bench.processes import MemorySampler, _worker_pids
 
     sizes = (4 * K * block, 40 * K * block) if quick else (100_000, 1_000_000)
     rows = []

@@ -10,8 +10,9 @@ validates. Every problem becomes one :class:`~gcc_dask.errors.ConfigError` line 
 or numbers of seconds up to one day (:func:`gcc_dask.limits.parse_seconds`), stored as float seconds.
 
 Modules, imported one way: :mod:`.fields` (scheme names, error lines, durations, the base section) ←
-:mod:`.sections` (one pydantic model per section, :class:`PipelineConfig`) ← :mod:`.loading` (YAML,
-overrides, paths, :func:`load_config`). None imports :mod:`gcc_dask.coding` or anything heavy: the scheme
+``config.data``, ``config.coding``, ``config.stragglers``, ``config.execution`` (one model per section) ←
+:mod:`.sections` (:class:`PipelineConfig`, which holds them all) ← :mod:`.loading` (YAML, overrides, paths,
+:func:`load_config`). None imports :mod:`gcc_dask.coding` or anything heavy: the scheme
 names are a static tuple (a test keeps it equal to ``gcc_dask.coding.list_codes()``).
 """
 

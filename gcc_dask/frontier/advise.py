@@ -296,7 +296,7 @@ def advise(pipeline: Any, *, samples: int = DEFAULT_SAMPLES, target: float | Non
     """
     from gcc_dask.analysis.frontier import frontier_table, open_frontier, plot_frontier
     from gcc_dask.config import load_config
-    from gcc_dask.pipeline import _check_model_fits, build_source_and_workload
+    from gcc_dask.inputs import _check_model_fits, build_source_and_workload
     from gcc_dask.runtime.cluster import ClusterSpec, connect
     from gcc_dask.stragglers import latency_model_from_config
 

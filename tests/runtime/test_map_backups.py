@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from gcc_dask.runtime import cluster as cluster_mod
+from gcc_dask.runtime import cluster_map as cluster_mod  # (map_on_cluster and what it calls)
 from gcc_dask.runtime.cluster import map_on_cluster
 from gcc_dask.runtime.cutoff import Speculation
 

@@ -1,0 +1,119 @@
+"""An array in memory as a source: NumPy, dask, Zarr or anything array-like (what :func:`gcc_dask.coded_map`
+is given), read in chunk-aligned slices.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from gcc_dask.errors import ConfigError, SourceError
+from gcc_dask.sources.base import Source, _check_all_labels, _check_limit, register_source
+
+
+# ------------------------------------------------------------------------------------ in-memory arrays
+def _regular_chunk(chunks: Any) -> int | None:
+    """The sample-axis chunk length of an array's ``chunks`` (Zarr: a tuple of ints; dask: a tuple of tuples),
+    when regular (all equal but a shorter last one); else None."""
+    if not chunks:
+        return None
+    first = chunks[0]
+    if isinstance(first, (int, np.integer)) and not isinstance(first, bool):
+        return int(first) if first > 0 else None
+    try:
+        sizes = [int(c) for c in first]
+    except (TypeError, ValueError):
+        return None
+    if not sizes or sizes[0] < 1 or any(c != sizes[0] for c in sizes[:-1]) or sizes[-1] > sizes[0]:
+        return None
+    return sizes[0]
+
+
+@register_source("array")
+class ArraySource(Source):
+    """An in-memory NumPy array or a dask array (programmatic use only; not from YAML).
+
+    Parameters: ``array`` (shape (num_samples, ...); ``data`` is an alias), ``labels`` (optional,
+    (num_samples,)), ``name``, ``limit``.
+
+    A NumPy array travels whole with the run, to every Dask worker once. A dask array travels as its task
+    graph and is read where a batch is needed, block by block: :meth:`read` and :meth:`take` compute only the
+    blocks that hold the asked samples, each once, with the synchronous scheduler in the calling process (a
+    Dask worker, in a run: never a task of its own on the cluster, so a busy cluster cannot wait on itself).
+    ``remote`` is then true, and the pipeline reads nothing of it on the driver (the first-sample check of f
+    and the composition run as tasks on the cluster).
+
+    :attr:`chunks`: None for a NumPy array; the chunk length along the sample axis of a dask (or Zarr)
+    array whose chunks there are regular (all equal but a shorter last one), else None. With a chunk reader
+    (a pipeline's worker passes one), :meth:`take` reads through it, so that a worker computes each block of
+    a batch's samples once for all the batch's shards.
+    """
+
+    def __init__(self, array: Any = None, labels: Any = None, name: str = "array",
+                 limit: int | None = None, *, data: Any = None) -> None:
+        if (array is None) == (data is None):
+            raise ConfigError("source.array: expected exactly one in-memory array (array= or data=)")
+        data = array if data is None else data
+        if not hasattr(data, "shape") or not hasattr(data, "dtype"):
+            data = np.asarray(data)
+        if len(data.shape) < 1:
+            raise SourceError("source.data: got a 0-d array; expected shape (num_samples, ...)")
+        if _is_dask(data) and any(np.isnan(c) for c in data.shape):
+            raise SourceError(f"source.array: got a dask array of unknown shape {data.shape}; expected known "
+                              "chunk sizes along every axis (call .compute_chunk_sizes() first)")
+        if labels is not None:
+            if not hasattr(labels, "compute"):
+                labels = np.asarray(labels)
+            if labels.ndim != 1 or labels.shape[0] != data.shape[0]:
+                raise SourceError(f"source.labels: got shape {labels.shape}; expected "
+                                  f"({data.shape[0]},), one per sample")
+            _check_all_labels(str(name), labels)
+        self.data, self.labels = data, labels
+        #: read on the Dask workers only (a dask array), never on the driver
+        self.remote = _is_dask(data) or _is_dask(labels)
+        self._finish(str(name), int(data.shape[0]), data.shape[1:], data.dtype, labels is not None,
+                     _check_limit(limit), {"kind": "array", "name": str(name)})
+        self._chunk_len = _regular_chunk(getattr(data, "chunks", None))
+
+    @property
+    def chunks(self) -> int | None:
+        return self._chunk_len
+
+    def _read(self, start: int, stop: int) -> tuple[Any, Any]:
+        def get(a: Any) -> Any:
+            part = a[start:stop]
+            return part.compute(scheduler="sync") if _is_dask(part) else part
+
+        return get(self.data), None if self.labels is None else get(self.labels)
+
+    def take(self, indices: Any, chunk: Callable | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+        """As :meth:`Source.take`; on a dask array without a chunk reader, one selection of the sorted indices,
+        so that each block that holds some of them is computed once (a composed batch spans many short runs
+        of samples)."""
+        if not self.remote or (chunk is not None and self.chunks is not None):
+            return super().take(indices, chunk)
+        idx = np.asarray(indices)
+        if idx.ndim != 1 or idx.size == 0 or not np.issubdtype(idx.dtype, np.integer):
+            return super().take(indices)  # its checks, and the empty case
+        idx = idx.astype(np.int64, copy=False)
+        if idx.min() < 0 or idx.max() >= self.num_samples:
+            return super().take(indices)  # raises its InvalidInputError
+        order = np.argsort(idx, kind="stable")
+        wanted = idx[order]
+
+        def get(a: Any) -> Any:
+            part = a[wanted]
+            part = part.compute(scheduler="sync") if _is_dask(part) else np.asarray(part)
+            out = np.empty_like(part)
+            out[order] = part
+            return out
+
+        X = np.asarray(get(self.data), dtype=self.dtype).reshape((idx.size, *self.sample_shape))
+        y = None if self.labels is None else np.asarray(get(self.labels), dtype=np.int64).reshape(idx.size)
+        return X, y
+
+
+def _is_dask(a: Any) -> bool:
+    """A dask collection (``dask.is_dask_collection``, without importing dask for NumPy input)."""
+    return a is not None and callable(getattr(a, "__dask_graph__", None)) and a.__dask_graph__() is not None
