@@ -315,7 +315,7 @@ def test_null_means_not_set_the_default_applies():
     default = load_config(BASE, check_paths=False)
     cfg = load_config(BASE, ["speculation.copies=null", "code.block_size=null", "gcc.kernel=null",
                              "composition.policy=null", "run.max_batches_in_flight=null"], check_paths=False)
-    assert cfg.speculation.copies == 1 and cfg.code.block_size == "auto" and cfg.composition.policy == "similarity"
+    assert cfg.speculation.copies == 2 and cfg.code.block_size == "auto" and cfg.composition.policy == "similarity"
     assert cfg.gcc.kernel == default.gcc.kernel and cfg.run.max_batches_in_flight == default.run.max_batches_in_flight
     assert load_config(BASE, ["cutoff.deadline=null"], check_paths=False).cutoff.deadline is None  # no deadline
     with pytest.raises(ConfigError, match=r"^code.num_inputs: got nothing; expected a value \(this key is required\)$"):

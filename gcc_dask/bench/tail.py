@@ -79,7 +79,7 @@ SCENARIOS = ("a: no stragglers", "b: hangs", "c: one slow worker process", "d: o
 #: (label, code, N, S, params) of the pipeline contenders
 CONTENDERS: tuple[tuple[str, str, int, int, dict], ...] = (
     ("uncoded", "uncoded", K, 0, {}),
-    ("speculative", "speculative", 2 * K, 0, {}),
+    ("speculative", "speculative", 2 * K, 0, {"copies": 1}),  # Spark's one copy (the default is 2)
     ("speculative-2", "speculative", 3 * K, 0, {"copies": 2}),
     ("uncoded-cutoff-linear", "uncoded", K, 2, {"stop": "cutoff", "fill": "linear"}),
     ("replication-10-linear", "replication", 10, 2, {"fill": "linear"}),
