@@ -333,7 +333,8 @@ def measure(c, workload: Any, X: np.ndarray, candidates: Sequence[Candidate], S_
             patterns: Sequence[str], *, exhaustive_limit: int, draws: int, seed: int,
             cached: Mapping[str, np.ndarray] | None = None,
             extra_sets: Callable[[int, int], Mapping[str, np.ndarray]] | None = None, progress: bool = False,
-            name: str = "frontier") -> tuple[np.ndarray, dict[str, np.ndarray], dict[tuple[str, int], dict]]:
+            name: str = "frontier", cached_scores: Mapping[tuple[str, int], dict] | None = None,
+            ) -> tuple[np.ndarray, dict[str, np.ndarray], dict[tuple[str, int], dict]]:
     """f on the groups and on every coded input (Dask tasks on client `c`), then every (candidate, S) scored.
 
     Parameters
@@ -356,6 +357,8 @@ def measure(c, workload: Any, X: np.ndarray, candidates: Sequence[Candidate], S_
         latency model and cutoff keep).
     progress : bool
         Show a progress bar.
+    cached_scores : mapping, optional
+        ``{(candidate label, S): scores}`` scored before with the same outputs and sets (not scored again).
 
     Returns
     -------
@@ -392,7 +395,9 @@ def measure(c, workload: Any, X: np.ndarray, candidates: Sequence[Candidate], S_
                                        lo, min(lo + rows, G), pure=False,
                                        key=f"frontier-coded-{digest[:8]}-{lo}-{token}")
                               for lo in range(0, G, rows)]
-    n_scores = sum(1 for cand in candidates for s in S_values if s < cand.num_workers)
+    cached_scores = dict(cached_scores or {})
+    n_scores = sum(1 for cand in candidates for s in S_values
+                   if s < cand.num_workers and (cand.label, s) not in cached_scores)
     bar = _progress(len(ref_parts) + sum(map(len, coded_futs.values())) + n_scores, progress, name)
     try:
         for _ in as_completed([*ref_parts, *(f for fs in coded_futs.values() for f in fs)], loop=c.loop):
@@ -404,20 +409,23 @@ def measure(c, workload: Any, X: np.ndarray, candidates: Sequence[Candidate], S_
         ref_f = c.scatter(reference, broadcast=True)
         out_f = {d: c.scatter(v, broadcast=True) for d, v in outputs.items() if d in digests.values()}
         score_futs = {}
+        results: dict[tuple[str, int], dict] = {}
         for cand in candidates:
+            todo = [s for s in S_values if s < cand.num_workers and (cand.label, s) not in cached_scores]
+            results.update({(cand.label, s): cached_scores[(cand.label, s)] for s in S_values
+                            if (cand.label, s) in cached_scores})
+            if not todo:
+                continue
             if cand.label in digests:
                 Y = out_f[digests[cand.label]]
             else:  # a selection scheme: its results are the reference's rows
                 code = _build(cand.code, K, cand.num_workers, cand.params)
                 Y = c.scatter(coded_outputs(code, X, None, reference))
-            for s in S_values:
-                if s >= cand.num_workers:
-                    continue
+            for s in todo:
                 extra = None if extra_sets is None else extra_sets(cand.num_workers, s)
                 score_futs[c.submit(_score_task, cand.code, K, cand.num_workers, cand.params, Y, ref_f, s,
                                     tuple(patterns), exhaustive_limit, draws, seed, extra, pure=False,
                                     key=f"frontier-score-{cand.label}-S{s}-{token}")] = (cand.label, s)
-        results: dict[tuple[str, int], dict] = {}
         for fut in as_completed(list(score_futs), loop=c.loop):
             results[score_futs[fut]] = fut.result()
             bar.update(1)
