@@ -374,7 +374,7 @@ def advise(pipeline: Any, *, samples: int = DEFAULT_SAMPLES, target: float | Non
     else:
         spec = ClusterSpec.from_config(cfg.cluster)
         with connect(spec, client) as c:
-            threads = sum(c.nthreads().values()) or 1
+            threads = _parallelism(c)
             work = [(builds[label], G, _num_sets(builds[label].num_workers, s, patterns, p, latency),
                      builds[label].num_workers) for (label, s) in keys if (label, s) not in have]
             say(expected_time(f_rows, f_cost.seconds_per_row if f_cost else 0.0, work, output_shape,
@@ -396,6 +396,22 @@ def advise(pipeline: Any, *, samples: int = DEFAULT_SAMPLES, target: float | Non
     advice = _advice(ds, decision, target, cfg, path, wall, margin)
     advice.files = _files(advice, ds, out_dir, plot_frontier, frontier_table)
     return advice
+
+
+def _parallelism(client) -> int:
+    """How many tasks the cluster runs at once: per host, its worker threads, at most its cores."""
+    threads = client.nthreads()
+    try:
+        cores = client.run(os.cpu_count)
+    except Exception:  # a worker that cannot run it: count its threads
+        cores = {}
+    hosts: dict[str, list[int]] = {}
+    for address, n in threads.items():
+        host = address.rsplit(":", 1)[0]
+        hosts.setdefault(host, [0, 0])
+        hosts[host][0] += int(n)
+        hosts[host][1] = max(hosts[host][1], int(cores.get(address) or n))
+    return max(1, sum(min(t, c) for t, c in hosts.values()))
 
 
 def _num_sets(N: int, s: int, patterns: Sequence[str], p: float | None, latency) -> int:
@@ -444,7 +460,7 @@ def _advice(ds, pattern: str, target: float | None, cfg, path: Path, wall: float
         lines.append(f"As good within 2 standard errors, or a code gaining less than the margin {margin:g} over "
                      f"copying: {', '.join(tied)}; the cheapest was taken.")
     if reason:
-        lines.append(reason[0].upper() + reason[1:] + ".")
+        lines.append(f"Why: {reason}.")
     set_lines = [f"--set \"schemes=[{{label: {label}, code: {choice['code']}, params: "
                  f"{json.dumps(choice['params']).replace(chr(34), '')}}}]\"",
                  f"--set store.path={_store_for(cfg, label)}"]

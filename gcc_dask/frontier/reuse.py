@@ -96,7 +96,8 @@ class Expected:
                 else "f is not evaluated (its outputs are stored)",
                 f"{self.decodes:,} group decodes (~{self.decode_s / max(1, self.threads):.0f} s)" if self.decodes
                 else "no decodes (the scores are stored)"]
-        return f"expected time: about {_round(self.seconds)} on {self.threads} threads: " + ", ".join(what)
+        at_once = f" ({self.threads} tasks at once)" if self.f_rows or self.decodes else ""
+        return f"expected time: about {_round(self.seconds)}{at_once}: " + ", ".join(what)
 
 
 def _round(seconds: float) -> str:
