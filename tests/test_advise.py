@@ -277,3 +277,18 @@ def test_no_approximate_estimator_reaching_the_target_recommends_the_exact_schem
                                "speculative")
     assert adv.choice == {"label": "speculative", "code": "speculative", "params": {}}
     assert "code: speculative" in adv.set_lines[0]
+
+
+def test_a_single_output_f_gets_its_relative_error_and_never_a_relacc(client, tmp_path):
+    """f = x² + 1 (one output per sample): the advice and its frontier store score the MSE, with the relative
+    RMSE beside it (√MSE over f's RMS, by hand from the stored outputs); the store has no rel_acc."""
+    import xarray as xr
+
+    adv = advise(_pipe(tmp_path, [1.0, 0.0, 1.0]), samples=96, client=client, out=tmp_path / "a", progress=False)
+    assert adv.metric == "mse" and "rel_rmse" in adv.table
+    ds = xr.open_zarr(adv.path)
+    assert "rel_acc" not in ds.data_vars and "mse" in ds.data_vars
+    ref_ms = ds.attrs["reference_mean_square"]
+    np.testing.assert_allclose(adv.table["rel_rmse"], np.sqrt(adv.table["value"] / ref_ms))
+    assert 1.0 < ref_ms < 4.0  # (x² + 1)² for x in [-1, 1]
+    assert "relative RMSE" in adv.text.splitlines()[0] and "agrees" not in adv.text

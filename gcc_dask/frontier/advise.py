@@ -443,6 +443,9 @@ def _advice(ds, pattern: str, target: float | None, cfg, path: Path, wall: float
     sign = 1.0 if metric == "rel_acc" else -1.0
     best = table.loc[(sign * table["value"]).idxmax(), "candidate"]
     table["vs_best"], table["vs_best_se"] = zip(*(paired_difference(values[c], values[best]) for c in table["candidate"]))
+    ref_ms = float(ds.attrs.get("reference_mean_square", np.nan))
+    if metric == "mse" and ref_ms > 0:  # one output: its error relative to f's own size, as the run summary
+        table["rel_rmse"] = np.sqrt(table["value"] / ref_ms)
     table = table.sort_values(["N", "value"], ascending=[True, metric != "rel_acc"]).reset_index(drop=True)
     chosen = table[table["candidate"] == pick].iloc[0]
     spec_params = json.loads(json.dumps(ds.attrs["params"][pick]))
@@ -475,7 +478,10 @@ def _sentence(chosen, metric: str, what: str) -> str:
     if metric == "rel_acc":
         return (f"{head}: its decoded argmax agrees with the uncoded model's on {100 * chosen['value']:.2f}% "
                 f"(± {100 * chosen['se']:.2f}%) of the samples under {what}.")
-    return f"{head}: its mean squared error is {chosen['value']:.3g} (± {chosen['se']:.2g}) under {what}."
+    rel = chosen.get("rel_rmse", np.nan)
+    rel_text = f"its relative RMSE is {rel:.3g} (MSE {chosen['value']:.3g} ± {chosen['se']:.2g})" if np.isfinite(rel) \
+        else f"its mean squared error is {chosen['value']:.3g} (± {chosen['se']:.2g})"
+    return f"{head}: {rel_text} under {what}."
 
 
 def _reached(table: pd.DataFrame, metric: str, target: float) -> bool:
@@ -533,8 +539,8 @@ def _files(advice: Advice, ds, out_dir: Path, plot_frontier, frontier_table) -> 
     csv, md, png = out_dir / "advice.csv", out_dir / "advice.md", out_dir / "advice.png"
     advice.table.to_csv(csv, index=False)
     plot_frontier(ds, png, pattern=advice.pattern)
-    cols = [c for c in ("estimator", "N", "ratio", "value", "se", "vs_best", "vs_best_se", "worst", "worst_se")
-            if c in advice.table]
+    cols = [c for c in ("estimator", "N", "ratio", "value", "se", "rel_rmse", "vs_best", "vs_best_se", "worst",
+                        "worst_se") if c in advice.table]
     md.write_text(f"# gcc-dask advice\n\n{advice.text}\n\n" + "\n".join(advice.set_lines) + "\n\n"
                   + advice.table[cols].to_markdown(index=False, floatfmt=".4f") + f"\n\n![frontier]({png.name})\n")
     return [md, csv, png, Path(advice.path)]

@@ -443,7 +443,13 @@ def _dataset(candidates: Sequence[Candidate], results: dict, index: np.ndarray, 
 
     C, G = len(candidates), index.shape[0]
     shape = (C, len(S), len(patterns), G)
-    data = {name: np.full(shape, np.nan) for name in ("rel_acc", "mse", "decodable_frac")}
+    multi = int(np.prod(reference.shape[2:])) > 1
+    if not multi and attrs.get("metric") == "rel_acc":
+        raise ConfigError("metric: got 'rel_acc' for an f with one output per sample; expected 'mse' or 'auto' (the "
+                          "argmax of one value is always 0, so RelAcc would always be 1)")
+    # RelAcc only for an f with several outputs (a classifier's scores): one output is scored by its errors
+    names = ("rel_acc", "mse", "decodable_frac") if multi else ("mse", "decodable_frac")
+    data = {name: np.full(shape, np.nan) for name in names}
     exhaustive = np.zeros((C, len(S)), dtype=np.int8)
     for i, cand in enumerate(candidates):
         for j, s in enumerate(S):
@@ -455,7 +461,9 @@ def _dataset(candidates: Sequence[Candidate], results: dict, index: np.ndarray, 
                 for name in data:
                     data[name][i, j, p] = res[pattern][name]
     dims = ("candidate", "S", "pattern", "group")
-    multi = int(np.prod(reference.shape[2:])) > 1
+    ref = np.asarray(reference, dtype=np.float64).reshape(reference.shape[0] * reference.shape[1], -1)
+    ref = ref[~np.isnan(ref).any(axis=1)]
+    reference_ms = float(np.mean(np.sum(ref**2, axis=1))) if ref.size else float("nan")
     var_attrs = {
         "rel_acc": {"long_name": "RelAcc: fraction of the group's K outputs whose argmax equals f's (NaN rows "
                                  "count as wrong)", "units": "1"},
@@ -482,6 +490,7 @@ def _dataset(candidates: Sequence[Candidate], results: dict, index: np.ndarray, 
         ds["labels"] = (("group", "position"), labels)
     ds.attrs.update({
         MARKER: 1, "metric": "rel_acc" if multi else "mse", **attrs, "skipped": skipped,
+        "reference_mean_square": reference_ms,
         "params": json_params(candidates), "created": _now(), "gcc_dask_version": _versions().get("gcc-dask"),
         "versions": _versions(), "status": "complete",
     })
