@@ -22,10 +22,6 @@ def _is_dask(a: Any) -> bool:
     return callable(getattr(a, "__dask_graph__", None))
 
 
-def _is_frame(a: Any) -> bool:
-    from gcc_dask.frames import is_dataframe
-
-    return is_dataframe(a)
 
 
 class CodedPostFit:
@@ -135,12 +131,12 @@ class CodedPostFit:
                 setattr(self, key, value)
 
     # ------------------------------------------------------------------------------------ post-fit
-    def _coded(self, method: str, X):
+    def _coded(self, method: str, X, prepared=None):
         """The decoded outputs of ``estimator.<method>`` on X (float32; NumPy or dask like X, a dask DataFrame
-        giving a dask array)."""
+        giving a dask array). `prepared`: ``(fn, rows)`` from :meth:`_rows`, when made already."""
         from gcc_dask.coded import coded_map
 
-        fn, rows = self._rows(method, X)
+        fn, rows = prepared if prepared is not None else self._rows(method, X)
         out = None
         if self.out is not None:
             import os
@@ -156,7 +152,8 @@ class CodedPostFit:
 
     def _rows(self, method: str, X):
         """``estimator.<method>`` (given a DataFrame of the original columns when X was a DataFrame) and X as
-        rows (:func:`gcc_dask.frames.as_rows`)."""
+        rows (:func:`gcc_dask.frames.as_rows`: a dask DataFrame's partition lengths, or a dask array's unknown
+        chunk sizes, are computed here, once a call)."""
         from gcc_dask.frames import WithColumns, as_rows
 
         fn = self._method(method)
@@ -170,10 +167,9 @@ class CodedPostFit:
             raise AttributeError(f"The wrapped estimator '{self.estimator}' does not have a '{method}' method.")
         return getattr(self.estimator, method)
 
-    def _dtype(self, method: str, X) -> np.dtype:
-        """The dtype of ``estimator.<method>`` on one row of zeros of X's shape and dtype (not X's data)."""
-        fn, rows = self._rows(method, X) if _is_frame(X) else (self._method(method), None)
-        X = rows.array if rows is not None else X
+    @staticmethod
+    def _dtype(fn, X) -> np.dtype:
+        """The dtype of `fn` (an estimator's method) on one row of zeros of X's shape and dtype (not X's data)."""
         row = np.zeros((1, *X.shape[1:]), dtype=getattr(X, "dtype", np.float64))
         try:
             return np.asarray(fn(row)).dtype
@@ -181,8 +177,9 @@ class CodedPostFit:
             return np.dtype(np.float64)
 
     def _decoded(self, method: str, X):
-        dtype = self._dtype(method, X)
-        return self._coded(method, X).astype(dtype if dtype.kind == "f" else np.float64)
+        fn, rows = self._rows(method, X)
+        dtype = self._dtype(fn, rows.array)
+        return self._coded(method, X, (fn, rows)).astype(dtype if dtype.kind == "f" else np.float64)
 
     def predict_proba(self, X):
         """Class probabilities, decoded: ``(n, n_classes)`` (NumPy, or dask for dask input), in the dtype of the
