@@ -154,7 +154,8 @@ def sweep(sweep_file, out, scheduler, overrides, overwrite, no_progress, perform
         click.echo(result.rates[cols].to_markdown(index=False, floatfmt=".3g"))
     elif not result.summary.empty:
         cols = [c for c in ("scheme", "num_inputs", "num_workers", "S", "p", "mse_mean", "rmse_mean",
-                            "rel_acc_mean", "accuracy_mean") if c in result.summary]
+                            "rel_acc_mean", "accuracy_mean", "rel_rmse_mean", "r2_mean", "max_abs_err_mean")
+                if c in result.summary]
         click.echo(result.summary[cols].to_markdown(index=False, floatfmt=".4g"))
     click.echo(f"report: gcc-dask report {result.path}")
 
@@ -196,8 +197,8 @@ def advise(pipeline, samples, target, max_redundancy, stragglers, margin, out, s
                               "(0, 1))") from None
     adv = run_advice(pipeline, samples=samples, target=target, max_redundancy=max_redundancy, stragglers=value,
                      out=out, overrides=overrides, echo=click.echo, progress=not no_progress, margin=margin)
-    cols = [c for c in ("estimator", "N", "ratio", "value", "se", "vs_best", "vs_best_se", "worst", "worst_se")
-            if c in adv.table]
+    cols = [c for c in ("estimator", "N", "ratio", "value", "se", "rel_rmse", "vs_best", "vs_best_se", "worst",
+                        "worst_se") if c in adv.table]
     click.echo("\n" + adv.table[cols].rename(columns={"value": adv.metric, "ratio": "N/K"})
                .to_markdown(index=False, floatfmt=".4f"))
     own_store = any(o.partition("=")[0].strip() == "store.path" for o in overrides)  # the user's store stays

@@ -229,11 +229,14 @@ def coded_map(f: Callable[..., Any] | str | os.PathLike, X: Any, *, schemes: Seq
         it), an ``.onnx`` file (ONNX Runtime) or an import path ``'module:function'``. An in-memory f is
         pickled with cloudpickle and unpickled once per Dask worker, never once per task. f receives coded
         rows, mixtures of similar rows of X, so it must accept any real values of X's shape.
-    X : numpy.ndarray, dask.array.Array, zarr.Array or xarray.DataArray
+    X : numpy.ndarray, dask.array.Array, zarr.Array, xarray.DataArray, pandas or dask DataFrame
         ``(n, *sample_shape)``, real floating (float32 or float64), samples along the first axis. A NumPy array
         is sent to each worker once; a dask array is read block by block on the workers (no block of it is
-        computed on this machine); a Zarr array on a local or shared file system is read from its files by the
-        workers (another store is read through ``dask.array.from_zarr``); a DataArray by its data.
+        computed on this machine; unknown chunk sizes are computed first, as dask-ml does); a Zarr array on a
+        local or shared file system is read from its files by the workers (another store is read through
+        ``dask.array.from_zarr``); a DataArray by its data; a DataFrame ``(n, p)`` of numeric columns as an
+        array (float32 when every column is, else float64; a dask DataFrame's partitions are its chunks:
+        :func:`gcc_dask.frames.as_rows`). f receives arrays, never DataFrames.
     schemes : sequence of str
         The estimators to run on the same batches: ``gcc`` (the default), ``bacc``, ``bspline``, ``letcc``,
         ``lcc``, ``replication`` or ``uncoded``.
@@ -257,14 +260,15 @@ def coded_map(f: Callable[..., Any] | str | os.PathLike, X: Any, *, schemes: Seq
     Returns
     -------
     CodedResult
-        ``.estimates`` of shape ``(n, *output_shape)``, float32, in X's row order: NumPy for NumPy input, a
-        dask array (lazily reading the store) for dask and Zarr input; ``.store``, ``.summary``,
+        ``.estimates`` of shape ``(n, *output_shape)``, float32, in X's row order: NumPy for NumPy (and pandas)
+        input, a dask array (lazily reading the store) for dask (array or DataFrame) and Zarr input; ``.store``, ``.summary``,
         ``.to_xarray()``.
 
     Raises
     ------
     gcc_dask.errors.ConfigError
-        A config keyword that is unknown or invalid (one line naming the key, the value and what is valid).
+        A config keyword that is unknown or invalid (one line naming the key, the value and what is valid); a
+        DataFrame column that is not numeric, or a Series as X.
     gcc_dask.errors.WorkloadError
         f cannot be pickled (named), does not fit X's rows, or returns non-floating outputs.
     gcc_dask.errors.SourceError
@@ -291,9 +295,11 @@ def coded_map(f: Callable[..., Any] | str | os.PathLike, X: Any, *, schemes: Seq
                           "('gcc',), the default)")
     if out is not None and not isinstance(out, (str, os.PathLike)):
         raise ConfigError(f"out: got {out!r}; expected a store path (str or os.PathLike) or None")
+    from gcc_dask.frames import as_rows
+
     data = _merged_config(config)
     data["workload"] = _workload_section(f)
-    data["source"], how = _source_section(X)
+    data["source"], how = _source_section(as_rows(X).array)
     data["schemes"] = list(schemes)
     data.setdefault("name", "coded-map")
     store = dict(data.get("store") or {}) if isinstance(data.get("store", {}), Mapping) else data["store"]

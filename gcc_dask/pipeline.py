@@ -736,7 +736,7 @@ def _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, la
         say(f"Dask worker{'s' if len(frozen) > 1 else ''} {', '.join(sorted(frozen))} missed "
             f"{MISSED_HEARTBEATS} heartbeats: the run starts without {'them' if len(frozen) > 1 else 'it'} (no "
             "shards until a heartbeat comes; ended after cluster.unresponsive_after)")
-        runner.suspect(frozen)
+        runner.suspect(frozen, said=True)  # said once a run
     bar = _progress(len(work), cfg.run.progress and progress, cfg.name)
     records = RecordBuffer(store)
 

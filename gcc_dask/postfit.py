@@ -22,15 +22,21 @@ def _is_dask(a: Any) -> bool:
     return callable(getattr(a, "__dask_graph__", None))
 
 
+
+
 class CodedPostFit:
     """Wrap a scikit-learn estimator: ``fit`` passes through, ``predict``, ``predict_proba``,
     ``predict_log_proba``, ``decision_function`` and ``transform`` run coded on a Dask cluster.
 
-    The same types come back as from ``dask_ml.wrappers.ParallelPostFit``: NumPy for NumPy input, a dask array
-    (reading the run's store) for dask input, chunked along the samples as the input, with the dtypes of the
-    estimator's own methods (found, as ParallelPostFit finds its ``meta``, by calling the method on one row of
-    zeros: never on a row of X; ``predict`` of a classifier has the dtype of ``classes_``). Unlike
-    ParallelPostFit, a call runs its coded job at once (the dask array it returns only reads the results).
+    It takes what ``dask_ml.wrappers.ParallelPostFit`` takes: NumPy and dask arrays (unknown chunk sizes are
+    computed first, as dask-ml does), pandas and dask DataFrames of numeric columns (the estimator gets a
+    DataFrame with the same columns, so a model fitted on one sees its feature names;
+    :func:`gcc_dask.frames.as_rows`). The same types come back: NumPy for NumPy or pandas input, a dask
+    array (reading the run's store) for dask input, chunked along the samples as the input (a dask
+    DataFrame's partitions), with the dtypes of the estimator's own methods (found, as ParallelPostFit finds
+    its ``meta``, by calling the method on one row of zeros: never on a row of X; ``predict`` of a classifier
+    has the dtype of ``classes_``). Unlike ParallelPostFit, a call runs its coded job at once (the dask array
+    it returns only reads the results; ``score(..., compute=False)`` defers only the scoring).
 
     Decoding is linear, and a class label is not: ``predict`` of a classifier is computed from decoded
     scores, the argmax (the sign, for one score per sample) mapped to ``classes_``. The scores are those the
@@ -125,11 +131,12 @@ class CodedPostFit:
                 setattr(self, key, value)
 
     # ------------------------------------------------------------------------------------ post-fit
-    def _coded(self, method: str, X):
-        """The decoded outputs of ``estimator.<method>`` on X (float32; NumPy or dask like X)."""
+    def _coded(self, method: str, X, prepared=None):
+        """The decoded outputs of ``estimator.<method>`` on X (float32; NumPy or dask like X, a dask DataFrame
+        giving a dask array). `prepared`: ``(fn, rows)`` from :meth:`_rows`, when made already."""
         from gcc_dask.coded import coded_map
 
-        fn = self._method(method)
+        fn, rows = prepared if prepared is not None else self._rows(method, X)
         out = None
         if self.out is not None:
             import os
@@ -138,19 +145,31 @@ class CodedPostFit:
         config = dict(self.config)
         if out is not None:
             config["store"] = {**config.get("store", {}), "overwrite": True}
-        result = coded_map(fn, X, schemes=self.schemes, client=self.client, out=out,
+        result = coded_map(fn, rows.array, schemes=self.schemes, client=self.client, out=out,
                            performance_report=self.performance_report, **config)
         self.last_result_ = result
         return result.estimates
+
+    def _rows(self, method: str, X):
+        """``estimator.<method>`` (given a DataFrame of the original columns when X was a DataFrame) and X as
+        rows (:func:`gcc_dask.frames.as_rows`: a dask DataFrame's partition lengths, or a dask array's unknown
+        chunk sizes, are computed here, once a call)."""
+        from gcc_dask.frames import WithColumns, as_rows
+
+        fn = self._method(method)
+        rows = as_rows(X)
+        if rows.columns is not None:
+            fn = WithColumns(fn, rows.columns)
+        return fn, rows
 
     def _method(self, method: str):
         if not hasattr(self.estimator, method):
             raise AttributeError(f"The wrapped estimator '{self.estimator}' does not have a '{method}' method.")
         return getattr(self.estimator, method)
 
-    def _dtype(self, method: str, X) -> np.dtype:
-        """The dtype of ``estimator.<method>`` on one row of zeros of X's shape and dtype (not X's data)."""
-        fn = self._method(method)
+    @staticmethod
+    def _dtype(fn, X) -> np.dtype:
+        """The dtype of `fn` (an estimator's method) on one row of zeros of X's shape and dtype (not X's data)."""
         row = np.zeros((1, *X.shape[1:]), dtype=getattr(X, "dtype", np.float64))
         try:
             return np.asarray(fn(row)).dtype
@@ -158,8 +177,9 @@ class CodedPostFit:
             return np.dtype(np.float64)
 
     def _decoded(self, method: str, X):
-        dtype = self._dtype(method, X)
-        return self._coded(method, X).astype(dtype if dtype.kind == "f" else np.float64)
+        fn, rows = self._rows(method, X)
+        dtype = self._dtype(fn, rows.array)
+        return self._coded(method, X, (fn, rows)).astype(dtype if dtype.kind == "f" else np.float64)
 
     def predict_proba(self, X):
         """Class probabilities, decoded: ``(n, n_classes)`` (NumPy, or dask for dask input), in the dtype of the
@@ -198,16 +218,61 @@ class CodedPostFit:
                                      dtype=classes.dtype)
         return _to_classes(scores, classes)
 
-    def score(self, X, y) -> float:
-        """Accuracy of :meth:`predict` (a classifier) or R² (a regressor), on NumPy (dask input is computed)."""
+    def score(self, X, y, compute: bool = True):
+        """Accuracy of :meth:`predict` (a classifier) or R² of it (a regressor), against y.
+
+        Parameters
+        ----------
+        X : array-like or DataFrame
+            As :meth:`predict`: ``(n, n_features)``.
+        y : array-like, pandas or dask Series
+            ``(n,)`` labels (a classifier) or ``(n,)`` / ``(n, n_targets)`` targets (a regressor).
+        compute : bool
+            As ``ParallelPostFit.score``: False returns the score as a 0-d dask array when X or y is a dask
+            collection (a float otherwise). Only the scoring is deferred: the coded run that predicts X is
+            eager (its cutoff acts on the arrival times of its shards, so it runs when called), and the lazy
+            score reads its results from the run store.
+
+        Returns
+        -------
+        float, or a 0-d dask array (float64) with ``compute=False`` and dask input.
+
+        Raises
+        ------
+        ValueError
+            y does not have one entry per row of X.
+        """
+        from gcc_dask.frames import as_target
+
         pred = self.predict(X)
-        pred = pred.compute() if _is_dask(pred) else pred
-        y = np.asarray(y.compute() if _is_dask(y) else y)
+        y = as_target(y)
+        if not _is_dask(y):
+            y = np.asarray(y)
+        if y.shape[0] != pred.shape[0]:
+            raise ValueError(f"y: got {y.shape[0]} entries; expected one per row of X ({pred.shape[0]})")
+        lazy = _is_dask(pred) or _is_dask(y)
+        if lazy:
+            import dask.array as da
+
+            if not _is_dask(pred):
+                pred = da.from_array(pred, chunks=y.chunks[:pred.ndim])
+            if not _is_dask(y):
+                y = da.from_array(y, chunks=pred.chunks[:y.ndim])
+            elif y.chunks[0] != pred.chunks[0]:
+                y = y.rechunk({0: pred.chunks[0]})
+            xp = da
+        else:
+            xp = np
         if getattr(self.estimator, "classes_", None) is not None:
-            return float(np.mean(pred == y))
-        residual = float(np.sum((y - pred) ** 2))
-        total = float(np.sum((y - y.mean(axis=0)) ** 2))
-        return 1.0 - residual / total if total > 0 else float("nan")
+            value = xp.mean(pred == y)
+        else:
+            pred = pred.reshape(y.shape) if pred.ndim != y.ndim else pred
+            residual = ((y - pred) ** 2).sum(axis=0)
+            total = ((y - y.mean(axis=0)) ** 2).sum(axis=0)
+            value = (1.0 - residual / xp.where(total > 0, total, xp.nan)).mean()  # per target, averaged
+        if lazy and not compute:
+            return value.astype(np.float64)
+        return float(value.compute() if lazy else value)
 
 
 def _to_classes(scores: np.ndarray, classes: np.ndarray) -> np.ndarray:

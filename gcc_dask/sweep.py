@@ -20,6 +20,7 @@ Store layout (Zarr v3, every array has dimension names; ``xr.open_zarr(path)`` i
       mse             (scheme, num_inputs, num_workers, S|p, trial) float64  NaN: undecodable or skipped
       rel_acc         same  float64   argmax agreement with f (outputs with more than one value only)
       accuracy        same  float64   argmax = label (sources with labels only)
+      rel_rmse, r2, max_abs_err  same  float64   relative RMSE, R², largest error (one output only)
       decodable_frac  same  float64   fraction of the K outputs that could be estimated
       n_received      same  int32     |F|; -1 not run
       search_exhaustive same int8     adversarial only: 1 true worst case, 0 heuristic lower bound
@@ -58,11 +59,18 @@ __all__ = ["SweepResult", "evaluate_cell", "open_sweep", "run_sweep", "sample_fu
 
 MARKER = "gcc_dask_sweep"
 STATUS_PENDING, STATUS_DONE, STATUS_SKIPPED = 0, 1, 2
-TRIAL_VARS = ("mse", "rel_acc", "accuracy", "decodable_frac", "n_received", "search_exhaustive")
+TRIAL_VARS = ("mse", "rel_acc", "accuracy", "rel_rmse", "r2", "max_abs_err", "decodable_frac", "n_received",
+              "search_exhaustive")
+#: the trial metrics of an f with one output per sample (a regression: never a RelAcc or an accuracy)
+REGRESSION_VARS = ("rel_rmse", "r2", "max_abs_err")
 _ATTRS = {
     "mse": {"long_name": "MSE (1/K) Σ_k ||f̂(x_k) − f(x_k)||² over decodable outputs", "units": "output units²"},
     "rel_acc": {"long_name": "RelAcc: fraction with argmax f̂ = argmax f", "units": "1"},
     "accuracy": {"long_name": "accuracy: fraction with argmax f̂ = label", "units": "1"},
+    "rel_rmse": {"long_name": "relative RMSE √(Σ_k ||f̂ − f||² / Σ_k ||f||²) over the K outputs (one output only)",
+                 "units": "1"},
+    "r2": {"long_name": "R² of the K estimates against f (one output only)", "units": "1"},
+    "max_abs_err": {"long_name": "largest |f̂ − f| over the K outputs (one output only)", "units": "output units"},
     "decodable_frac": {"long_name": "fraction of the K outputs that could be estimated", "units": "1"},
     "n_received": {"long_name": "|F|, results used for decoding (-1: not run)", "units": "workers"},
     "search_exhaustive": {"long_name": "adversary: 1 exhaustive (true worst case), 0 heuristic (lower "
@@ -221,7 +229,8 @@ def evaluate_cell(cfg: SweepConfig, K: int, N: int, s: float, trials: Sequence[i
     Returns
     -------
     dict
-        ``mse``, ``rel_acc``, ``accuracy``, ``decodable_frac`` float64, ``n_received`` int32 and
+        ``mse``, ``rel_acc``, ``accuracy``, ``rel_rmse``, ``r2``, ``max_abs_err``, ``decodable_frac`` float64
+        (RelAcc for an f with several outputs, the last three for one output), ``n_received`` int32 and
         ``search_exhaustive`` int8, each of shape (n_schemes, len(trials)); ``accuracy_uncoded`` (len(trials),).
         Schemes that cannot run at (K, N) keep NaN / -1.
     """
@@ -229,7 +238,8 @@ def evaluate_cell(cfg: SweepConfig, K: int, N: int, s: float, trials: Sequence[i
     codes = _make_codes(cfg, K, N)
     labels = [spec.label for spec in cfg.schemes]
     T, L = len(trials), len(labels)
-    out = {name: np.full((L, T), np.nan) for name in ("mse", "rel_acc", "accuracy", "decodable_frac")}
+    out = {name: np.full((L, T), np.nan) for name in ("mse", "rel_acc", "accuracy", "decodable_frac",
+                                                      *REGRESSION_VARS)}
     out["n_received"] = np.full((L, T), -1, np.int32)
     out["search_exhaustive"] = np.full((L, T), -1, np.int8)
     out["accuracy_uncoded"] = np.full(T, np.nan)
@@ -272,6 +282,10 @@ def evaluate_cell(cfg: SweepConfig, K: int, N: int, s: float, trials: Sequence[i
             out["mse"][i, j] = metrics.mse(est, ref)
             if multi:
                 out["rel_acc"][i, j] = metrics.rel_acc(est, ref)
+            else:
+                out["rel_rmse"][i, j] = metrics.relative_rmse(est, ref)
+                out["r2"][i, j] = metrics.r2(est, ref)
+                out["max_abs_err"][i, j] = metrics.max_abs_error(est, ref)
             if y is not None:
                 out["accuracy"][i, j] = metrics.accuracy(est, y)
     return out
@@ -311,6 +325,8 @@ def _template(cfg: SweepConfig, fn: _Function, block: int, out_shape: tuple, coi
     names = ["mse", "decodable_frac", "n_received"]
     if int(np.prod(out_shape)) > 1:
         names.append("rel_acc")
+    else:
+        names.extend(REGRESSION_VARS)
     if fn.has_labels:
         names.append("accuracy")
     if st.model == "fixed_count" and st.pattern == "adversarial":

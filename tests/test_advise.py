@@ -47,7 +47,7 @@ def test_a_constant_f_makes_every_estimator_equal_so_the_cheapest_wins(client, t
                  progress=False)
     assert adv.choice["code"] == "replication" and adv.choice["params"]["num_workers"] == 4
     assert adv.choice["params"]["fill"] != "none"
-    assert "within 2 paired standard errors" in adv.text
+    assert "As good within 2 standard errors" in adv.text and adv.text.startswith("Use replication")
 
 
 def test_the_same_seed_gives_the_same_advice_and_f_is_not_evaluated_again(client, tmp_path, monkeypatch):
@@ -227,3 +227,68 @@ def test_an_auto_run_names_its_own_key_for_too_small_a_sample(client, tmp_path):
     cfg = _pipe(tmp_path, [0.0, 1.0, 0.5], schemes=["auto"], advise={"samples": 5})
     with pytest.raises(ConfigError, match=r"^advise\.samples: got 5; expected an integer >= 2·K = 8"):
         gd.run_pipeline(cfg, client=client)
+
+
+def test_a_second_call_evaluates_f_zero_times_and_says_its_expected_time(tmp_path, monkeypatch):
+    """f counts its calls in a file (it runs on the workers and on the driver): the first call evaluates it, a
+    second call with the same options (and one with another target) evaluates it zero times, starts no cluster
+    and scores nothing again; each call prints its expected time first; the recommendation is one sentence."""
+    log = tmp_path / "calls.log"
+    (tmp_path / "countf37.py").write_text(
+        "import numpy as np\n"
+        f"LOG = {str(log)!r}\n"
+        "def f(x):\n"
+        "    with open(LOG, 'a') as fh:\n"
+        "        fh.write(f'{len(x)}\\n')\n"
+        "    x = np.asarray(x, dtype=np.float64).reshape(len(x), -1)\n"
+        "    return np.sin(x.sum(axis=1, keepdims=True))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = _pipe(tmp_path, [0.0], workload={"kind": "callable", "name": "countf37:f"},
+                cluster={"processes": False, "n_workers": 1, "threads_per_worker": 2})
+    said: list[str] = []
+    first = advise(cfg, samples=96, out=tmp_path / "a", progress=False, echo=said.append)
+    calls = log.read_text().splitlines()
+    assert calls, "f was not evaluated by the first call"
+    assert any(line.startswith("expected time: about ") and "f on " in line for line in said)
+
+    def no_cluster(*args, **kwargs):
+        raise AssertionError("a cluster was started to reuse stored outputs and scores")
+
+    monkeypatch.setattr("gcc_dask.runtime.cluster.connect", no_cluster)
+    said.clear()
+    again = advise(cfg, samples=96, out=tmp_path / "a", progress=False, echo=said.append)
+    assert log.read_text().splitlines() == calls  # zero calls of f
+    assert any("f is not evaluated" in line and "no decodes" in line for line in said)
+    assert again.choice == first.choice and again.text == first.text
+    np.testing.assert_array_equal(again.table["value"].to_numpy(), first.table["value"].to_numpy())
+    other = advise(cfg, samples=96, out=tmp_path / "a", progress=False, target=1e-3)  # MSE target: a new choice
+    assert log.read_text().splitlines() == calls
+    sentence = first.text.splitlines()[0]
+    assert sentence.startswith("Use ") and sentence.endswith(".") and sentence.count(". ") == 0
+    assert other.text.splitlines()[0].startswith(("Use ", "No approximate estimator reaches"))
+
+
+def test_no_approximate_estimator_reaching_the_target_recommends_the_exact_schemes(client, tmp_path):
+    """f = x² + 1 on K = 4, N up to 8, S = 2: no estimator reaches an MSE of 1e-30 (LCC is exact only up to
+    rounding); the advice says so in one sentence and applies speculative, the exact scheme that bounds the wait."""
+    adv = advise(_pipe(tmp_path, [1.0, 0.0, 1.0]), samples=96, target=1e-30, client=client, out=tmp_path / "a",
+                 progress=False)
+    assert adv.text.startswith("No approximate estimator reaches mse 1e-30 at N <= 8, so use an exact scheme: "
+                               "speculative")
+    assert adv.choice == {"label": "speculative", "code": "speculative", "params": {}}
+    assert "code: speculative" in adv.set_lines[0]
+
+
+def test_a_single_output_f_gets_its_relative_error_and_never_a_relacc(client, tmp_path):
+    """f = x² + 1 (one output per sample): the advice and its frontier store score the MSE, with the relative
+    RMSE beside it (√MSE over f's RMS, by hand from the stored outputs); the store has no rel_acc."""
+    import xarray as xr
+
+    adv = advise(_pipe(tmp_path, [1.0, 0.0, 1.0]), samples=96, client=client, out=tmp_path / "a", progress=False)
+    assert adv.metric == "mse" and "rel_rmse" in adv.table
+    ds = xr.open_zarr(adv.path)
+    assert "rel_acc" not in ds.data_vars and "mse" in ds.data_vars
+    ref_ms = ds.attrs["reference_mean_square"]
+    np.testing.assert_allclose(adv.table["rel_rmse"], np.sqrt(adv.table["value"] / ref_ms))
+    assert 1.0 < ref_ms < 4.0  # (x² + 1)² for x in [-1, 1]
+    assert "relative RMSE" in adv.text.splitlines()[0] and "agrees" not in adv.text

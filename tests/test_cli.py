@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -107,6 +108,15 @@ def test_performance_report_of_a_run(tmp_path):
     assert "it closes when the run ends" in res.stdout  # the embedded cluster's dashboard is said to be short-lived
     text = report.read_text()
     assert "Dask Performance Report" in text and "Task Stream" in text
+    _assert_offline(text)
+
+
+def _assert_offline(html: str) -> None:
+    """Bokeh's JavaScript is inline: no script or stylesheet is loaded from the network (the favicon may be)."""
+    assert not re.findall(r"""<script[^>]*\bsrc\s*=\s*["']?(?:https?:)?//""", html, flags=re.I)
+    stylesheets = re.findall(r"<link[^>]*>", html, flags=re.I)
+    assert not [s for s in stylesheets if "stylesheet" in s and re.search(r"href\s*=\s*[\"']?(?:https?:)?//", s)]
+    assert "Bokeh" in html and html.count("<script") >= 2  # the library itself, and the plots
 
 
 def test_performance_report_of_a_sweep(tmp_path):
@@ -118,6 +128,7 @@ def test_performance_report_of_a_sweep(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "Dask Performance Report" in report.read_text()
+    _assert_offline(report.read_text())
 
 
 @pytest.mark.parametrize("where", ["a-file/x", "/proc/gcc-dask-nope"], ids=["under-a-file", "unwritable"])

@@ -196,15 +196,18 @@ def test_bad_f_and_X():
         gd.coded_map(3, X)
 
 
-def test_unknown_chunks_and_sparse_X_are_one_line_each():
-    """A dask array after boolean indexing (NaN chunk sizes) and a SciPy sparse matrix: what to call instead."""
+def test_unknown_chunks_are_computed_and_sparse_X_is_one_line(process_client):
+    """A dask array after boolean indexing (NaN chunk sizes) runs, its sizes computed as dask-ml does, and the
+    caller's array is left as it was; a SciPy sparse matrix is one line saying what to call instead."""
     import dask.array as da
 
     dX = da.from_array(X, chunks=10)
     dX = dX[dX[:, 0] > -10]
-    with pytest.raises(ConfigError, match=r"^X: got a dask array of shape \(nan, 4\) whose chunk sizes are unknown "
-                                          r".*call X.compute_chunk_sizes\(\) first$"):
-        gd.coded_map(f, dX)
+    res = gd.coded_map(f, dX, client=process_client, schemes=("uncoded",), code={"num_inputs": 4, "num_workers": 4},
+                       cutoff={"stragglers": 0}, stragglers={"model": "none"})
+    assert np.isnan(dX.chunks[0][0])  # the caller's array is left as it was
+    assert res.estimates.chunks[0] == dX.copy().compute_chunk_sizes().chunks[0]
+    np.testing.assert_allclose(res.estimates.compute(scheduler="sync"), f(X), rtol=1e-5, atol=1e-5)
     sparse = pytest.importorskip("scipy.sparse")
     with pytest.raises(ConfigError, match=r"^X: got a SciPy sparse csr_matrix of shape \(600, 4\); expected a dense "
                                           r"array .*: pass X.toarray\(\)$"):

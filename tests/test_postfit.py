@@ -101,3 +101,126 @@ def test_missing_method_and_bad_scores(fitted):
         gd.CodedPostFit(fitted).transform(X)
     with pytest.raises(ConfigError, match=r"scores: got 'proba'; expected one of auto, decision_function"):
         gd.CodedPostFit(fitted, scores="proba")
+
+
+# --------------------------------------------------------------------------- the collections users hold (item 9)
+# On the exact `uncoded` scheme every post-fit method equals the estimator's own, whatever holds X: NumPy, a dask
+# array, a pandas or dask DataFrame, a dask array whose chunk sizes are unknown (dask-ml's ParallelPostFit takes all
+# of them). The decoded values are stored in float32: equal up to that rounding.
+EXACT = {"schemes": ("uncoded",), "code": {"num_inputs": 4, "num_workers": 4, "block_size": 8},
+         "cutoff": {"stragglers": 0}, "stragglers": {"model": "none"}}
+SMALL = 96
+COLUMNS = [f"f{i}" for i in range(X.shape[1])]
+KINDS = ["numpy", "dask", "pandas", "dask-dataframe", "unknown-chunks"]
+
+
+def _as(kind: str, data: np.ndarray):
+    import pandas as pd
+
+    if kind == "numpy":
+        return data
+    if kind == "dask":
+        return da.from_array(data, chunks=40)
+    if kind == "unknown-chunks":
+        arr = da.from_array(data, chunks=40)
+        unknown = arr[arr[:, 0] > -np.inf]  # boolean indexing: every row kept, chunk sizes NaN
+        assert np.isnan(unknown.chunks[0][0])
+        return unknown
+    frame = pd.DataFrame(data, columns=COLUMNS)
+    if kind == "pandas":
+        return frame
+    dd = pytest.importorskip("dask.dataframe")
+    return dd.from_pandas(frame, npartitions=3)
+
+
+def _fit(estimator, kind: str, y):
+    import pandas as pd
+
+    on = pd.DataFrame(X[:SMALL * 2], columns=COLUMNS) if "dataframe" in kind or kind == "pandas" else X[:SMALL * 2]
+    return estimator.fit(on, y[:SMALL * 2])
+
+
+def _eager(a):
+    return a.compute(scheduler="sync") if hasattr(a, "compute") else a
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_post_fit_method_is_the_estimators_own_on_the_exact_scheme(process_client, kind, recwarn):
+    XS = X[:SMALL]
+    data = _as(kind, XS)
+    own_input = _as("pandas", XS) if kind in ("pandas", "dask-dataframe") else XS
+    clf = _fit(LogisticRegression(max_iter=1000), kind, Y)
+    wrapped = gd.CodedPostFit(clf, client=process_client, **EXACT)
+    for method in ("predict", "predict_proba", "predict_log_proba", "decision_function"):
+        got, own = getattr(wrapped, method)(data), getattr(clf, method)(own_input)
+        assert got.shape == own.shape and got.dtype == own.dtype, method
+        assert isinstance(got, da.Array) == (kind in ("dask", "dask-dataframe", "unknown-chunks")), method
+        if method == "predict":
+            np.testing.assert_array_equal(_eager(got), own)
+        else:
+            np.testing.assert_allclose(_eager(got), own, rtol=1e-5, atol=1e-6, err_msg=method)
+    assert wrapped.score(data, Y[:SMALL]) == clf.score(own_input, Y[:SMALL])
+
+    pca = _fit(PCA(n_components=3), kind, Y)
+    got = gd.CodedPostFit(pca, client=process_client, **EXACT).transform(data)
+    np.testing.assert_allclose(_eager(got), pca.transform(own_input), rtol=1e-5, atol=1e-5)
+
+    target = X[:SMALL * 2] @ np.arange(1, 7, dtype=np.float32)
+    reg = _fit(LinearRegression(), kind, target)
+    wrapped = gd.CodedPostFit(reg, client=process_client, **EXACT)
+    np.testing.assert_allclose(_eager(wrapped.predict(data)), reg.predict(own_input), rtol=1e-5, atol=1e-4)
+    assert wrapped.score(data, target[:SMALL]) == pytest.approx(reg.score(own_input, target[:SMALL]), abs=1e-6)
+    # a model fitted on a DataFrame gets DataFrames with its columns: no "X does not have valid feature names"
+    assert not [w for w in recwarn if "feature names" in str(w.message)]
+
+
+@pytest.mark.parametrize("kind", ["dask", "dask-dataframe", "numpy"])
+def test_score_compute_false(process_client, kind):
+    import pandas as pd
+
+    XS, ys = X[:SMALL], Y[:SMALL]
+    clf = _fit(LogisticRegression(max_iter=1000), kind, Y)
+    wrapped = gd.CodedPostFit(clf, client=process_client, **EXACT)
+    data = _as(kind, XS)
+    y = ys if kind == "numpy" else da.from_array(ys, chunks=40)
+    if kind == "dask-dataframe":
+        dd = pytest.importorskip("dask.dataframe")
+        y = dd.from_pandas(pd.Series(ys), npartitions=3)
+    lazy = wrapped.score(data, y, compute=False)
+    own = clf.score(_as("pandas", XS) if kind == "dask-dataframe" else XS, ys)
+    if kind == "numpy":  # as ParallelPostFit: NumPy in, a float out
+        assert isinstance(lazy, float) and lazy == own
+    else:
+        assert isinstance(lazy, da.Array) and lazy.ndim == 0 and lazy.dtype == np.float64
+        assert float(lazy.compute(scheduler="sync")) == own
+    assert wrapped.score(data, y) == own
+
+
+def test_dataframe_refusals():
+    import pandas as pd
+
+    frame = pd.DataFrame({"a": [1.0, 2.0], "b": ["x", "y"]})
+    with pytest.raises(ConfigError, match=r"^X: got column 'b' of dtype \S+; expected numeric columns"):
+        gd.coded_map(np.tanh, frame)
+    with pytest.raises(ConfigError, match=r"^X: got a pandas Series 'a'; expected rows of features"):
+        gd.coded_map(np.tanh, frame["a"])
+
+
+def test_coded_map_takes_dataframes_and_unknown_chunks(process_client):
+    import pandas as pd
+
+    dd = pytest.importorskip("dask.dataframe")
+    XS = X[:SMALL]
+    w = np.arange(6, dtype=np.float32)[:, None]
+    ref = XS @ w
+    for data in (pd.DataFrame(XS), dd.from_pandas(pd.DataFrame(XS), npartitions=3), _as("unknown-chunks", XS)):
+        res = gd.coded_map(_linear, data, client=process_client, **EXACT)
+        est = res.estimates
+        assert est.shape == (SMALL, 1)
+        if isinstance(est, da.Array):
+            assert sum(est.chunks[0]) == SMALL
+        np.testing.assert_allclose(_eager(est), ref, rtol=1e-5, atol=1e-5)
+
+
+def _linear(x):
+    return x @ np.arange(6, dtype=x.dtype)[:, None]

@@ -72,8 +72,11 @@ def paired_difference(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
 
 
 def frontier_table(ds) -> pd.DataFrame:
-    """One row per (candidate, S, pattern): its N, N/K, code, and the mean ± SE of rel_acc, mse and
-    decodable_frac over the groups."""
+    """One row per (candidate, S, pattern): its N, N/K, code, and the mean ± SE of rel_acc (an f with several
+    outputs only), mse and decodable_frac over the groups; for an f with one output, ``rel_rmse`` too (√ of
+    the mean MSE over the mean ‖f‖² of the groups' outputs: the relative RMSE)."""
+    names = [n for n in ("rel_acc", "mse", "decodable_frac") if n in ds]
+    ref_ms = float(ds.attrs.get("reference_mean_square", np.nan))
     rows = []
     for i, cand in enumerate(ds["candidate"].values):
         for j, s in enumerate(ds["S"].values):
@@ -82,11 +85,13 @@ def frontier_table(ds) -> pd.DataFrame:
                        "code": str(ds["code"].values[i]), "ratio": float(ds["ratio"].values[i]),
                        "N": int(ds["num_workers"].values[i]), "S": int(s), "pattern": str(pattern),
                        "exhaustive": bool(ds["exhaustive"].values[i, j])}
-                for name in ("rel_acc", "mse", "decodable_frac"):
+                for name in names:
                     mean, se, n = cluster_mean(ds[name].values[i, j, p])
                     row[name], row[f"{name}_se"] = mean, se
+                if "rel_acc" not in ds and ref_ms > 0:
+                    row["rel_rmse"] = float(np.sqrt(row["mse"] / ref_ms))
                 row["groups"] = n
-                if np.isfinite(row["rel_acc"]) or np.isfinite(row["mse"]):
+                if np.isfinite(row.get("rel_acc", np.nan)) or np.isfinite(row["mse"]):
                     rows.append(row)
     return pd.DataFrame(rows)
 

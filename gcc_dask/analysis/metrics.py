@@ -49,7 +49,7 @@ def sweep_table(ds) -> pd.DataFrame:
     pandas.DataFrame
         Columns ``scheme, code, num_inputs, num_workers, S|p, trials, mse_mean, mse_std, mse_median,
         rmse_mean, rmse_std, [rel_acc_mean, rel_acc_std], [accuracy_mean, accuracy_std,
-        accuracy_uncoded], decodable_frac_mean, undecodable_frac, n_received_mean, [exhaustive_frac],
+        accuracy_uncoded], [rel_rmse_*, r2_*, max_abs_err_* (mean and std) for an f with one output], decodable_frac_mean, undecodable_frac, n_received_mean, [exhaustive_frac],
         coincident_points``. Cells that are pending or skipped are left out.
     """
     sdim = straggler_dim(ds)
@@ -63,7 +63,7 @@ def sweep_table(ds) -> pd.DataFrame:
         cols["mse_mean"], cols["mse_std"] = _nanstats(mse)
         cols["mse_median"] = np.nanmedian(mse, axis=-1)
         cols["rmse_mean"], cols["rmse_std"] = _nanstats(np.sqrt(mse))
-        for name in ("rel_acc", "accuracy"):
+        for name in ("rel_acc", "accuracy", "rel_rmse", "r2", "max_abs_err"):
             if name in ds:
                 cols[f"{name}_mean"], cols[f"{name}_std"] = _nanstats(ds[name].values)
         cols["decodable_frac_mean"] = _nanstats(ds["decodable_frac"].values)[0]

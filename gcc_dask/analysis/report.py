@@ -155,6 +155,7 @@ def _run_report(path: Path, out: Path, recompute) -> Report:
                                     "max_abs_err", "rmse_mean", "rmse_std", "rel_acc_std", "cutoff_p50_s",
                                     "cutoff_p99_s", "latency_p50_s", "latency_p99_s", "decoded", "undecodable", "failed", "mean_received")
                         if c in summary] + _backups_column(summary)], ".4g"), "",
+           *_poor_lines(summary),
            "## Latency percentiles (s)", "", _md(latency, ".4g"), ""]
     for fname, fig in (("latency_cdf.png", plots.plot_latency_cdf(path)), ("deadline.png", plots.plot_deadline(curve))):
         rep.files.append(plots.save(fig, out / "figures" / fname))
@@ -169,6 +170,15 @@ def _run_report(path: Path, out: Path, recompute) -> Report:
            _md(deadline_table(curve), ".4g"), "",
            "![accuracy against deadline](figures/deadline.png)", ""]
     return _finish(rep, md)
+
+
+def _poor_lines(summary) -> list[str]:
+    """A line for each scheme whose estimates are poor (the summary's ``poor`` column), and a blank line."""
+    if "poor" not in summary.columns:
+        return []
+    lines = [f"- poor estimates: {name}: {why} (docs/concepts.rst, section 'When estimates are poor')"
+             for name, why in summary["poor"].items() if isinstance(why, str) and why]
+    return [*lines, ""] if lines else []
 
 
 def _kind_line(summary) -> str:

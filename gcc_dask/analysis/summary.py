@@ -72,7 +72,7 @@ def _sample_metrics(decoded, reference, labels, status: np.ndarray, k: int, fill
     n = decoded.shape[0]
     step = max(k, (SUMMARY_ROWS // k) * k)
     sums = dict.fromkeys(("agree", "scored", "sq", "sq_rows", "hit", "hit_uncoded", "labelled", "missing", "done",
-                          "filled"), 0.0)
+                          "filled", "est_sq", "est_values"), 0.0)
     pooled = _Pooled()
     for start in range(0, n, step):
         stop = min(start + step, n)
@@ -83,6 +83,9 @@ def _sample_metrics(decoded, reference, labels, status: np.ndarray, k: int, fill
         ok = metrics.decodable_rows(est)
         sums["done"] += est.shape[0]
         sums["missing"] += int((~ok).sum())
+        known = np.asarray(est[ok], dtype=np.float64)  # the estimates' own scale, for the LOO error's
+        sums["est_sq"] += float(np.sum(known**2))
+        sums["est_values"] += known.size
         if filled is not None:
             sums["filled"] += int(np.asarray(filled[start:stop])[done].sum())
         ref = None
@@ -113,6 +116,7 @@ def _sample_metrics(decoded, reference, labels, status: np.ndarray, k: int, fill
         "missing": int(sums["missing"]),
         "filled": int(sums["filled"]),
         "_done_samples": int(sums["done"]),
+        "_est_ms": sums["est_sq"] / sums["est_values"] if sums["est_values"] else nan,
     }
 
 
@@ -141,7 +145,10 @@ def summarize_run(path: str) -> pd.DataFrame:
     run; samples without an estimate (NaN rows: an undecodable batch, or a replicated input whose copies all
     straggled, without a fill) are counted in ``missing``, count as wrong in ``rel_acc``/``accuracy`` and are
     left out of ``rmse``, ``rel_rmse``, ``r2`` and ``max_abs_err``; samples whose estimate a fill took from
-    their neighbours' results are counted in ``filled`` (and scored like the others).
+    their neighbours' results are counted in ``filled`` (and scored like the others). ``est_rel_rmse`` is gcc's
+    (and letcc's) leave-one-out estimate of the relative RMSE, from the decoded outputs alone (NaN for the other
+    schemes); ``poor`` says why a scheme's estimates are poor ("" when they are not: :func:`poor_reason`), and
+    ``attrs["poor"]`` maps each such scheme to it.
     ``samples_per_s`` is samples over the summed batch latencies (the throughput one batch at a time).
 
     Raises
@@ -181,6 +188,9 @@ def summarize_run(path: str) -> pd.DataFrame:
         row.update({name: value for name, value in scores.items()
                     if name not in _METRIC_COLUMNS or name in KIND_COLUMNS[kind]})
         done_samples = row.pop("_done_samples")
+        est_ms = row.pop("_est_ms")
+        row["est_rel_rmse"] = _loo_relative_error(group, done_batches, est_ms, int(root.attrs["batch_size"]),
+                                                  int(np.prod(tuple(shape or ()), dtype=np.int64)))
         lat = group["batch_latency_s"][...][done_batches] if "batch_latency_s" in group else np.array([])
         cut = group["cutoff_s"][...][done_batches]
         lat, cut = lat[np.isfinite(lat)], cut[np.isfinite(cut)]
@@ -198,10 +208,59 @@ def summarize_run(path: str) -> pd.DataFrame:
         row["mean_received"] = float(received.sum(axis=1).mean()) if received.size else np.nan
         backups = group["n_backups"][...][done_batches] if "n_backups" in group else np.array([])
         row["mean_backups"] = float(backups.mean()) if backups.size else np.nan
+        row["poor"] = poor_reason(row, kind, done_samples)
         rows.append(row)
     df = pd.DataFrame(rows).set_index("scheme")
     df.attrs["output_kind"] = kind
+    df.attrs["poor"] = {name: why for name, why in df["poor"].items() if why} if len(df) else {}
     return df
+
+
+#: the thresholds above which the summary says a scheme's estimates are poor (docs/concepts.rst, section
+#: 'When estimates are poor'): the relative RMSE against f (or, without f, gcc's leave-one-out estimate of it,
+#: which overstates the error, hence its higher threshold), the fraction of samples whose argmax disagrees
+#: with f's, and the fraction of samples that were filled from neighbours or left without an estimate
+POOR_REL_RMSE = 0.1
+POOR_EST_REL_RMSE = 0.5
+POOR_DISAGREEMENT = 0.05
+POOR_LOST = 0.1
+
+
+def _loo_relative_error(group, done_batches: np.ndarray, est_ms: float, batch_size: int, out_size: int) -> float:
+    """gcc's leave-one-out error estimate (``<scheme>/error_estimate``, per batch the mean over k of the squared
+    LOO residual norm over a block's B groups and f's outputs), as a relative RMSE: √(its mean per value) over
+    the RMS of the estimates. NaN for the schemes that do not record one (only gcc and letcc do)."""
+    if "error_estimate" not in group or not np.isfinite(est_ms) or est_ms <= 0:
+        return float("nan")
+    ee = group["error_estimate"][...][done_batches]
+    ee = ee[np.isfinite(ee)]
+    if not ee.size:
+        return float("nan")
+    code_k = int(group.attrs.get("num_inputs", 0)) or None
+    per_value = float(ee.mean()) / max(1, out_size) / max(1, batch_size // code_k if code_k else 1)
+    return float(np.sqrt(per_value / est_ms))
+
+
+def poor_reason(row, kind: str, done_samples: int) -> str:
+    """Why a summary row's estimates are poor, in a few words ("" when they are not): the first of its relative
+    RMSE (a regression) or RelAcc (a classifier) against f beyond :data:`POOR_REL_RMSE` /
+    :data:`POOR_DISAGREEMENT`; without f, gcc's leave-one-out estimate beyond :data:`POOR_EST_REL_RMSE`; the
+    samples filled or missing beyond :data:`POOR_LOST` of those done."""
+    def value(name: str) -> float:
+        v = row.get(name, np.nan)
+        return float(v) if v is not None and np.isfinite(v) else np.nan
+
+    rel_rmse, rel_acc, est = value("rel_rmse"), value("rel_acc"), value("est_rel_rmse")
+    if kind == "regression" and rel_rmse > POOR_REL_RMSE:
+        return f"relative RMSE {rel_rmse:.2g} > {POOR_REL_RMSE:g}"
+    if kind == "classifier" and 1.0 - rel_acc > POOR_DISAGREEMENT:
+        return f"RelAcc {rel_acc:.3g} < {1 - POOR_DISAGREEMENT:g}"
+    if np.isnan(rel_rmse) and np.isnan(rel_acc) and est > POOR_EST_REL_RMSE:
+        return f"estimated relative error {est:.2g} > {POOR_EST_REL_RMSE:g} (leave-one-out, no reference)"
+    lost = (value("filled") + value("missing")) / done_samples if done_samples > 0 else np.nan
+    if lost > POOR_LOST:
+        return f"{lost:.0%} of samples filled or missing > {POOR_LOST:.0%}"
+    return ""
 
 
 #: the columns ``gcc-dask run`` prints, and their short names (the table fits 100 columns)
@@ -248,6 +307,9 @@ def format_summary(summary: pd.DataFrame) -> str:
     if "code" in summary.columns and "mean_backups" in summary.columns:
         notes = [f"{name}: {summary.at[name, 'mean_backups']:.3g} backup copies a batch (mean)"
                  for name in summary.index if summary.at[name, "code"] == "speculative"]
+    for name, why in (summary.attrs.get("poor") or {}).items():
+        notes.append(f"poor estimates: {name}: {why} (an exact scheme, speculative or uncoded, gives f itself; "
+                     "docs/concepts.rst, section 'When estimates are poor')")
     if kind == "regression":
         notes.append("output_kind regression (one value per sample): relative RMSE, R², largest "
                      "error; no RelAcc")

@@ -39,7 +39,9 @@ from gcc_dask.config import AdviseConfig
 from gcc_dask.errors import ConfigError
 
 from .config import CandidateSpec, default_candidates
-from .run import _cached_outputs, _dataset, _write, candidates_for_specs, groups_of, measure
+from .reuse import expected_time, load_scores, save_scores, score_key
+from .run import (REFERENCE_KEY, _build, _cached_outputs, _dataset, _encoder_digest, _write, candidates_for_specs,
+                  groups_of, measure)
 from .sets import PATTERNS, bernoulli_sets, latency_sets
 
 __all__ = ["Advice", "advise", "apply_choice", "choose", "resolve_auto"]
@@ -49,6 +51,8 @@ RATIOS = (1.0, 1.25, 1.5, 2.0)
 DEFAULT_SAMPLES = 2000
 #: seeded batches of the pipeline's latency model whose kept sets advice scores ("latency" pattern)
 LATENCY_DRAWS = 2000
+#: the random pattern enumerates every set of S stragglers up to this many sets (else LATENCY_DRAWS draws)
+EXHAUSTIVE_LIMIT = 20_000
 TIE_SE = 2.0
 #: the codes that copy f's outputs (no encoder, no decoder to fit): what a code must beat by the margin
 COPYING = ("replication", "uncoded")
@@ -296,7 +300,7 @@ def advise(pipeline: Any, *, samples: int = DEFAULT_SAMPLES, target: float | Non
     """
     from gcc_dask.analysis.frontier import frontier_table, open_frontier, plot_frontier
     from gcc_dask.config import load_config
-    from gcc_dask.inputs import _check_model_fits, build_source_and_workload
+    from gcc_dask.inputs import _probe_model, build_source_and_workload
     from gcc_dask.runtime.cluster import ClusterSpec, connect
     from gcc_dask.stragglers import latency_model_from_config
 
@@ -313,18 +317,28 @@ def advise(pipeline: Any, *, samples: int = DEFAULT_SAMPLES, target: float | Non
     out_dir = Path(os.fspath(out) if out is not None else f"runs/{cfg.name}-advice").expanduser().absolute()
     path = out_dir / "advice.zarr"
     source, workload = build_source_and_workload(cfg)
-    output_shape = _check_model_fits(workload, source, cfg.run.nan_policy)  # one line if the data do not fit f
-    if target is not None and int(np.prod(output_shape)) > 1 and target > 1:
-        raise ConfigError(f"--target-relacc: got {target!r}; expected a RelAcc in (0, 1]")
-    out_dir.mkdir(parents=True, exist_ok=True)  # (once the options are known good: a refusal writes nothing)
     samples = min(int(samples), int(source.num_samples))
     fingerprint = _data_fingerprint(cfg, source, workload, samples)
     cached = _cached_outputs(path, fingerprint)
+    known = cached.get(REFERENCE_KEY)
+    f_cost = None
+    if known is not None:  # f's outputs are stored: its shape is known, and f is not run again, not even once
+        output_shape = tuple(int(n) for n in known.shape[2:])
+    else:  # one line if the data do not fit f; and f's cost on a few rows, for the expected time
+        output_shape, f_cost = _probe_model(workload, source, cfg.run.nan_policy, timed=True)
+    if target is not None and int(np.prod(output_shape)) > 1 and target > 1:
+        raise ConfigError(f"--target-relacc: got {target!r}; expected a RelAcc in (0, 1]")
+    out_dir.mkdir(parents=True, exist_ok=True)  # (once the options are known good: a refusal writes nothing)
     ratios = _ratios(cfg, max_redundancy, target)
     candidates, skipped = candidates_for_specs(_specs(cfg), K, ratios)
     index, X, labels = groups_of(source, K, cfg.composition.policy, cfg.composition.seed, samples=samples)
+    G = int(index.shape[0])
+    if known is not None and known.shape[:2] != (G, K):
+        raise ConfigError(f"--out: got {str(out_dir)!r}, whose stored outputs are of {known.shape[0]} groups of "
+                          f"{known.shape[1]}; expected {G} of K = {K}: pass another --out")  # not reached: same digest
     latency = latency_model_from_config(cfg.stragglers.model_dump(), strict=False)
     seed = cfg.stragglers.seed
+    patterns = ("random", "worst") if p is None else ()
 
     def extra(n: int, s: int) -> dict:
         """The received sets beyond the frontier's own patterns: p's draws, or the latency model's."""
@@ -334,18 +348,44 @@ def advise(pipeline: Any, *, samples: int = DEFAULT_SAMPLES, target: float | Non
             return {"latency": latency_sets(latency, _policy(cfg, n, s), LATENCY_DRAWS, seed)}
         return {}
 
-    say(f"advice for {cfg.name}: {index.shape[0]} groups of K = {K} from a sample of {samples:,} samples "
+    # what fixes each (estimator, N, S)'s scores: stored ones are reused (docs/frontier.rst, section 'Advice')
+    extra_id = ({"p": p} if p is not None else
+                {"latency": cfg.stragglers.model_dump(mode="json"), "cutoff": cfg.cutoff.model_dump(mode="json")}
+                if latency is not None else {})
+    s_values = [S if p is None else 0]
+    keys = {(c.label, s): score_key(fingerprint, c.code, K, c.num_workers, c.params, s, patterns, extra_id,
+                                    EXHAUSTIVE_LIMIT, LATENCY_DRAWS, seed)
+            for c in candidates for s in s_values if s < c.num_workers}
+    stored = load_scores(out_dir)
+    have = {k: stored[key] for k, key in keys.items() if key in stored}
+    builds = {c.label: _build(c.code, K, c.num_workers, c.params) for c in candidates}
+    digests = {label: _encoder_digest(b) for label, b in builds.items() if not b.selection}
+    missing = {digests[c.label]: c.num_workers for c in candidates if c.label in digests
+               and digests[c.label] not in cached}  # f runs once per encoder, on G·N coded rows
+    f_rows = (0 if known is not None else G * K) + G * sum(missing.values())
+
+    say(f"advice for {cfg.name}: {G} groups of K = {K} from a sample of {samples:,} samples "
         f"({cfg.composition.policy}), N = {sorted({c.num_workers for c in candidates})}, "
         + (f"S = {S}" if p is None else f"p = {p:g}"))
-    spec = ClusterSpec.from_config(cfg.cluster)
     t0 = time.perf_counter()
-    s_values = [S if p is None else 0]
-    with connect(spec, client) as c:
-        reference, outputs, results = measure(
-            c, workload, X, candidates, s_values, ("random", "worst") if p is None else (), exhaustive_limit=20_000,
-            draws=LATENCY_DRAWS, seed=seed, cached=cached, extra_sets=extra, progress=progress, name="advise")
+    if f_rows == 0 and len(have) == len(keys):  # everything is stored: no cluster, no f, no decode
+        say(expected_time(0, 0.0, [], output_shape, 1).line())
+        reference, outputs, results = known, dict(cached), have
+    else:
+        spec = ClusterSpec.from_config(cfg.cluster)
+        with connect(spec, client) as c:
+            threads = _parallelism(c)
+            work = [(builds[label], G, _num_sets(builds[label].num_workers, s, patterns, p, latency),
+                     builds[label].num_workers) for (label, s) in keys if (label, s) not in have]
+            say(expected_time(f_rows, f_cost.seconds_per_row if f_cost else 0.0, work, output_shape,
+                              threads).line())
+            reference, outputs, results = measure(
+                c, workload, X, candidates, s_values, patterns, exhaustive_limit=EXHAUSTIVE_LIMIT,
+                draws=LATENCY_DRAWS, seed=seed, cached=cached, extra_sets=extra, progress=progress, name="advise",
+                cached_scores=have)
+        save_scores(out_dir, {**stored, **{keys[k]: v for k, v in results.items() if k in keys}})
     wall = time.perf_counter() - t0
-    names = [*[q for q in PATTERNS if q in (("random", "worst") if p is None else ())],
+    names = [*[q for q in PATTERNS if q in patterns],
              *(["latency"] if latency is not None and p is None else []), *(["bernoulli"] if p is not None else [])]
     ds = _dataset(candidates, results, index, labels, reference, skipped, S=s_values, patterns=names,
                   attrs={"name": f"{cfg.name}-advice", "config": cfg.resolved(), "data_fingerprint": fingerprint,
@@ -356,6 +396,30 @@ def advise(pipeline: Any, *, samples: int = DEFAULT_SAMPLES, target: float | Non
     advice = _advice(ds, decision, target, cfg, path, wall, margin)
     advice.files = _files(advice, ds, out_dir, plot_frontier, frontier_table)
     return advice
+
+
+def _parallelism(client) -> int:
+    """How many tasks the cluster runs at once: per host, its worker threads, at most its cores."""
+    threads = client.nthreads()
+    try:
+        cores = client.run(os.cpu_count)
+    except Exception:  # a worker that cannot run it: count its threads
+        cores = {}
+    hosts: dict[str, list[int]] = {}
+    for address, n in threads.items():
+        host = address.rsplit(":", 1)[0]
+        hosts.setdefault(host, [0, 0])
+        hosts[host][0] += int(n)
+        hosts[host][1] = max(hosts[host][1], int(cores.get(address) or n))
+    return max(1, sum(min(t, c) for t, c in hosts.values()))
+
+
+def _num_sets(N: int, s: int, patterns: Sequence[str], p: float | None, latency) -> int:
+    """How many received sets one (estimator, N, S) is decoded under."""
+    m = LATENCY_DRAWS if (p is not None or latency is not None) else 0
+    if patterns:
+        m += math.comb(N, s) if math.comb(N, s) <= EXHAUSTIVE_LIMIT else LATENCY_DRAWS
+    return m
 
 
 def _advice(ds, pattern: str, target: float | None, cfg, path: Path, wall: float, margin: float) -> Advice:
@@ -379,6 +443,9 @@ def _advice(ds, pattern: str, target: float | None, cfg, path: Path, wall: float
     sign = 1.0 if metric == "rel_acc" else -1.0
     best = table.loc[(sign * table["value"]).idxmax(), "candidate"]
     table["vs_best"], table["vs_best_se"] = zip(*(paired_difference(values[c], values[best]) for c in table["candidate"]))
+    ref_ms = float(ds.attrs.get("reference_mean_square", np.nan))
+    if metric == "mse" and ref_ms > 0:  # one output: its error relative to f's own size, as the run summary
+        table["rel_rmse"] = np.sqrt(table["value"] / ref_ms)
     table = table.sort_values(["N", "value"], ascending=[True, metric != "rel_acc"]).reset_index(drop=True)
     chosen = table[table["candidate"] == pick].iloc[0]
     spec_params = json.loads(json.dumps(ds.attrs["params"][pick]))
@@ -387,18 +454,51 @@ def _advice(ds, pattern: str, target: float | None, cfg, path: Path, wall: float
               "params": _entry_params(str(chosen["code"]), int(chosen["N"]), spec_params)}
     what = {"latency": "the pipeline's latency model and cutoff", "random": "S random stragglers (every set)",
             "bernoulli": "independent stragglers"}[pattern]
-    lines = [f"recommended: {chosen['estimator']} at N = {int(chosen['N'])} (N/K = {chosen['ratio']:g}): "
-             f"{metric} {chosen['value']:.4f} ± {chosen['se']:.4f} on {what}"]
+    lines = [_sentence(chosen, metric, what)]
+    if target is not None and not _reached(table, metric, target):  # exact: f itself, at the cost of waiting
+        lines = [_exact_sentence(metric, target, int(table["N"].max()), chosen)]
+        label, choice = "speculative", {"label": "speculative", "code": "speculative", "params": {}}
+        reason = ""
     if tied:
-        lines.append("within 2 paired standard errors of the best, or a code within the margin of copying (so the "
-                     "cheapest was taken): " + ", ".join(tied))
+        lines.append(f"As good within 2 standard errors, or a code gaining less than the margin {margin:g} over "
+                     f"copying: {', '.join(tied)}; the cheapest was taken.")
     if reason:
-        lines.append(reason)
+        lines.append(f"Why: {reason}.")
     set_lines = [f"--set \"schemes=[{{label: {label}, code: {choice['code']}, params: "
                  f"{json.dumps(choice['params']).replace(chr(34), '')}}}]\"",
                  f"--set store.path={_store_for(cfg, label)}"]
     return Advice(table=table, choice=choice, text="\n".join(lines), set_lines=set_lines, pattern=pattern,
                   metric=metric, path=str(path), wall_s=wall)
+
+
+def _sentence(chosen, metric: str, what: str) -> str:
+    """The recommendation in one plain sentence."""
+    head = (f"Use {chosen['estimator']} with N = {int(chosen['N'])} workers per {int(round(chosen['N'] / chosen['ratio']))} "
+            f"inputs ({chosen['ratio']:g}x the uncoded cost)")
+    if metric == "rel_acc":
+        return (f"{head}: its decoded argmax agrees with the uncoded model's on {100 * chosen['value']:.2f}% "
+                f"(± {100 * chosen['se']:.2f}%) of the samples under {what}.")
+    rel = chosen.get("rel_rmse", np.nan)
+    rel_text = f"its relative RMSE is {rel:.3g} (MSE {chosen['value']:.3g} ± {chosen['se']:.2g})" if np.isfinite(rel) \
+        else f"its mean squared error is {chosen['value']:.3g} (± {chosen['se']:.2g})"
+    return f"{head}: {rel_text} under {what}."
+
+
+def _reached(table: pd.DataFrame, metric: str, target: float) -> bool:
+    """Whether a candidate reaches `target` (with the MSE: one that estimates every output, as :func:`choose`)."""
+    sign = 1.0 if metric == "rel_acc" else -1.0
+    rows = table.dropna(subset=["value"])
+    if metric == "mse" and "decodable" in rows:
+        rows = rows[rows["decodable"] >= 1.0 - 1e-12]
+    return bool(((sign * rows["value"]) >= sign * target).any())
+
+
+def _exact_sentence(metric: str, target: float, n_max: int, chosen) -> str:
+    """No estimator reaches the target: the exact schemes, in one sentence, and the best approximate one."""
+    return (f"No approximate estimator reaches {metric} {target:g} at N <= {n_max}, so use an exact scheme: "
+            f"speculative (uncoded with backup copies of late shards) or uncoded (wait for every result); "
+            f"the best approximate one is {chosen['estimator']} at N = {int(chosen['N'])}, with {metric} "
+            f"{chosen['value']:.4g} (± {chosen['se']:.2g}).")
 
 
 def _store_for(cfg, label: str) -> str:
@@ -439,8 +539,8 @@ def _files(advice: Advice, ds, out_dir: Path, plot_frontier, frontier_table) -> 
     csv, md, png = out_dir / "advice.csv", out_dir / "advice.md", out_dir / "advice.png"
     advice.table.to_csv(csv, index=False)
     plot_frontier(ds, png, pattern=advice.pattern)
-    cols = [c for c in ("estimator", "N", "ratio", "value", "se", "vs_best", "vs_best_se", "worst", "worst_se")
-            if c in advice.table]
+    cols = [c for c in ("estimator", "N", "ratio", "value", "se", "rel_rmse", "vs_best", "vs_best_se", "worst",
+                        "worst_se") if c in advice.table]
     md.write_text(f"# gcc-dask advice\n\n{advice.text}\n\n" + "\n".join(advice.set_lines) + "\n\n"
                   + advice.table[cols].to_markdown(index=False, floatfmt=".4f") + f"\n\n![frontier]({png.name})\n")
     return [md, csv, png, Path(advice.path)]

@@ -333,7 +333,8 @@ def measure(c, workload: Any, X: np.ndarray, candidates: Sequence[Candidate], S_
             patterns: Sequence[str], *, exhaustive_limit: int, draws: int, seed: int,
             cached: Mapping[str, np.ndarray] | None = None,
             extra_sets: Callable[[int, int], Mapping[str, np.ndarray]] | None = None, progress: bool = False,
-            name: str = "frontier") -> tuple[np.ndarray, dict[str, np.ndarray], dict[tuple[str, int], dict]]:
+            name: str = "frontier", cached_scores: Mapping[tuple[str, int], dict] | None = None,
+            ) -> tuple[np.ndarray, dict[str, np.ndarray], dict[tuple[str, int], dict]]:
     """f on the groups and on every coded input (Dask tasks on client `c`), then every (candidate, S) scored.
 
     Parameters
@@ -356,6 +357,8 @@ def measure(c, workload: Any, X: np.ndarray, candidates: Sequence[Candidate], S_
         latency model and cutoff keep).
     progress : bool
         Show a progress bar.
+    cached_scores : mapping, optional
+        ``{(candidate label, S): scores}`` scored before with the same outputs and sets (not scored again).
 
     Returns
     -------
@@ -392,7 +395,9 @@ def measure(c, workload: Any, X: np.ndarray, candidates: Sequence[Candidate], S_
                                        lo, min(lo + rows, G), pure=False,
                                        key=f"frontier-coded-{digest[:8]}-{lo}-{token}")
                               for lo in range(0, G, rows)]
-    n_scores = sum(1 for cand in candidates for s in S_values if s < cand.num_workers)
+    cached_scores = dict(cached_scores or {})
+    n_scores = sum(1 for cand in candidates for s in S_values
+                   if s < cand.num_workers and (cand.label, s) not in cached_scores)
     bar = _progress(len(ref_parts) + sum(map(len, coded_futs.values())) + n_scores, progress, name)
     try:
         for _ in as_completed([*ref_parts, *(f for fs in coded_futs.values() for f in fs)], loop=c.loop):
@@ -404,20 +409,23 @@ def measure(c, workload: Any, X: np.ndarray, candidates: Sequence[Candidate], S_
         ref_f = c.scatter(reference, broadcast=True)
         out_f = {d: c.scatter(v, broadcast=True) for d, v in outputs.items() if d in digests.values()}
         score_futs = {}
+        results: dict[tuple[str, int], dict] = {}
         for cand in candidates:
+            todo = [s for s in S_values if s < cand.num_workers and (cand.label, s) not in cached_scores]
+            results.update({(cand.label, s): cached_scores[(cand.label, s)] for s in S_values
+                            if (cand.label, s) in cached_scores})
+            if not todo:
+                continue
             if cand.label in digests:
                 Y = out_f[digests[cand.label]]
             else:  # a selection scheme: its results are the reference's rows
                 code = _build(cand.code, K, cand.num_workers, cand.params)
                 Y = c.scatter(coded_outputs(code, X, None, reference))
-            for s in S_values:
-                if s >= cand.num_workers:
-                    continue
+            for s in todo:
                 extra = None if extra_sets is None else extra_sets(cand.num_workers, s)
                 score_futs[c.submit(_score_task, cand.code, K, cand.num_workers, cand.params, Y, ref_f, s,
                                     tuple(patterns), exhaustive_limit, draws, seed, extra, pure=False,
                                     key=f"frontier-score-{cand.label}-S{s}-{token}")] = (cand.label, s)
-        results: dict[tuple[str, int], dict] = {}
         for fut in as_completed(list(score_futs), loop=c.loop):
             results[score_futs[fut]] = fut.result()
             bar.update(1)
@@ -435,7 +443,13 @@ def _dataset(candidates: Sequence[Candidate], results: dict, index: np.ndarray, 
 
     C, G = len(candidates), index.shape[0]
     shape = (C, len(S), len(patterns), G)
-    data = {name: np.full(shape, np.nan) for name in ("rel_acc", "mse", "decodable_frac")}
+    multi = int(np.prod(reference.shape[2:])) > 1
+    if not multi and attrs.get("metric") == "rel_acc":
+        raise ConfigError("metric: got 'rel_acc' for an f with one output per sample; expected 'mse' or 'auto' (the "
+                          "argmax of one value is always 0, so RelAcc would always be 1)")
+    # RelAcc only for an f with several outputs (a classifier's scores): one output is scored by its errors
+    names = ("rel_acc", "mse", "decodable_frac") if multi else ("mse", "decodable_frac")
+    data = {name: np.full(shape, np.nan) for name in names}
     exhaustive = np.zeros((C, len(S)), dtype=np.int8)
     for i, cand in enumerate(candidates):
         for j, s in enumerate(S):
@@ -447,7 +461,9 @@ def _dataset(candidates: Sequence[Candidate], results: dict, index: np.ndarray, 
                 for name in data:
                     data[name][i, j, p] = res[pattern][name]
     dims = ("candidate", "S", "pattern", "group")
-    multi = int(np.prod(reference.shape[2:])) > 1
+    ref = np.asarray(reference, dtype=np.float64).reshape(reference.shape[0] * reference.shape[1], -1)
+    ref = ref[~np.isnan(ref).any(axis=1)]
+    reference_ms = float(np.mean(np.sum(ref**2, axis=1))) if ref.size else float("nan")
     var_attrs = {
         "rel_acc": {"long_name": "RelAcc: fraction of the group's K outputs whose argmax equals f's (NaN rows "
                                  "count as wrong)", "units": "1"},
@@ -474,6 +490,7 @@ def _dataset(candidates: Sequence[Candidate], results: dict, index: np.ndarray, 
         ds["labels"] = (("group", "position"), labels)
     ds.attrs.update({
         MARKER: 1, "metric": "rel_acc" if multi else "mse", **attrs, "skipped": skipped,
+        "reference_mean_square": reference_ms,
         "params": json_params(candidates), "created": _now(), "gcc_dask_version": _versions().get("gcc-dask"),
         "versions": _versions(), "status": "complete",
     })

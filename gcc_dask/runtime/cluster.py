@@ -282,14 +282,15 @@ def current_client():
 def performance_report(client, path) -> Iterator[None]:
     """Write Dask's performance report of what runs inside the block to `path` (HTML), or do nothing when
     `path` is None (:class:`distributed.performance_report`: task stream, worker profiles, bandwidth, the
-    scheduler's and workers' logs of the time)."""
+    scheduler's and workers' logs of the time). Bokeh's JavaScript and CSS are written inline (``mode="inline"``),
+    so the report opens offline: by default Bokeh loads them from its CDN and the page is blank without one."""
     if path is None:
         yield
         return
     from distributed import performance_report as report
 
     target = writable_file("--performance-report", path)
-    rep = report(filename=target)
+    rep = report(filename=target, mode="inline")
     with client.as_current():
         rep.__enter__()
         try:

@@ -58,6 +58,22 @@ from gcc_dask.runtime.cluster import DebugOnly, past_frozen
 from gcc_dask.runtime.events import FutureEvents
 from gcc_dask.runtime.graph import GraphUpdate
 from gcc_dask.runtime.liveness import MISSED_HEARTBEATS, keys_stuck_on
+
+#: a run says how long loading f on the workers took when it took longer than this (seconds)
+LOAD_SAY_S = 2.0
+
+
+def quiet_line(quiet, what: list[str], said: set[str]) -> str | None:
+    """The line a run says when it runs `what` again because of the `quiet` workers, or None: only when
+    something runs again, and once per worker per run (`said`, updated, holds those said already; a worker
+    behind on its heartbeats on a busy machine would otherwise be named at every look)."""
+    new = sorted(set(quiet) - said)
+    if not what or not new:
+        return None
+    said.update(new)
+    return (f"Dask worker{'s' if len(new) > 1 else ''} {', '.join(new)} missed {MISSED_HEARTBEATS} heartbeats: "
+            f"{'what batches' if len(what) > 1 else 'what batch'} {', '.join(what)} waited for there runs again "
+            "on the other workers (said once a run)")
 from gcc_dask.runtime.plans import INF, SchemePlan, _BatchState, _SchemeState
 from gcc_dask.runtime.signals import SignalFlag
 from gcc_dask.runtime.tasks import (
@@ -224,6 +240,7 @@ class BatchRunner:
         # the workers shards are spread over (refreshed off the loop; unresponsive ones ended)
         self._workers = WorkerList(client, gpu=use_gpu, unresponsive_after=unresponsive_after, echo=self.echo)
         self._suspected: set[str] = set()  # workers found frozen before the run (suspect)
+        self._said_quiet: set[str] = set()  # quiet workers the run has said it acted on: said once per run
         self._canceller: ThreadPoolExecutor | None = None  # cancels stragglers, off the loop (_cancel)
         self._fetch_gen = 0  # the fetch whose records the loop takes (an abandoned one's are dropped)
         self._no_workers_since: float | None = None
@@ -364,9 +381,11 @@ class BatchRunner:
         what = sorted([f"{b} ({scheme or 'inputs'})" for b, scheme in again]
                       + [f"{b} ({scheme}: {len(ws)} shard{'s' if len(ws) > 1 else ''})"
                          for (b, scheme), (_, _, ws) in short.items()])
-        self.echo(f"Dask worker{'s' if len(quiet) > 1 else ''} {', '.join(sorted(quiet))} missed "
-                  f"{MISSED_HEARTBEATS} heartbeats: {'what batches' if len(what) > 1 else 'what batch'} "
-                  f"{', '.join(what)} waited for there runs again on the other workers")
+        line = quiet_line(quiet, what, self._said_quiet)
+        if line:
+            self.echo(line)
+        elif what:
+            logger.info("quiet workers %s: %s run again on the other workers", sorted(quiet), ", ".join(what))
         return fetching, ready
 
     def _short_of(self, shards: dict, stuck: set[str], again: dict) -> dict:
@@ -1184,7 +1203,11 @@ class BatchRunner:
         The records are returned only when there is no ``on_batch_done``: a caller that takes them as they
         come gets an empty list, so that a long run keeps nothing per batch on the driver.
         """
-        self._register()
+        loading = time.perf_counter()
+        self._register()  # loads f on every worker (the plugin's setup): before the first batch's clock starts
+        loading = time.perf_counter() - loading
+        if loading > LOAD_SAY_S:
+            self.echo(f"f loaded on the workers in {loading:.1f} s, before the first batch (not in its latency)")
         quiet = _LostFetchLogFilter(self.token)
         logging.getLogger("distributed.client").addFilter(quiet)
         restore = self._catch_sigint()
@@ -1309,10 +1332,13 @@ class BatchRunner:
                 logger.debug("could not clean up plugin %s", self.plugin.name, exc_info=True)
         return results
 
-    def suspect(self, addresses) -> None:
+    def suspect(self, addresses, said: bool = False) -> None:
         """Workers found frozen before the run (its set-up, :func:`~.cluster.past_frozen`): no shards while
-        they stay silent, ended as any unresponsive worker, and not waited for by the plugin's registration."""
+        they stay silent, ended as any unresponsive worker, and not waited for by the plugin's registration.
+        `said`: the caller told the user already (the run does not say it again when it acts on them)."""
         self._suspected |= set(addresses)
+        if said:
+            self._said_quiet |= set(addresses)
         self._workers.suspect(addresses)
 
     def _register(self) -> None:

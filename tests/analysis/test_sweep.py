@@ -99,6 +99,21 @@ def test_cells_share_data_and_received_sets_across_schemes():
     np.testing.assert_array_equal(again["mse"], out["mse"][:, 2:])  # a function of the trial, not the block
 
 
+def test_a_single_output_cell_has_relative_errors_by_hand_and_no_relacc():
+    from gcc_dask.sweep import sample_function
+
+    cfg = load_sweep_config(_cfg(schemes=["gcc"]))
+    out = evaluate_cell(cfg, 6, 25, 2, range(2))
+    assert np.isnan(out["rel_acc"]).all() and np.isfinite(out["rel_rmse"]).all()
+    # by hand for trial 0: Σ_k ||f̂ − f||² = K·MSE, over Σ_k ||f||² of the same inputs
+    fn = sample_function(cfg.function)
+    X, _ = fn.sample(6, 0, cfg.seed, None)
+    ref = np.asarray(fn.f(X))
+    rel = np.sqrt(out["mse"][0, 0] * ref.shape[0] / np.sum(ref.astype(np.float64) ** 2))
+    assert out["rel_rmse"][0, 0] == pytest.approx(rel, rel=1e-9)
+    assert 0 < out["max_abs_err"][0, 0] and out["r2"][0, 0] <= 1
+
+
 def test_lcc_is_exact_at_its_threshold_and_refuses_below():
     cfg = load_sweep_config(_cfg(function={"kind": "polynomial", "coeffs": [0.0, 1.0, 1.0]},
                                  schemes=["lcc", "bacc"], code={"num_inputs": [4], "num_workers": [9]}))
@@ -144,6 +159,11 @@ def test_run_sweep_writes_a_tidy_store_and_resumes(client, tmp_path):
     assert (rep[np.isfinite(rep)] == 0).all()  # exact where it decodes (a lost input has no estimate)
     assert ds.attrs["status"] == "complete" and not any("replication" in s for s in ds.attrs["skipped"])
     assert {"gcc", "bacc"} <= set(res.rates["scheme"])
+    # x·sin x has one output per sample: relative RMSE, R² and the largest error, never a RelAcc
+    assert "rel_acc" not in ds and {"rel_rmse", "r2", "max_abs_err"} <= set(ds.data_vars)
+    assert "rel_acc_mean" not in res.summary and {"rel_rmse_mean", "r2_mean", "max_abs_err_mean"} <= set(res.summary)
+    gcc = ds.sel(scheme="gcc")
+    assert (gcc["max_abs_err"].values ** 2 <= 6 * gcc["mse"].values * (1 + 1e-9)).all()  # max² <= K·MSE
     again = run_sweep(cfg, client=client, out=tmp_path / "s.zarr")  # everything done: nothing runs
     assert again.wall_s == 0
     xr.testing.assert_equal(xr.open_zarr(again.path).load(), ds.load())

@@ -356,7 +356,7 @@ def test_the_shards_a_cutoff_needs_from_a_quiet_worker_run_again_elsewhere(tmp_p
     assert box["result"].status == "complete"
     # (on 2 busy cores another worker may look quiet for a moment too: a shard or two run again, no more)
     rescued = [line for line in said if "missed 3 heartbeats" in line and log["address"] in line]
-    assert re.search(r"\(gcc: \d shards?\)", " ".join(rescued)), said
+    assert len(rescued) == 1 and "runs again on the other workers" in rescued[0], said  # said once a run
     assert (status(path, "gcc") == 1).all()
 
 

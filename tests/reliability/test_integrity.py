@@ -1,5 +1,5 @@
 """Nothing silently mixed or corrupted: a killed driver's tasks, a kill during ``--overwrite``, a full or read-only
-store, damaged and missing chunks, a worker lost while the samples are composed (README, section 'Reliability').
+store, damaged and missing chunks, a worker lost while the samples are composed (docs/reliability.rst).
 
 Each test failed before its fix: a killed driver's reference tasks wrote its rows into the store of the run that
 replaced it (and its plugins stayed on the workers); a kill during ``--overwrite`` left a half-deleted store that

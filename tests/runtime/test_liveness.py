@@ -176,3 +176,19 @@ def test_past_frozen_calls_again_without_a_worker_that_missed_its_heartbeats():
     assert past_frozen(_StubClient(set()), lambda w: 7) == (7, set())
     with pytest.raises(KeyError, match="boom"):
         past_frozen(_StubClient(set()), lambda w: {}["boom"])
+
+
+def test_a_quiet_worker_is_said_once_a_run_and_only_when_something_runs_again():
+    """On a busy machine a healthy worker can fall 3 heartbeats behind again and again: the run names it once,
+    when it first runs something again because of it (issue 37, item 4), never when nothing ran again."""
+    from gcc_dask.runtime.executor import quiet_line
+
+    said: set[str] = set()
+    assert quiet_line({"tcp://a:1"}, [], said) is None and said == set()  # nothing ran again: nothing said
+    first = quiet_line({"tcp://a:1"}, ["0 (gcc: 2 shards)"], said)
+    assert first == ("Dask worker tcp://a:1 missed 3 heartbeats: what batch 0 (gcc: 2 shards) waited for there "
+                     "runs again on the other workers (said once a run)")
+    assert quiet_line({"tcp://a:1"}, ["0 (gcc: 2 shards)"], said) is None  # the same worker again: not said
+    both = quiet_line({"tcp://a:1", "tcp://b:2"}, ["3 (inputs)", "4 (uncoded)"], said)
+    assert both.startswith("Dask worker tcp://b:2 missed 3 heartbeats: what batches 3 (inputs), 4 (uncoded)")
+    assert said == {"tcp://a:1", "tcp://b:2"}

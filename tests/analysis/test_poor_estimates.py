@@ -1,0 +1,63 @@
+"""The summary says when a scheme's estimates are poor (issue 37, item 2; docs/concepts.rst, section 'When estimates
+are poor'): from the reference when the run has one, else from gcc's leave-one-out estimate and the fills."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gcc_dask as gd
+from gcc_dask.analysis.summary import (POOR_DISAGREEMENT, POOR_EST_REL_RMSE, POOR_LOST, POOR_REL_RMSE,
+                                       format_summary, poor_reason)
+
+RNG = np.random.default_rng(0)
+W = (RNG.normal(size=32) / np.sqrt(32)).astype(np.float32)
+IID = RNG.normal(size=(1024, 32)).astype(np.float32)  # no near neighbours: every group mixes unrelated rows
+CENTERS = RNG.normal(size=(64, 32)).astype(np.float32)
+NEAR = (CENTERS[RNG.integers(0, 64, 1024)] + 0.05 * RNG.normal(size=(1024, 32))).astype(np.float32)
+STRAGGLERS = {"model": "shifted_exponential", "shift": 0.001, "scale": 0.002, "seed": 0}
+
+
+def smooth(x):
+    return np.sin(3 * x @ W)[:, None].astype(np.float32)
+
+
+def test_thresholds_and_reasons():
+    assert (POOR_REL_RMSE, POOR_DISAGREEMENT, POOR_EST_REL_RMSE, POOR_LOST) == (0.1, 0.05, 0.5, 0.1)
+    assert poor_reason({"rel_rmse": 0.12}, "regression", 100) == "relative RMSE 0.12 > 0.1"
+    assert poor_reason({"rel_rmse": 0.08}, "regression", 100) == ""
+    assert poor_reason({"rel_acc": 0.93}, "classifier", 100) == "RelAcc 0.93 < 0.95"
+    assert poor_reason({"rel_acc": 0.97}, "classifier", 100) == ""
+    assert poor_reason({"rel_rmse": np.nan, "est_rel_rmse": 0.8}, "regression", 100).startswith(
+        "estimated relative error 0.8 > 0.5 (leave-one-out")
+    assert poor_reason({"rel_rmse": 0.05, "est_rel_rmse": 0.8}, "regression", 100) == ""  # the truth wins
+    assert poor_reason({"filled": 15, "missing": 0}, "regression", 100) == "15% of samples filled or missing > 10%"
+    assert poor_reason({"filled": 5, "missing": 0}, "regression", 100) == ""
+
+
+def test_a_regressor_on_rows_without_near_neighbours_is_flagged(process_client):
+    """i.i.d. rows in R³²: gcc's relative RMSE is far above 0.1, and the summary and the printed table say so;
+    on rows with near neighbours the same f is not flagged."""
+    poor = gd.coded_map(smooth, IID, client=process_client, run={"reference": True}, stragglers=STRAGGLERS).summary
+    assert poor.at["gcc", "rel_rmse"] > POOR_REL_RMSE
+    assert poor.at["gcc", "poor"].startswith("relative RMSE ") and poor.attrs["poor"] == {"gcc": poor.at["gcc", "poor"]}
+    assert "poor estimates: gcc: relative RMSE" in format_summary(poor)
+    assert "rel_acc" not in poor.columns  # one output: never a RelAcc
+    good = gd.coded_map(smooth, NEAR, client=process_client, run={"reference": True}, stragglers=STRAGGLERS).summary
+    assert good.at["gcc", "rel_rmse"] < POOR_REL_RMSE and good.at["gcc", "poor"] == "" and good.attrs["poor"] == {}
+    assert "poor estimates" not in format_summary(good)
+
+
+def test_without_a_reference_the_leave_one_out_estimate_flags_it(process_client):
+    res = gd.coded_map(smooth, IID, client=process_client, stragglers=STRAGGLERS)  # coded_map: no reference
+    s = res.summary
+    assert np.isnan(s.at["gcc", "rel_rmse"]) and s.at["gcc", "est_rel_rmse"] > POOR_EST_REL_RMSE
+    assert s.at["gcc", "poor"].startswith("estimated relative error ")
+    near = gd.coded_map(smooth, NEAR, client=process_client, stragglers=STRAGGLERS).summary
+    assert near.at["gcc", "est_rel_rmse"] < POOR_EST_REL_RMSE and near.at["gcc", "poor"] == ""
+
+
+@pytest.mark.parametrize("scheme", ["replication"])
+def test_a_scheme_without_an_estimate_of_its_own_has_nan_est(process_client, scheme):
+    s = gd.coded_map(smooth, NEAR, schemes=(scheme,), client=process_client, stragglers=STRAGGLERS).summary
+    assert np.isnan(s.at[scheme, "est_rel_rmse"])
