@@ -565,8 +565,9 @@ def compose(
     if policy == "random":
         sequence = np.random.default_rng([int(seed), 0x5EED]).permutation(n).astype(np.int64)
         return BatchLayout.from_sequence(sequence, group_size, block_size)
-    bounds = composition_items(n, window, group_size,
-                               window_unit(group_size, block_size, getattr(source, "chunks", None), window), policy)
+    chunks = getattr(source, "chunks", None)
+    bounds = composition_items(n, window, group_size, window_unit(group_size, block_size, chunks, window), policy,
+                               chunks)
     piece = _piece(window, group_size)
     run = map_windows or serial_map
     key = None
@@ -624,14 +625,21 @@ def _piece(window: int, group_size: int) -> int:
     return -(-int(window) // int(group_size)) * int(group_size)
 
 
+#: a task of the chain over a chunked source holds at least this many of its chunks (a piece that cut chunks
+#: finer would decompress each of them once per piece)
+CHUNKS_PER_TASK = 4
+
+
 def composition_items(num_samples: int, window: int, group_size: int, unit: int | None = None,
-                      policy: str = "similarity") -> list[tuple[int, int]]:
+                      policy: str = "similarity", chunks: int | None = None) -> list[tuple[int, int]]:
     """``[start, stop)`` of each task of :func:`compose`: the windows (:func:`window_bounds`), and for the
-    ``similarity`` chain each window cut into pieces of `window` samples (whole groups), one task each, so that
-    the workers share the chaining evenly when a window holds a batch longer than `window`. The chains are those
-    of chaining each window's pieces in turn (:func:`_window_chain`)."""
+    ``similarity`` chain each window cut into runs of whole pieces of `window` samples (whole groups), so that the
+    workers share the chaining evenly when a window holds a batch longer than `window`: one piece a task, or for a
+    source with `chunks` (samples per chunk) as many pieces as hold :data:`CHUNKS_PER_TASK` chunks. The chains are
+    those of chaining each window's pieces in turn (:func:`_window_chain`)."""
     bounds = window_bounds(num_samples, window, group_size, unit)
     if policy != "similarity":
         return bounds
     piece = _piece(window, group_size)
-    return [(s, min(s + piece, stop)) for start, stop in bounds for s in range(start, stop, piece)]
+    run = piece * max(1, -(-CHUNKS_PER_TASK * int(chunks) // piece)) if chunks else piece
+    return [(s, min(s + run, stop)) for start, stop in bounds for s in range(start, stop, run)]

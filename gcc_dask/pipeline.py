@@ -380,7 +380,8 @@ def _compose(cfg: PipelineConfig, block: int, source, client, say) -> BatchLayou
     comp = cfg.composition
     policy = composition_policy(cfg)
     unit = window_unit(cfg.code.num_inputs, block, source.chunks, comp.window)
-    windows = len(composition_items(source.num_samples, comp.window, cfg.code.num_inputs, unit, policy)) \
+    windows = len(composition_items(source.num_samples, comp.window, cfg.code.num_inputs, unit, policy,
+                                    source.chunks)) \
         if policy in ("similarity", "pc1") else 1
     if policy in ("similarity", "pc1"):
         say(f"composing {source.num_samples:,} samples into groups of {cfg.code.num_inputs} ({policy}, "

@@ -290,16 +290,23 @@ def test_spent_counts_new_workers_from_zero_and_never_goes_negative():
 def test_cheap_section_rows_work_limits_and_targets(pipeline_report):
     """A model of the user's own through coded_map: one row per contender with a finite ratio to map_blocks,
     its work limit and the ratio over it, and a target per contender (values, never a time asserted)."""
-    from gcc_dask.bench.cheap import CHEAP_TARGETS, CONTENDERS, CheapMLP, work_limit
+    from gcc_dask.bench.cheap import CHEAP_TARGETS, CONTENDERS, CheapMLP
+    from gcc_dask.bench.rounds import work_limit
 
     rows = pipeline_report.table("cheap").rows
     assert [r["contender"] for r in rows] == list(CONTENDERS)
     for r in rows:
         assert _positive(r["vs_plain_map"]) and _positive(r["plain_s"]) and _positive(r["coded_s"]), r
-        assert r["work_limit"] == work_limit(CONTENDERS[r["contender"]][0])
+        assert r["work_limit"] == work_limit(CONTENDERS[r["contender"]][0], 8, 16, 4)
         assert r["vs_work_limit"] == pytest.approx(r["vs_plain_map"] / r["work_limit"])
         assert r["block_size"] >= 1 and r["rounds"] == 1
-    assert work_limit("uncoded") == 1.0 and work_limit("gcc") == pytest.approx(8 / 12)
+    assert work_limit("uncoded", 8, 16, 4) == 1.0 and work_limit("speculative", 8, 24, 0) == 1.0
+    assert work_limit("gcc", 8, 16, 4) == pytest.approx(8 / 12) and work_limit("gcc", 8, 10, 2) == 1.0
+    assert work_limit("replication", 8, 12, 3) == pytest.approx(8 / 9) and work_limit("gcc", 8, 16, 0) == 1.0
+    tail = pipeline_report.table("tail").rows  # every tail contender's ratio beside its own work limit
+    assert all(r["vs_work_limit"] == pytest.approx(r["vs_plain_map"] / r["work_limit"]) for r in tail)
+    gcc16 = [r["work_limit"] for r in tail if r["contender"] == "pipeline gcc-16"]
+    assert gcc16 and all(w == pytest.approx(8 / 12) for w in gcc16)
     named = {t.name: t for t in pipeline_report.targets if t.name.startswith("cheap model")}
     assert {n.split(": ", 1)[1].split(" / ")[0] for n in named} == set(CHEAP_TARGETS)
     assert all(t.op == ">=" and t.limit == CHEAP_TARGETS[t.name.split(": ", 1)[1].split(" / ")[0]]

@@ -315,6 +315,9 @@ def test_the_pieces_of_a_long_window_are_tasks_of_their_own():
     assert composition_items(250, 32, 8, unit=96, policy="pc1") == [(0, 96), (96, 192), (192, 250)]
     # a window of 30 rounds up to whole groups of 8 (32); the last window is short
     assert composition_items(100, 30, 8) == [(0, 32), (32, 64), (64, 96), (96, 100)]
+    # chunks of 10: a task holds 4 chunks' worth of whole pieces (64 samples), never a piece per chunk
+    assert composition_items(250, 32, 8, unit=96, chunks=10) == [(0, 64), (64, 96), (96, 160), (160, 192),
+                                                                (192, 250)]
     seen = []
 
     def mapper(func, items, *shared):

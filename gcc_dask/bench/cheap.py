@@ -31,7 +31,7 @@ from typing import Callable
 import numpy as np
 
 from gcc_dask.bench.report import Table, Target
-from gcc_dask.bench.tail import interleaved_rounds, ratio_summary
+from gcc_dask.bench.rounds import interleaved_rounds, ratio_summary, work_limit
 
 __all__ = ["CheapMLP", "cheap_section", "work_limit", "CHEAP_TARGETS"]
 
@@ -48,14 +48,6 @@ PHASES = ("probe", "digests", "store", "composition", "first_batch", "batches", 
 #: (rows, rows per chunk) of the full run's datasets
 SIZES = ((200_000, 10_000), (2_000_000, 100_000))
 QUICK_SIZES = ((20_000, 1_000),)
-
-
-def work_limit(scheme: str, k: int = K, n: int = N, s: int = S) -> float:
-    """The throughput a scheme can reach without stragglers, as a fraction of a plain map's: 1 for ``uncoded``
-    and ``speculative`` (one evaluation of each row; backup copies start only when a shard is late), and
-    K/(N − S) for the schemes that evaluate the first N − S of N shards of a batch of K inputs' rows (``gcc``
-    and ``replication`` with lazy spares)."""
-    return 1.0 if scheme in ("uncoded", "speculative") else k / (n - s)
 
 
 class CheapMLP:
@@ -158,7 +150,7 @@ def cheap_section(client, work: Path, quick: bool, say) -> tuple[Table, list[Tar
         for label, (scheme, _) in CONTENDERS.items():
             mine = [r for r in got if r["contender"] == label]
             st = ratio_summary([r["vs_plain_map"] for r in mine])
-            limit = work_limit(scheme)
+            limit = work_limit(scheme, K, N, S)
             rows_out.append({
                 "rows": rows, "chunk": chunk, "contender": label, "vs_plain_map": st["median"], "se": st["se"],
                 "work_limit": limit, "vs_work_limit": st["median"] / limit,

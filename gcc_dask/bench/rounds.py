@@ -58,3 +58,14 @@ def _decided(summary: dict[str, float], limit: float) -> str:
     gap = abs(summary["mean"] - limit)
     return "decided (the limit is outside mean +- 2 SE)" if gap > 2 * summary["se"] else \
         "not decided (the limit is within mean +- 2 SE)"
+
+
+def work_limit(scheme: str, k: int, n: int, s: int) -> float:
+    """The throughput a scheme can reach without stragglers, as a fraction of a plain map's (its redundancy's
+    price): 1 for ``uncoded`` and ``speculative`` (one evaluation of each input; backup copies start only when a
+    shard is late) and for any scheme without stragglers to wait out (S = 0); else K/(N − S), at most 1, for the
+    schemes that evaluate the first N − S of N shards of a batch of K inputs' rows (``gcc``, ``bacc``,
+    ``replication``: the S spares are lazy)."""
+    if scheme in ("uncoded", "speculative") or s <= 0:
+        return 1.0
+    return min(1.0, k / (n - s))

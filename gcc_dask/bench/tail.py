@@ -63,7 +63,7 @@ import numpy as np
 from gcc_dask.bench.report import Table, Target
 from gcc_dask.bench.faults import FREEZE_AFTER_S, SLOW_OFF_S, SLOW_ON_S, _Freeze, _Slow, _victim
 from gcc_dask.bench.maps import K, MIN_RUNTIME, MULTIPLIER, QUANTILE, _settle, _spent, hedged_map, plain_map
-from gcc_dask.bench.rounds import _decided, interleaved_rounds, ratio_summary
+from gcc_dask.bench.rounds import _decided, interleaved_rounds, ratio_summary, work_limit
 
 __all__ = ["CONTENDERS", "SCENARIOS", "hedged_map", "interleaved_rounds", "ratio_summary", "tail_section"]
 
@@ -315,7 +315,7 @@ def tail_section(client, work: Path, quick: bool, say: Callable[[str], None], mo
                                   "composition_s": r["composition_s"], "compute_s": r["compute_s"], "cpu_s": r["cpu_s"],
                                   "backups": r["backups"],
                                   "rel_acc": _relacc(r["decoded"], reference), "_beside": beside,
-                                  "in_flight": in_flight})
+                                  "in_flight": in_flight, "work_limit": work_limit(code, K, n, s)})
                 say(f"  {scenario}: {label} {samples / r['wall_s']:,.0f} samples/s ({beside / r['wall_s']:.2f}x the "
                     f"plain map), p99 {rows_here[-1]['batch_p99_s']:.2f} s, compute "
                     f"{r['compute_s'] / float(np.median(computes)):.2f}x, {r['backups']} backups")
@@ -334,7 +334,9 @@ def tail_section(client, work: Path, quick: bool, say: Callable[[str], None], mo
                          "_beside": float(np.median(plains))}
             for r in [plain_row, *rows_here]:
                 beside = r.pop("_beside")
+                r.setdefault("work_limit", 1.0)
                 r.update({"scenario": scenario, "vs_plain_map": beside / r["job_wall_s"],
+                          "vs_work_limit": beside / r["job_wall_s"] / r["work_limit"],
                           "compute_vs_plain": r["compute_s"] / plain_compute,
                           "cpu_vs_plain": r["cpu_s"] / plain_cpu if plain_cpu > 0 else math.nan})
                 r.setdefault("in_flight", "-")
@@ -397,7 +399,8 @@ def _floor(tag: str, data: str, model: str, block: int, processes: int) -> dict:
 
 
 def _finish(rows, identical, samples, block, m, threads, quick, own, rounds, floors=()):
-    columns = ["scenario", "contender", "N", "in_flight", "samples_per_s", "vs_plain_map", "job_wall_s",
+    columns = ["scenario", "contender", "N", "in_flight", "samples_per_s", "vs_plain_map", "work_limit",
+               "vs_work_limit", "job_wall_s",
                "composition_s", "batch_p50_s", "batch_p99_s", "batch_p999_s", "compute_s", "compute_vs_plain",
                "cpu_vs_plain", "backups", "rel_acc"]
     rows = [{c: r.get(c, "") for c in columns} for r in rows]
@@ -481,7 +484,9 @@ def _finish(rows, identical, samples, block, m, threads, quick, own, rounds, flo
              f"maps use Spark's classic quantile {QUANTILE}, multiplier {MULTIPLIER}, the third its current "
              f"{QUANTILE_3X}, {MULTIPLIER_3X:g}; minimum runtime {MIN_RUNTIME * 1e3:.0f} ms. in_flight: "
              "batches a pipeline keeps in flight. vs_plain_map: against the mean of the plain map runs just before "
-             "and after it (the plain row: the median of the scenario's runs). composition_s: the seconds of a "
+             "and after it (the plain row: the median of the scenario's runs). work_limit: the ratio the "
+             "scheme's redundancy allows without stragglers (1, or K/(N - S) for a scheme with S lazy spares); "
+             "vs_work_limit: vs_plain_map over it. composition_s: the seconds of a "
              "pipeline's job spent composing its batches before the first one ran (the similarity chain over "
              "windows of the source; 0 for a scheme whose estimates do not depend on it). compute_s: seconds the job's tasks "
              "held a worker thread (sleeps and cancelled copies included), over the plain map's in compute_vs_plain "
