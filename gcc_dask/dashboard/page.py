@@ -1,0 +1,203 @@
+"""The run's page (a Bokeh document, served by the scheduler's dashboard at ``/individual-gcc-dask``).
+
+What it shows, for the run started last on the scheduler (docs/dashboard.rst):
+
+* per scheme: N and the results its cutoff needs (N - S), batches done, in flight and failed, batch latency
+  p50/p99, the metric so far (RelAcc, or MSE for an f with one output per sample);
+* per batch in flight: results received against N - S, whether its cutoff fired (and when), its spares, the
+  spares run again at its priority, and backup copies launched;
+* a worker x time view: one bar per shard on the Dask worker that ran it, coloured by outcome (kept by the
+  cutoff, arrived late, cut while running: a straggler, failed, running), backup copies and spares run again
+  marked with a triangle.
+
+The page redraws every second from the plugin's state; the HTML it is served in also holds the run's summary
+(``<script id="gcc-dask-state" type="application/json">``), for readers without JavaScript.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import time
+
+__all__ = ["make_document", "OUTCOMES"]
+
+#: the outcomes of a shard, and their colours (colour-blind safe, Okabe-Ito)
+OUTCOMES = {"kept": "#009E73", "late": "#E69F00", "cut": "#D55E00", "failed": "#000000", "running": "#56B4E9",
+            "arrived": "#0072B2"}
+#: shard bars drawn at most (the most recent)
+MAX_BARS = 2000
+#: milliseconds between redraws
+INTERVAL_MS = 1000
+
+_TEMPLATE = """{% extends "file.html.jinja" %}
+{% block contents %}
+<script id="gcc-dask-state" type="application/json">{{ gcc_dask_state }}</script>
+{{ super() }}
+{% endblock %}
+"""
+
+
+def _fmt(x, spec: str = ".3g", none: str = "-") -> str:
+    return none if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
+
+
+def _plugin_state(scheduler):
+    from gcc_dask.dashboard.mount import _plugin
+
+    plugin = _plugin(scheduler)
+    return None if plugin is None else plugin.state
+
+
+def _latest(scheduler) -> dict | None:
+    state = _plugin_state(scheduler)
+    run = None if state is None else state.latest()
+    return None if run is None else run.snapshot(time.time(), MAX_BARS)
+
+
+def _header(snap: dict | None) -> str:
+    if snap is None:
+        return "<h3>gcc-dask</h3><p>No gcc-dask run on this scheduler yet.</p>"
+    total = snap["batches"]
+    done = max((s["done"] + s["failed"] + s["undecodable"] for s in snap["schemes"]), default=0)
+    of = f" of {total}" if total else ""
+    store = f" &middot; store <code>{html.escape(str(snap['store']))}</code>" if snap.get("store") else ""
+    return (f"<h3>gcc-dask run <b>{html.escape(snap['name'])}</b> &middot; {html.escape(snap['status'])}</h3>"
+            f"<p>{done}{of} batches finished &middot; {snap['elapsed_s']:.1f} s{store}</p>")
+
+
+def _scheme_columns(snap: dict | None) -> dict:
+    rows = snap["schemes"] if snap else []
+    metric = "RelAcc" if snap is None or snap["metric"] == "rel_acc" else "MSE"
+    return {
+        "scheme": [r["scheme"] for r in rows], "N": [r["N"] for r in rows], "needed": [r["needed"] for r in rows],
+        "done": [r["done"] for r in rows], "in_flight": [r["in_flight"] for r in rows],
+        "failed": [r["failed"] + r["undecodable"] for r in rows], "backups": [r["backups"] for r in rows],
+        "p50": [_fmt(r["p50_s"]) for r in rows], "p99": [_fmt(r["p99_s"]) for r in rows],
+        "metric": [_fmt(r["metric"], ".4g") for r in rows], "metric_name": [metric] * len(rows),
+    }
+
+
+def _flight_columns(snap: dict | None) -> dict:
+    rows = snap["in_flight"] if snap else []
+    return {
+        "label": [f"b{r['batch']} {r['scheme']}" for r in rows], "batch": [r["batch"] for r in rows],
+        "scheme": [r["scheme"] for r in rows], "received": [r["received"] for r in rows],
+        "needed": [r["needed"] for r in rows], "N": [r["N"] for r in rows], "failed": [r["failed"] for r in rows],
+        "cutoff": [f"{r['cutoff_s']:.3g} s" if r["cut"] and math.isfinite(r["cutoff_s"]) else "waiting"
+                   for r in rows],
+        "spares": [r["spares"] for r in rows], "promoted": [r["promoted"] for r in rows],
+        "backups": [r["backups"] for r in rows],
+    }
+
+
+def _shard_columns(snap: dict | None) -> dict:
+    rows = snap["shards"] if snap else []
+    return {
+        "worker": [r["worker"] for r in rows], "start": [r["start"] for r in rows], "stop": [r["stop"] for r in rows],
+        "mid": [(r["start"] + r["stop"]) / 2 for r in rows], "duration": [r["stop"] - r["start"] for r in rows],
+        "outcome": [r["outcome"] for r in rows], "copy": [r["copy"] for r in rows],
+        "batch": [r["batch"] for r in rows], "scheme": [r["scheme"] for r in rows], "shard": [r["shard"] for r in rows],
+        "color": [OUTCOMES.get(r["outcome"], "#999999") for r in rows],
+    }
+
+
+def _marked(cols: dict) -> dict:
+    """The shards drawn with a marker: backup copies, spares run again, rescues."""
+    keep = [i for i, c in enumerate(cols["copy"]) if c != "regular"]
+    return {k: [v[i] for i in keep] for k, v in cols.items()}
+
+
+def summary_json(snap: dict | None) -> str:
+    """The run's summary for the page's HTML (no NaN; ``</`` escaped for a script element)."""
+    if snap is None:
+        data: dict = {"run": None}
+    else:
+        data = {k: snap[k] for k in ("token", "name", "store", "status", "batches", "metric")}
+        data["schemes"] = [{k: (v if not isinstance(v, float) or math.isfinite(v) else None) for k, v in s.items()}
+                           for s in snap["schemes"]]
+    return json.dumps(data).replace("</", "<\\/")
+
+
+def make_document(doc, scheduler) -> None:
+    """Build the page's document for one browser session, redrawn every :data:`INTERVAL_MS`."""
+    from bokeh.core.templates import get_env
+    from bokeh.layouts import column
+    from bokeh.models import (CDSView, ColumnDataSource, DataTable, Div, FactorRange, GroupFilter, HoverTool,
+                              TableColumn)
+    from bokeh.plotting import figure
+
+    snap = _latest(scheduler)
+    header = Div(text=_header(snap), sizing_mode="stretch_width", name="gcc-header")
+    schemes = ColumnDataSource(_scheme_columns(snap), name="gcc-schemes")
+    metric_title = "RelAcc" if snap is None or snap["metric"] == "rel_acc" else "MSE"
+    scheme_table = DataTable(source=schemes, height=130, sizing_mode="stretch_width", index_position=None,
+                             columns=[TableColumn(field="scheme", title="scheme"), TableColumn(field="N", title="N"),
+                                      TableColumn(field="needed", title="N - S"),
+                                      TableColumn(field="done", title="done"),
+                                      TableColumn(field="in_flight", title="in flight"),
+                                      TableColumn(field="failed", title="failed"),
+                                      TableColumn(field="p50", title="latency p50 (s)"),
+                                      TableColumn(field="p99", title="latency p99 (s)"),
+                                      TableColumn(field="metric", title=f"{metric_title} so far"),
+                                      TableColumn(field="backups", title="backups")])
+
+    flights = ColumnDataSource(_flight_columns(snap), name="gcc-flights")
+    labels = list(reversed(flights.data["label"])) or ["-"]
+    bars = figure(title="batches in flight: results received against the cutoff's N - S", height=220,
+                  sizing_mode="stretch_width", y_range=FactorRange(factors=labels), x_axis_label="results",
+                  tools="", toolbar_location=None, name="gcc-flights-figure")
+    bars.hbar(y="label", right="N", height=0.7, source=flights, fill_color="#eeeeee", line_color="#bbbbbb")
+    bars.hbar(y="label", right="received", height=0.7, source=flights, fill_color="#0072B2", line_color=None)
+    bars.scatter(x="needed", y="label", source=flights, marker="dash", size=22, angle=math.pi / 2,
+                 line_color="#D55E00", line_width=3)
+    bars.add_tools(HoverTool(tooltips=[("batch", "@batch"), ("scheme", "@scheme"), ("received", "@received / @needed"),
+                                       ("N", "@N"), ("cutoff", "@cutoff"), ("spares", "@spares"),
+                                       ("spares run again", "@promoted"), ("backups", "@backups"),
+                                       ("failed", "@failed")]))
+    flight_table = DataTable(source=flights, height=150, sizing_mode="stretch_width", index_position=None,
+                             columns=[TableColumn(field=f, title=t) for f, t in (
+                                 ("batch", "batch"), ("scheme", "scheme"), ("received", "received"),
+                                 ("needed", "N - S"), ("N", "N"), ("cutoff", "cutoff"), ("spares", "spares"),
+                                 ("promoted", "spares run again"), ("backups", "backups"), ("failed", "failed"))])
+
+    cols = _shard_columns(snap)
+    shards = ColumnDataSource(cols, name="gcc-shards")
+    marked = ColumnDataSource(_marked(cols), name="gcc-marked")
+    workers = sorted(set(cols["worker"])) or ["-"]
+    timeline = figure(title="shards by Dask worker and time (s since the run started)", height=320,
+                      sizing_mode="stretch_width", y_range=FactorRange(factors=workers),
+                      x_axis_label="seconds",
+                      tools="xpan,xwheel_zoom,reset", name="gcc-timeline")
+    for outcome, color in OUTCOMES.items():  # one renderer per outcome: a legend entry each
+        view = CDSView(filter=GroupFilter(column_name="outcome", group=outcome))
+        timeline.hbar(y="worker", left="start", right="stop", height=0.8, source=shards, view=view,
+                      fill_color=color, line_color="white", line_width=0.5, legend_label=outcome)
+    timeline.scatter(x="stop", y="worker", source=marked, marker="triangle", size=9, fill_color="#CC79A7",
+                     line_color="black", legend_label="backup / spare again")
+    timeline.legend.orientation = "horizontal"
+    timeline.legend.location = "top_left"
+    timeline.legend.click_policy = "hide"
+    timeline.add_tools(HoverTool(tooltips=[("batch", "@batch"), ("scheme", "@scheme"), ("shard", "@shard"),
+                                           ("copy", "@copy"), ("outcome", "@outcome"), ("worker", "@worker"),
+                                           ("seconds", "@duration{0.000}")]))
+
+    def update() -> None:
+        s = _latest(scheduler)
+        header.text = _header(s)
+        schemes.data = _scheme_columns(s)
+        f = _flight_columns(s)
+        flights.data = f
+        bars.y_range.factors = list(reversed(f["label"])) or ["-"]
+        c = _shard_columns(s)
+        shards.data = c
+        marked.data = _marked(c)
+        timeline.y_range.factors = sorted(set(c["worker"])) or ["-"]
+
+    doc.add_periodic_callback(update, INTERVAL_MS)
+    doc.title = "gcc-dask run" if snap is None else f"gcc-dask run {snap['name']}"
+    doc.template = get_env().from_string(_TEMPLATE)
+    doc.template_variables["gcc_dask_state"] = summary_json(snap)
+    doc.add_root(column(header, scheme_table, bars, flight_table, timeline, sizing_mode="stretch_width",
+                        name="gcc-dask"))
