@@ -43,6 +43,7 @@ class _Publisher:
         self._lock = threading.Lock()
         self._pending: list[dict] = []
         self._scheduled = False
+        self._order: asyncio.Lock | None = None
 
     def add(self, event: dict) -> None:
         with self._lock:
@@ -66,8 +67,11 @@ class _Publisher:
             await self._send(events)
 
     async def _send(self, events: list[dict]) -> None:
+        if self._order is None:  # created on the client's event loop, where every send runs
+            self._order = asyncio.Lock()
         try:
-            await self.client.scheduler.log_event(topic=TOPIC, msg={"events": events})
+            async with self._order:  # in the order taken: a flush under way goes before the run's last event
+                await self.client.scheduler.log_event(topic=TOPIC, msg={"events": events})
         except Exception as e:  # the scheduler is busy or gone: the page misses these, the run goes on
             logger.debug("dashboard events not sent: %r", e)
 
@@ -135,14 +139,15 @@ def publish(client, event: dict) -> None:
     """Send one event of the run to its page (a no-op for a client that was not :func:`attach`-ed).
 
     `event` is a dict of msgpack-able values with ``kind`` (``start``, ``meta``, ``submit``, ``cutoff``, ``done``,
-    ``end``) and ``run`` (the run's token); the time is added. ``end`` is sent at once and waited for.
+    ``end``) and ``run`` (the run's token); the time is added. ``start`` and ``end`` are sent at once and waited
+    for (one round trip each): the page then knows the run before its first shard starts.
     """
     p = _publishers.get(client)
     if p is None:
         return
     event.setdefault("t", time.time())
     p.add(event)
-    if event.get("kind") == "end":
+    if event.get("kind") in ("start", "end"):  # before the run's first shard starts; before its client closes
         p.flush_now()
 
 
