@@ -67,16 +67,35 @@ def _header(snap: dict | None) -> str:
             f"<p>{done}{of} batches finished &middot; {snap['elapsed_s']:.1f} s{store}</p>")
 
 
-def _scheme_columns(snap: dict | None) -> dict:
+_TABLE_STYLE = ("<style>table.gcc{border-collapse:collapse;font:13px sans-serif;margin:4px 0}"
+                "table.gcc th,table.gcc td{padding:2px 10px;text-align:right;border-bottom:1px solid #ddd}"
+                "table.gcc th:first-child,table.gcc td:first-child{text-align:left}</style>")
+
+
+def _table(headers: list[str], rows: list[list]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>" for row in rows)
+    return f'{_TABLE_STYLE}<table class="gcc"><tr>{head}</tr>{body}</table>'
+
+
+def scheme_table(snap: dict | None) -> str:
+    """Per scheme: N, N - S, batches done, in flight and failed, batch latency p50/p99, the metric so far."""
     rows = snap["schemes"] if snap else []
     metric = "RelAcc" if snap is None or snap["metric"] == "rel_acc" else "MSE"
-    return {
-        "scheme": [r["scheme"] for r in rows], "N": [r["N"] for r in rows], "needed": [r["needed"] for r in rows],
-        "done": [r["done"] for r in rows], "in_flight": [r["in_flight"] for r in rows],
-        "failed": [r["failed"] + r["undecodable"] for r in rows], "backups": [r["backups"] for r in rows],
-        "p50": [_fmt(r["p50_s"]) for r in rows], "p99": [_fmt(r["p99_s"]) for r in rows],
-        "metric": [_fmt(r["metric"], ".4g") for r in rows], "metric_name": [metric] * len(rows),
-    }
+    return _table(["scheme", "N", "N - S", "done", "in flight", "failed", "latency p50 (s)", "latency p99 (s)",
+                   f"{metric} so far", "backups"],
+                  [[r["scheme"], r["N"], r["needed"], r["done"], r["in_flight"], r["failed"] + r["undecodable"],
+                    _fmt(r["p50_s"]), _fmt(r["p99_s"]), _fmt(r["metric"], ".4g"), r["backups"]] for r in rows])
+
+
+def flight_table(snap: dict | None) -> str:
+    """Per batch in flight and scheme: results received against N - S, its cutoff, spares and backups."""
+    rows = snap["in_flight"] if snap else []
+    return _table(["batch", "scheme", "received", "N - S", "N", "cutoff", "spares", "spares run again", "backups",
+                   "failed"],
+                  [[r["batch"], r["scheme"], r["received"], r["needed"], r["N"],
+                    f"{r['cutoff_s']:.3g} s" if r["cut"] and math.isfinite(r["cutoff_s"]) else "waiting",
+                    r["spares"], r["promoted"], r["backups"], r["failed"]] for r in rows])
 
 
 def _flight_columns(snap: dict | None) -> dict:
@@ -92,15 +111,37 @@ def _flight_columns(snap: dict | None) -> dict:
     }
 
 
-def _shard_columns(snap: dict | None) -> dict:
+def lanes(rows: list[dict]) -> tuple[list[float], dict[float, str]]:
+    """A row of the worker x time view for each shard: the shards of one worker that overlap in time (its threads)
+    on lanes of their own, one lane above the other, a free lane's space between two workers. Returns each shard's
+    y, and each worker's label at the middle of its lanes."""
+    y = [0.0] * len(rows)
+    labels: dict[float, str] = {}
+    base = 0
+    for worker in sorted({r["worker"] for r in rows}):
+        ends: list[float] = []  # each lane's last stop
+        for i in sorted((i for i, r in enumerate(rows) if r["worker"] == worker), key=lambda i: rows[i]["start"]):
+            lane = next((j for j, end in enumerate(ends) if end <= rows[i]["start"]), len(ends))
+            if lane == len(ends):
+                ends.append(0.0)
+            ends[lane] = rows[i]["stop"]
+            y[i] = float(base + lane)
+        labels[base + (len(ends) - 1) / 2] = worker
+        base += len(ends) + 1
+    return y, labels
+
+
+def _shard_columns(snap: dict | None) -> tuple[dict, dict[float, str]]:
+    """The shards' columns, and the worker labels of the y axis (:func:`lanes`)."""
     rows = snap["shards"] if snap else []
+    y, labels = lanes(rows)
     return {
+        "y": y,
         "worker": [r["worker"] for r in rows], "start": [r["start"] for r in rows], "stop": [r["stop"] for r in rows],
-        "mid": [(r["start"] + r["stop"]) / 2 for r in rows], "duration": [r["stop"] - r["start"] for r in rows],
+        "duration": [r["stop"] - r["start"] for r in rows],
         "outcome": [r["outcome"] for r in rows], "copy": [r["copy"] for r in rows],
         "batch": [r["batch"] for r in rows], "scheme": [r["scheme"] for r in rows], "shard": [r["shard"] for r in rows],
-        "color": [OUTCOMES.get(r["outcome"], "#999999") for r in rows],
-    }
+    }, labels
 
 
 def _marked(cols: dict) -> dict:
@@ -124,25 +165,12 @@ def make_document(doc, scheduler) -> None:
     """Build the page's document for one browser session, redrawn every :data:`INTERVAL_MS`."""
     from bokeh.core.templates import get_env
     from bokeh.layouts import column
-    from bokeh.models import (CDSView, ColumnDataSource, DataTable, Div, FactorRange, GroupFilter, HoverTool,
-                              TableColumn)
+    from bokeh.models import CDSView, ColumnDataSource, Div, FactorRange, FixedTicker, GroupFilter, HoverTool
     from bokeh.plotting import figure
 
     snap = _latest(scheduler)
     header = Div(text=_header(snap), sizing_mode="stretch_width", name="gcc-header")
-    schemes = ColumnDataSource(_scheme_columns(snap), name="gcc-schemes")
-    metric_title = "RelAcc" if snap is None or snap["metric"] == "rel_acc" else "MSE"
-    scheme_table = DataTable(source=schemes, height=130, sizing_mode="stretch_width", index_position=None,
-                             columns=[TableColumn(field="scheme", title="scheme"), TableColumn(field="N", title="N"),
-                                      TableColumn(field="needed", title="N - S"),
-                                      TableColumn(field="done", title="done"),
-                                      TableColumn(field="in_flight", title="in flight"),
-                                      TableColumn(field="failed", title="failed"),
-                                      TableColumn(field="p50", title="latency p50 (s)"),
-                                      TableColumn(field="p99", title="latency p99 (s)"),
-                                      TableColumn(field="metric", title=f"{metric_title} so far"),
-                                      TableColumn(field="backups", title="backups")])
-
+    schemes = Div(text=scheme_table(snap), sizing_mode="stretch_width", name="gcc-schemes")
     flights = ColumnDataSource(_flight_columns(snap), name="gcc-flights")
     labels = list(reversed(flights.data["label"])) or ["-"]
     bars = figure(title="batches in flight: results received against the cutoff's N - S", height=220,
@@ -156,29 +184,27 @@ def make_document(doc, scheduler) -> None:
                                        ("N", "@N"), ("cutoff", "@cutoff"), ("spares", "@spares"),
                                        ("spares run again", "@promoted"), ("backups", "@backups"),
                                        ("failed", "@failed")]))
-    flight_table = DataTable(source=flights, height=150, sizing_mode="stretch_width", index_position=None,
-                             columns=[TableColumn(field=f, title=t) for f, t in (
-                                 ("batch", "batch"), ("scheme", "scheme"), ("received", "received"),
-                                 ("needed", "N - S"), ("N", "N"), ("cutoff", "cutoff"), ("spares", "spares"),
-                                 ("promoted", "spares run again"), ("backups", "backups"), ("failed", "failed"))])
+    in_flight = Div(text=flight_table(snap), sizing_mode="stretch_width", name="gcc-in-flight")
 
-    cols = _shard_columns(snap)
+    cols, ticks = _shard_columns(snap)
     shards = ColumnDataSource(cols, name="gcc-shards")
     marked = ColumnDataSource(_marked(cols), name="gcc-marked")
-    workers = sorted(set(cols["worker"])) or ["-"]
-    timeline = figure(title="shards by Dask worker and time (s since the run started)", height=320,
-                      sizing_mode="stretch_width", y_range=FactorRange(factors=workers),
-                      x_axis_label="seconds",
+    timeline = figure(title="shards by Dask worker (a lane per shard running at once) and time (s since the run "
+                            "started)", height=380, sizing_mode="stretch_width", x_axis_label="seconds",
                       tools="xpan,xwheel_zoom,reset", name="gcc-timeline")
+    ticker = FixedTicker(ticks=sorted(ticks))
+    timeline.yaxis.ticker = ticker
+    timeline.yaxis.major_label_overrides = ticks
+    timeline.ygrid.visible = False
     for outcome, color in OUTCOMES.items():  # one renderer per outcome: a legend entry each
         view = CDSView(filter=GroupFilter(column_name="outcome", group=outcome))
-        timeline.hbar(y="worker", left="start", right="stop", height=0.8, source=shards, view=view,
+        timeline.hbar(y="y", left="start", right="stop", height=0.8, source=shards, view=view,
                       fill_color=color, line_color="white", line_width=0.5, legend_label=outcome)
-    timeline.scatter(x="stop", y="worker", source=marked, marker="triangle", size=9, fill_color="#CC79A7",
+    timeline.scatter(x="stop", y="y", source=marked, marker="triangle", size=9, fill_color="#CC79A7",
                      line_color="black", legend_label="backup / spare again")
     timeline.legend.orientation = "horizontal"
-    timeline.legend.location = "top_left"
     timeline.legend.click_policy = "hide"
+    timeline.add_layout(timeline.legend[0], "above")
     timeline.add_tools(HoverTool(tooltips=[("batch", "@batch"), ("scheme", "@scheme"), ("shard", "@shard"),
                                            ("copy", "@copy"), ("outcome", "@outcome"), ("worker", "@worker"),
                                            ("seconds", "@duration{0.000}")]))
@@ -186,18 +212,20 @@ def make_document(doc, scheduler) -> None:
     def update() -> None:
         s = _latest(scheduler)
         header.text = _header(s)
-        schemes.data = _scheme_columns(s)
+        schemes.text = scheme_table(s)
         f = _flight_columns(s)
         flights.data = f
+        in_flight.text = flight_table(s)
         bars.y_range.factors = list(reversed(f["label"])) or ["-"]
-        c = _shard_columns(s)
+        c, t = _shard_columns(s)
         shards.data = c
         marked.data = _marked(c)
-        timeline.y_range.factors = sorted(set(c["worker"])) or ["-"]
+        ticker.ticks = sorted(t)
+        timeline.yaxis.major_label_overrides = t
 
     doc.add_periodic_callback(update, INTERVAL_MS)
     doc.title = "gcc-dask run" if snap is None else f"gcc-dask run {snap['name']}"
     doc.template = get_env().from_string(_TEMPLATE)
     doc.template_variables["gcc_dask_state"] = summary_json(snap)
-    doc.add_root(column(header, scheme_table, bars, flight_table, timeline, sizing_mode="stretch_width",
+    doc.add_root(column(header, schemes, bars, in_flight, timeline, sizing_mode="stretch_width",
                         name="gcc-dask"))

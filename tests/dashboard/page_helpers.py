@@ -52,13 +52,17 @@ def page_summary(body: str) -> dict:
     return json.loads(body[start:body.index("</script>", start)])
 
 
-def document_rows(url: str) -> dict[str, int]:
-    """Rows of each named data source of the page's Bokeh document, pulled as a browser would (its websocket)."""
+def document_of(url: str) -> dict:
+    """The page's Bokeh document, pulled as a browser would (over its websocket): the rows of each named data
+    source, and the text of each named Div."""
     from bokeh.client import pull_session
-    from bokeh.models import ColumnDataSource
+    from bokeh.models import ColumnDataSource, Div
 
     with pull_session(url=url) as session:
-        return {m.name: len(next(iter(m.data.values()), [])) for m in session.document.select({"type": ColumnDataSource})}
+        doc = session.document
+        out = {m.name: len(next(iter(m.data.values()), [])) for m in doc.select({"type": ColumnDataSource})}
+        out.update({m.name: m.text for m in doc.select({"type": Div})})
+        return out
 
 
 def in_thread(fn):

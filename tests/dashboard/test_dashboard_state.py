@@ -149,3 +149,13 @@ def test_page_url_sits_beside_the_dashboard_link(link, expected):
         dashboard_link = link
 
     assert page_url(FakeClient()) == expected
+
+
+def test_lanes_put_overlapping_shards_of_a_worker_one_above_the_other():
+    from gcc_dask.dashboard.page import lanes
+
+    rows = [{"worker": "b", "start": 0.0, "stop": 2.0}, {"worker": "a", "start": 0.0, "stop": 1.0},
+            {"worker": "a", "start": 0.5, "stop": 1.5}, {"worker": "a", "start": 1.0, "stop": 2.0}]
+    y, labels = lanes(rows)
+    assert y == [3.0, 0.0, 1.0, 0.0]  # a: two lanes (0, 1), a free lane, then b
+    assert labels == {0.5: "a", 3.0: "b"}

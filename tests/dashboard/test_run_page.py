@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import gcc_dask as gd
-from page_helpers import SLOW, base_of, batches_done, document_rows, get, in_thread, page_summary, wait_for_run
+from page_helpers import SLOW, base_of, batches_done, document_of, get, in_thread, page_summary, wait_for_run
 
 SMOKE = "pipelines/smoke.yaml"
 PAGE = "/individual-gcc-dask"
@@ -35,9 +35,11 @@ def _check_page_during_run(base: str, run: dict, name: str) -> None:
     assert (schemes["gcc"]["N"], schemes["gcc"]["needed"]) == (16, 12)  # N - S with S = 4
     assert (schemes["uncoded"]["N"], schemes["uncoded"]["needed"]) == (8, 8)
     assert all(s["done"] >= 1 for s in schemes.values())
-    rows = document_rows(base + PAGE)  # the document a browser gets over its websocket
-    assert rows["gcc-schemes"] == 2
-    assert rows["gcc-shards"] >= 24  # at least the first batch's 16 + 8 shards
+    doc = document_of(base + PAGE)  # the document a browser gets over its websocket
+    assert "<td>gcc</td><td>16</td><td>12</td>" in doc["gcc-schemes"]  # scheme, N, N - S
+    assert "<td>uncoded</td><td>8</td><td>8</td>" in doc["gcc-schemes"]
+    assert f"gcc-dask run <b>{name}</b>" in doc["gcc-header"]
+    assert doc["gcc-shards"] >= 20  # at least the first batch's 12 kept gcc shards and its 8 uncoded ones
 
 
 @pytest.mark.slow
