@@ -6,7 +6,7 @@ the paths of that server starting with ``individual-`` in ``/individual-plots.js
 offers as JupyterLab panes. A run's scheduler may have started long before (an outside scheduler), so the page
 is added to that same server at runtime, as ``BokehTornado.__init__`` adds each of its pages: an
 ``ApplicationContext`` for the path, and its routes (``bokeh.server.urls.per_app_patterns``) added to the
-server's handlers. Checked against bokeh 3.9 and distributed 2026.8 (tests/test_run_page.py).
+server's handlers. Checked against bokeh 3.9 and distributed 2026.8 (tests/dashboard/test_run_page.py).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import logging
 import math
 import time
 
-from gcc_dask.dashboard.publish import PAGE, PLUGIN_NAME, STATE_JSON
+from gcc_dask.dashboard.driver import PAGE, PLUGIN_NAME, STATE_JSON
 
 __all__ = ["mount"]
 
@@ -39,7 +39,7 @@ def _plugin(scheduler):
 
 
 def mount(scheduler) -> bool:
-    """Serve the page at :data:`~.publish.PAGE` and the state at :data:`~.publish.STATE_JSON`; whether it is
+    """Serve the page at :data:`~.driver.PAGE` and the state at :data:`~.driver.STATE_JSON`; whether it is
     served (False: no dashboard, or no bokeh). Mounted once per scheduler: the page finds the plugin registered
     at the time it is opened."""
     try:

@@ -1,6 +1,6 @@
 """The scheduler plugin that keeps the coded runs' state for their dashboard page (docs/dashboard.rst).
 
-Registered by the run from its client (:func:`~gcc_dask.dashboard.publish.attach`, idempotent: one per
+Registered by the run from its client (:func:`~gcc_dask.dashboard.driver.attach`, idempotent: one per
 scheduler, kept for the next runs). It learns what the run does from the driver's events on the Dask topic
 ``gcc-dask`` (its :meth:`log_event` hook) and from the transitions of the run's shard keys (which worker, when,
 with what outcome); everything lives in :class:`~gcc_dask.dashboard.state.DashboardState`, in memory, bounded.
@@ -13,7 +13,7 @@ import time
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-from gcc_dask.dashboard.publish import PLUGIN_NAME, TOPIC
+from gcc_dask.dashboard.driver import PLUGIN_NAME, TOPIC
 from gcc_dask.dashboard.state import DashboardState
 
 __all__ = ["DashboardPlugin"]

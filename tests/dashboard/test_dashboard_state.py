@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from gcc_dask.dashboard.publish import page_url, record_summary, start_event
+from gcc_dask.dashboard.driver import page_url, record_summary, start_event
 from gcc_dask.dashboard.state import MAX_RUNS, DashboardState, parse_shard_key
 
 TOKEN = "1a2b3c4d"
@@ -159,3 +159,20 @@ def test_lanes_put_overlapping_shards_of_a_worker_one_above_the_other():
     y, labels = lanes(rows)
     assert y == [3.0, 0.0, 1.0, 0.0]  # a: two lanes (0, 1), a free lane, then b
     assert labels == {0.5: "a", 3.0: "b"}
+
+
+def test_gcc_dask_run_page_off_attaches_nothing_and_publishes_nothing(monkeypatch):
+    from gcc_dask.dashboard import driver
+
+    class FakeClient:
+        dashboard_link = "http://127.0.0.1:8787/status"
+
+        def scheduler_info(self, **kwargs):  # pragma: no cover - never asked when the page is off
+            raise AssertionError("the scheduler was asked")
+
+    client = FakeClient()
+    monkeypatch.setattr(driver, "_publishers", {client: None})  # attached before
+    monkeypatch.setenv("GCC_DASK_RUN_PAGE", "off")
+    assert driver.attach(client) is None
+    assert client not in driver._publishers
+    driver.publish(client, {"kind": "end", "run": TOKEN})  # a no-op

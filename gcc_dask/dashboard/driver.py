@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import os
 import threading
 import time
 import weakref
@@ -33,6 +34,7 @@ PLUGIN_NAME = "gcc-dask-dashboard"
 FLUSH_S = 0.05
 
 _publishers: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_attaching = threading.Lock()  # one attach at a time (a run and a notebook cell may attach one client at once)
 
 
 class _Publisher:
@@ -109,8 +111,17 @@ def attach(client) -> str | None:
     """Put the run's page on `client`'s scheduler and start publishing; the page's link, or None.
 
     None, and nothing is published, when the scheduler serves no dashboard, or cannot load the plugin (a
-    scheduler without gcc-dask installed: the run goes on without the page, and says why in the log).
+    scheduler without gcc-dask installed: the run goes on without the page, and says why in the log), or when the
+    environment variable ``GCC_DASK_RUN_PAGE`` is ``off`` (the run then publishes nothing).
     """
+    with _attaching:
+        return _attach(client)
+
+
+def _attach(client) -> str | None:
+    if os.environ.get("GCC_DASK_RUN_PAGE", "").lower() in ("0", "off", "false", "no"):
+        _publishers.pop(client, None)  # (a client attached before publishes no more)
+        return None
     if client in _publishers:
         return page_url(client)
     try:
