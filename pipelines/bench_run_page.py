@@ -28,7 +28,9 @@ import gcc_dask as gd
 samples, rounds = int(sys.argv[1]), int(sys.argv[2])
 OVERRIDES = ["run.progress=false", f"source.limit={samples}", "stragglers.model=none", "store.overwrite=true",
              "run.max_batches_in_flight=4"]
-VIEWER = ("import sys, bokeh.client as b; s = b.pull_session(url=sys.argv[1]); s.loop_until_closed()")
+#: a viewer that holds the page open: its session's websocket read until closed (bokeh 3.9 names that private)
+VIEWER = ("import sys, bokeh.client as b; s = b.pull_session(url=sys.argv[1]); print('viewer: page open', flush=True); "
+          "getattr(s, 'loop_until_closed', None) and s.loop_until_closed() or s._loop_until_closed()")
 
 if __name__ == "__main__":
     out = tempfile.mkdtemp(prefix="gcc-dask-bench-page-")
@@ -49,8 +51,10 @@ if __name__ == "__main__":
                 for mode in (("off", "open") if i % 2 == 0 else ("open", "off")):
                     res[mode].append(run(mode))
                     print(f"round {i} {mode}: {res[mode][-1]:.1f} samples/s", flush=True)
+            alive = viewer.poll() is None
         finally:
             viewer.terminate()
+        print(f"viewer held the page open through every round: {alive}")
         off, on = np.array(res["off"]), np.array(res["open"])
         ratio = on / off
         print(f"off  {np.median(off):.1f} samples/s (min {off.min():.1f} max {off.max():.1f})")

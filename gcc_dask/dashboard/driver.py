@@ -125,12 +125,13 @@ def _attach(client) -> str | None:
     if client in _publishers:
         return page_url(client)
     try:
-        if "dashboard" not in (client.scheduler_info(n_workers=0).get("services") or {}):
-            return None
-    except TypeError:  # an older distributed without n_workers
-        if "dashboard" not in (client.scheduler_info().get("services") or {}):
-            return None
-    except Exception:
+        try:
+            info = client.scheduler_info(n_workers=0)
+        except TypeError:  # an older distributed without n_workers
+            info = client.scheduler_info()
+    except Exception:  # the scheduler is gone: the run says so itself
+        return None
+    if "dashboard" not in (info.get("services") or {}):
         return None
     from gcc_dask.dashboard.plugin import DashboardPlugin
 

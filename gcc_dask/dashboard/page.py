@@ -132,22 +132,31 @@ def lanes(rows: list[dict]) -> tuple[list[float], dict[float, str]]:
 
 
 def _shard_columns(snap: dict | None) -> tuple[dict, dict[float, str]]:
-    """The shards' columns, and the worker labels of the y axis (:func:`lanes`)."""
+    """The shards' columns (numbers as arrays: Bokeh sends them as binary buffers), and the worker labels of the
+    y axis (:func:`lanes`)."""
+    import numpy as np
+
     rows = snap["shards"] if snap else []
     y, labels = lanes(rows)
+    start = np.array([r["start"] for r in rows], dtype=float)
+    stop = np.array([r["stop"] for r in rows], dtype=float)
     return {
-        "y": y,
-        "worker": [r["worker"] for r in rows], "start": [r["start"] for r in rows], "stop": [r["stop"] for r in rows],
-        "duration": [r["stop"] - r["start"] for r in rows],
-        "outcome": [r["outcome"] for r in rows], "copy": [r["copy"] for r in rows],
-        "batch": [r["batch"] for r in rows], "scheme": [r["scheme"] for r in rows], "shard": [r["shard"] for r in rows],
+        "y": np.array(y, dtype=float), "start": start, "stop": stop, "duration": stop - start,
+        "worker": [r["worker"] for r in rows], "outcome": [r["outcome"] for r in rows],
+        "copy": [r["copy"] for r in rows], "scheme": [r["scheme"] for r in rows],
+        "batch": np.array([r["batch"] for r in rows], dtype=np.int64),
+        "shard": np.array([r["shard"] for r in rows], dtype=np.int64),
     }, labels
+
+
+def _axis_labels(labels: dict[float, str]) -> dict:
+    return {"tick": sorted(labels), "label": [labels[t] for t in sorted(labels)]}
 
 
 def _marked(cols: dict) -> dict:
     """The shards drawn with a marker: backup copies, spares run again, rescues."""
     keep = [i for i, c in enumerate(cols["copy"]) if c != "regular"]
-    return {k: [v[i] for i in keep] for k, v in cols.items()}
+    return {k: [v[i] for i in keep] if isinstance(v, list) else v[keep] for k, v in cols.items()}
 
 
 def summary_json(snap: dict | None) -> str:
@@ -165,7 +174,8 @@ def make_document(doc, scheduler) -> None:
     """Build the page's document for one browser session, redrawn every :data:`INTERVAL_MS`."""
     from bokeh.core.templates import get_env
     from bokeh.layouts import column
-    from bokeh.models import CDSView, ColumnDataSource, Div, FactorRange, FixedTicker, GroupFilter, HoverTool
+    from bokeh.models import (CDSView, ColumnDataSource, CustomJSTickFormatter, Div, FactorRange, FixedTicker,
+                              GroupFilter, HoverTool)
     from bokeh.plotting import figure
 
     snap = _latest(scheduler)
@@ -186,15 +196,18 @@ def make_document(doc, scheduler) -> None:
                                        ("failed", "@failed")]))
     in_flight = Div(text=flight_table(snap), sizing_mode="stretch_width", name="gcc-in-flight")
 
-    cols, ticks = _shard_columns(snap)
+    cols, labels = _shard_columns(snap)
     shards = ColumnDataSource(cols, name="gcc-shards")
     marked = ColumnDataSource(_marked(cols), name="gcc-marked")
+    axis = ColumnDataSource(_axis_labels(labels), name="gcc-workers")
     timeline = figure(title="shards by Dask worker (a lane per shard running at once) and time (s since the run "
                             "started)", height=380, sizing_mode="stretch_width", x_axis_label="seconds",
                       tools="xpan,xwheel_zoom,reset", name="gcc-timeline")
-    ticker = FixedTicker(ticks=sorted(ticks))
+    ticker = FixedTicker(ticks=axis.data["tick"])
     timeline.yaxis.ticker = ticker
-    timeline.yaxis.major_label_overrides = ticks
+    # the worker at each tick, read from a data source (a label dict keyed by float ticks would not round-trip)
+    timeline.yaxis.formatter = CustomJSTickFormatter(
+        args={"axis": axis}, code="const i = axis.data.tick.indexOf(tick); return i < 0 ? '' : axis.data.label[i];")
     timeline.ygrid.visible = False
     for outcome, color in OUTCOMES.items():  # one renderer per outcome: a legend entry each
         view = CDSView(filter=GroupFilter(column_name="outcome", group=outcome))
@@ -209,8 +222,15 @@ def make_document(doc, scheduler) -> None:
                                            ("copy", "@copy"), ("outcome", "@outcome"), ("worker", "@worker"),
                                            ("seconds", "@duration{0.000}")]))
 
+    shown = [None if snap is None else (snap["token"], snap["version"])]
+
     def update() -> None:
-        s = _latest(scheduler)
+        state = _plugin_state(scheduler)
+        run = None if state is None else state.latest()
+        if (run is None and shown[0] is None) or (run is not None and shown[0] == (run.token, run.version)):
+            return  # nothing moved: nothing to redraw, nothing sent
+        s = None if run is None else run.snapshot(time.time(), MAX_BARS)
+        shown[0] = None if s is None else (s["token"], s["version"])
         header.text = _header(s)
         schemes.text = scheme_table(s)
         f = _flight_columns(s)
@@ -220,8 +240,8 @@ def make_document(doc, scheduler) -> None:
         c, t = _shard_columns(s)
         shards.data = c
         marked.data = _marked(c)
-        ticker.ticks = sorted(t)
-        timeline.yaxis.major_label_overrides = t
+        axis.data = _axis_labels(t)
+        ticker.ticks = axis.data["tick"]
 
     doc.add_periodic_callback(update, INTERVAL_MS)
     doc.title = "gcc-dask run" if snap is None else f"gcc-dask run {snap['name']}"

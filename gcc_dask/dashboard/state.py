@@ -128,6 +128,7 @@ class RunState:
         self.metric = info.get("metric", "rel_acc")
         self.status = "running"
         self.ended: float | None = None
+        self.version = 0  # counts the changes: a page redraws only when it moved
         self.schemes: dict[str, _Scheme] = {}
         for name, s in (info.get("schemes") or {}).items():
             self.schemes[name] = _Scheme(name, int(s["N"]), int(s.get("K", s["N"])), int(s["needed"]),
@@ -275,7 +276,7 @@ class RunState:
         shards = list(self.shards)[-max_shards:] if max_shards else list(self.shards)
         t_now = (self.ended if self.ended is not None else now) - self.t0
         return {
-            "token": self.token, "name": self.name, "store": self.store, "status": self.status,
+            "token": self.token, "version": self.version, "name": self.name, "store": self.store, "status": self.status,
             "batches": self.total, "metric": self.metric, "started": self.t0, "elapsed_s": t_now,
             "schemes": schemes, "in_flight": flights,
             "shards": [dict(r, stop=r["stop"] if r["stop"] == r["stop"] else t_now) for r in shards],
@@ -304,6 +305,8 @@ class DashboardState:
                 del self.runs[oldest]
             return
         run = self.runs.get(token)
+        if run is not None:
+            run.version += 1
         if run is None:
             if kind == "meta":
                 self._meta[token] = ev
@@ -333,6 +336,7 @@ class DashboardState:
             return
         parsed = parse_shard_key(key, run.schemes)
         if parsed is not None:
+            run.version += 1
             run.transition(key, parsed, finish, worker, now, start, stop)
 
     def latest(self) -> RunState | None:

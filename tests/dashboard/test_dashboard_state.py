@@ -157,7 +157,7 @@ def test_lanes_put_overlapping_shards_of_a_worker_one_above_the_other():
     rows = [{"worker": "b", "start": 0.0, "stop": 2.0}, {"worker": "a", "start": 0.0, "stop": 1.0},
             {"worker": "a", "start": 0.5, "stop": 1.5}, {"worker": "a", "start": 1.0, "stop": 2.0}]
     y, labels = lanes(rows)
-    assert y == [3.0, 0.0, 1.0, 0.0]  # a: two lanes (0, 1), a free lane, then b
+    assert y == [3.0, 0.0, 1.0, 0.0]  # a: two lanes (0, 1) as its 2nd shard overlaps the 1st, a free lane, then b
     assert labels == {0.5: "a", 3.0: "b"}
 
 
