@@ -28,6 +28,8 @@ OUTCOMES = {"kept": "#009E73", "late": "#E69F00", "cut": "#D55E00", "failed": "#
             "arrived": "#0072B2"}
 #: shard bars drawn at most (the most recent)
 MAX_BARS = 2000
+#: batches in flight drawn at most (per scheme and batch, the oldest)
+MAX_FLIGHTS = 32
 #: milliseconds between redraws
 INTERVAL_MS = 1000
 
@@ -89,8 +91,9 @@ def scheme_table(snap: dict | None) -> str:
 
 
 def flight_table(snap: dict | None) -> str:
-    """Per batch in flight and scheme: results received against N - S, its cutoff, spares and backups."""
-    rows = snap["in_flight"] if snap else []
+    """Per batch in flight and scheme: results received against N - S, its cutoff, spares and backups (the oldest
+    :data:`MAX_FLIGHTS`)."""
+    rows = snap["in_flight"][:MAX_FLIGHTS] if snap else []
     return _table(["batch", "scheme", "received", "N - S", "N", "cutoff", "spares", "spares run again", "backups",
                    "failed"],
                   [[r["batch"], r["scheme"], r["received"], r["needed"], r["N"],
@@ -99,7 +102,7 @@ def flight_table(snap: dict | None) -> str:
 
 
 def _flight_columns(snap: dict | None) -> dict:
-    rows = snap["in_flight"] if snap else []
+    rows = snap["in_flight"][:MAX_FLIGHTS] if snap else []
     return {
         "label": [f"b{r['batch']} {r['scheme']}" for r in rows], "batch": [r["batch"] for r in rows],
         "scheme": [r["scheme"] for r in rows], "received": [r["received"] for r in rows],
@@ -115,19 +118,27 @@ def lanes(rows: list[dict]) -> tuple[list[float], dict[float, str]]:
     """A row of the worker x time view for each shard: the shards of one worker that overlap in time (its threads)
     on lanes of their own, one lane above the other, a free lane's space between two workers. Returns each shard's
     y, and each worker's label at the middle of its lanes."""
+    import heapq
+
     y = [0.0] * len(rows)
     labels: dict[float, str] = {}
+    by_worker: dict[str, list[int]] = {}
+    for i, r in enumerate(rows):
+        by_worker.setdefault(r["worker"], []).append(i)
     base = 0
-    for worker in sorted({r["worker"] for r in rows}):
-        ends: list[float] = []  # each lane's last stop
-        for i in sorted((i for i, r in enumerate(rows) if r["worker"] == worker), key=lambda i: rows[i]["start"]):
-            lane = next((j for j, end in enumerate(ends) if end <= rows[i]["start"]), len(ends))
-            if lane == len(ends):
-                ends.append(0.0)
-            ends[lane] = rows[i]["stop"]
+    for worker in sorted(by_worker):
+        busy: list[tuple[float, int]] = []  # (stop, lane) of the lanes in use
+        free: list[int] = []  # lanes free again, lowest first
+        count = 0
+        for i in sorted(by_worker[worker], key=lambda i: rows[i]["start"]):
+            while busy and busy[0][0] <= rows[i]["start"]:
+                heapq.heappush(free, heapq.heappop(busy)[1])
+            lane = heapq.heappop(free) if free else count
+            count = max(count, lane + 1)
+            heapq.heappush(busy, (rows[i]["stop"], lane))
             y[i] = float(base + lane)
-        labels[base + (len(ends) - 1) / 2] = worker
-        base += len(ends) + 1
+        labels[base + (count - 1) / 2] = worker
+        base += count + 1
     return y, labels
 
 
