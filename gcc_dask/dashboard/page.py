@@ -142,19 +142,26 @@ def lanes(rows: list[dict]) -> tuple[list[float], dict[float, str]]:
     return y, labels
 
 
+_OUTCOME_CODE = {name: i for i, name in enumerate(OUTCOMES)}
+_COPY_CODE = {"regular": 0, "backup": 1, "spare": 2, "rescue": 3}
+
+
 def _shard_columns(snap: dict | None) -> tuple[dict, dict[float, str]]:
-    """The shards' columns (numbers as arrays: Bokeh sends them as binary buffers), and the worker labels of the
-    y axis (:func:`lanes`)."""
+    """The shards' columns, all numbers (Bokeh sends arrays as binary buffers; lists of strings cost it ten times
+    more): outcome, copy and scheme as codes (:data:`OUTCOMES`, ``_COPY_CODE``, the scheme's index in the run);
+    and the worker labels of the y axis (:func:`lanes`)."""
     import numpy as np
 
     rows = snap["shards"] if snap else []
+    schemes = {s["scheme"]: i for i, s in enumerate(snap["schemes"])} if snap else {}
     y, labels = lanes(rows)
     start = np.array([r["start"] for r in rows], dtype=float)
     stop = np.array([r["stop"] for r in rows], dtype=float)
     return {
         "y": np.array(y, dtype=float), "start": start, "stop": stop, "duration": stop - start,
-        "worker": [r["worker"] for r in rows], "outcome": [r["outcome"] for r in rows],
-        "copy": [r["copy"] for r in rows], "scheme": [r["scheme"] for r in rows],
+        "outcome": np.array([_OUTCOME_CODE.get(r["outcome"], 0) for r in rows], dtype=np.int32),
+        "copy": np.array([_COPY_CODE.get(r["copy"], 0) for r in rows], dtype=np.int32),
+        "scheme": np.array([schemes.get(r["scheme"], -1) for r in rows], dtype=np.int32),
         "batch": np.array([r["batch"] for r in rows], dtype=np.int64),
         "shard": np.array([r["shard"] for r in rows], dtype=np.int64),
     }, labels
@@ -166,8 +173,16 @@ def _axis_labels(labels: dict[float, str]) -> dict:
 
 def _marked(cols: dict) -> dict:
     """The shards drawn with a marker: backup copies, spares run again, rescues."""
-    keep = [i for i, c in enumerate(cols["copy"]) if c != "regular"]
-    return {k: [v[i] for i in keep] if isinstance(v, list) else v[keep] for k, v in cols.items()}
+    keep = cols["copy"] != 0
+    return {k: v[keep] for k, v in cols.items()}
+
+
+def _legend() -> str:
+    """The worker x time view's legend (HTML: one legend for every redraw, nothing sent again)."""
+    items = "".join(f'<span style="display:inline-block;width:12px;height:12px;background:{c};margin:0 4px 0 12px;'
+                    f'vertical-align:middle"></span>{html.escape(name)}' for name, c in OUTCOMES.items())
+    return (f'<div style="font:13px sans-serif">{items}<span style="margin:0 4px 0 12px;color:#CC79A7">&#9650;'
+            "</span>backup copy, spare run again, or rescue</div>")
 
 
 def summary_json(snap: dict | None) -> str:
@@ -185,8 +200,8 @@ def make_document(doc, scheduler) -> None:
     """Build the page's document for one browser session, redrawn every :data:`INTERVAL_MS`."""
     from bokeh.core.templates import get_env
     from bokeh.layouts import column
-    from bokeh.models import (CDSView, ColumnDataSource, CustomJSTickFormatter, Div, FactorRange, FixedTicker,
-                              GroupFilter, HoverTool)
+    from bokeh.models import (ColumnDataSource, CustomJSHover, CustomJSTickFormatter, Div, FactorRange, FixedTicker,
+                              HoverTool, LinearColorMapper)
     from bokeh.plotting import figure
 
     snap = _latest(scheduler)
@@ -220,18 +235,20 @@ def make_document(doc, scheduler) -> None:
     timeline.yaxis.formatter = CustomJSTickFormatter(
         args={"axis": axis}, code="const i = axis.data.tick.indexOf(tick); return i < 0 ? '' : axis.data.label[i];")
     timeline.ygrid.visible = False
-    for outcome, color in OUTCOMES.items():  # one renderer per outcome: a legend entry each
-        view = CDSView(filter=GroupFilter(column_name="outcome", group=outcome))
-        timeline.hbar(y="y", left="start", right="stop", height=0.8, source=shards, view=view,
-                      fill_color=color, line_color="white", line_width=0.5, legend_label=outcome)
+    colors = LinearColorMapper(palette=list(OUTCOMES.values()), low=-0.5, high=len(OUTCOMES) - 0.5)
+    timeline.hbar(y="y", left="start", right="stop", height=0.8, source=shards, line_color="white", line_width=0.5,
+                  fill_color={"field": "outcome", "transform": colors})
     timeline.scatter(x="stop", y="y", source=marked, marker="triangle", size=9, fill_color="#CC79A7",
-                     line_color="black", legend_label="backup / spare again")
-    timeline.legend.orientation = "horizontal"
-    timeline.legend.click_policy = "hide"
-    timeline.add_layout(timeline.legend[0], "above")
-    timeline.add_tools(HoverTool(tooltips=[("batch", "@batch"), ("scheme", "@scheme"), ("shard", "@shard"),
-                                           ("copy", "@copy"), ("outcome", "@outcome"), ("worker", "@worker"),
-                                           ("seconds", "@duration{0.000}")]))
+                     line_color="black")
+    names = CustomJSHover(args={"names": [r["scheme"] for r in snap["schemes"]] if snap else []},
+                          code="return names[value] || '';")
+    timeline.add_tools(HoverTool(
+        tooltips=[("batch", "@batch"), ("scheme", "@scheme{custom}"), ("shard", "@shard"),
+                  ("outcome", "@outcome{custom}"), ("copy", "@copy{custom}"), ("seconds", "@duration{0.000}")],
+        formatters={"@scheme": names,
+                    "@outcome": CustomJSHover(args={"names": list(OUTCOMES)}, code="return names[value];"),
+                    "@copy": CustomJSHover(args={"names": list(_COPY_CODE)}, code="return names[value];")}))
+    legend = Div(text=_legend(), sizing_mode="stretch_width")
 
     shown = [None if snap is None else (snap["token"], snap["version"])]
 
@@ -253,10 +270,13 @@ def make_document(doc, scheduler) -> None:
         marked.data = _marked(c)
         axis.data = _axis_labels(t)
         ticker.ticks = axis.data["tick"]
+        scheme_names = [r["scheme"] for r in s["schemes"]] if s else []
+        if names.args.get("names") != scheme_names:
+            names.args = {"names": scheme_names}
 
     doc.add_periodic_callback(update, INTERVAL_MS)
     doc.title = "gcc-dask run" if snap is None else f"gcc-dask run {snap['name']}"
     doc.template = get_env().from_string(_TEMPLATE)
     doc.template_variables["gcc_dask_state"] = summary_json(snap)
-    doc.add_root(column(header, schemes, bars, in_flight, timeline, sizing_mode="stretch_width",
+    doc.add_root(column(header, schemes, bars, in_flight, legend, timeline, sizing_mode="stretch_width",
                         name="gcc-dask"))

@@ -279,7 +279,8 @@ class RunState:
             "token": self.token, "version": self.version, "name": self.name, "store": self.store, "status": self.status,
             "batches": self.total, "metric": self.metric, "started": self.t0, "elapsed_s": t_now,
             "schemes": schemes, "in_flight": flights,
-            "shards": [dict(r, stop=r["stop"] if r["stop"] == r["stop"] else t_now) for r in shards],
+            # (the records themselves, but for a running shard: a copy drawn up to now)
+            "shards": [r if r["stop"] == r["stop"] else dict(r, stop=t_now) for r in shards],
         }
 
 
