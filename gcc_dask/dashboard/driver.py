@@ -18,18 +18,12 @@ import threading
 import time
 import weakref
 
+from gcc_dask.dashboard.names import PAGE, PLUGIN_NAME, TOPIC
+
 __all__ = ["PAGE", "PLUGIN_NAME", "TOPIC", "attach", "page_url", "publish", "record_summary", "start_event"]
 
 logger = logging.getLogger(__name__)
 
-#: the page's path on the scheduler's dashboard (listed in ``/individual-plots.json``)
-PAGE = "/individual-gcc-dask"
-#: the run state as JSON, beside the page
-STATE_JSON = "/gcc-dask/state.json"
-#: the Dask event topic of the driver's events
-TOPIC = "gcc-dask"
-#: the scheduler plugin's name
-PLUGIN_NAME = "gcc-dask-dashboard"
 #: seconds the events are gathered before one message takes them to the scheduler
 FLUSH_S = 0.05
 

@@ -16,7 +16,7 @@ import logging
 import math
 import time
 
-from gcc_dask.dashboard.driver import PAGE, PLUGIN_NAME, STATE_JSON
+from gcc_dask.dashboard.names import PAGE, PLUGIN_NAME, STATE_JSON
 
 __all__ = ["mount"]
 
@@ -39,7 +39,7 @@ def _plugin(scheduler):
 
 
 def mount(scheduler) -> bool:
-    """Serve the page at :data:`~.driver.PAGE` and the state at :data:`~.driver.STATE_JSON`; whether it is
+    """Serve the page at :data:`~.names.PAGE` and the state at :data:`~.names.STATE_JSON`; whether it is
     served (False: no dashboard, or no bokeh). Mounted once per scheduler: the page finds the plugin registered
     at the time it is opened."""
     try:

@@ -46,9 +46,9 @@ def _fmt(x, spec: str = ".3g", none: str = "-") -> str:
 
 
 def _plugin_state(scheduler):
-    from gcc_dask.dashboard.mount import _plugin
+    from gcc_dask.dashboard.names import PLUGIN_NAME
 
-    plugin = _plugin(scheduler)
+    plugin = scheduler.plugins.get(PLUGIN_NAME)
     return None if plugin is None else plugin.state
 
 

@@ -13,7 +13,7 @@ import time
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-from gcc_dask.dashboard.driver import PLUGIN_NAME, TOPIC
+from gcc_dask.dashboard.names import PLUGIN_NAME, TOPIC
 from gcc_dask.dashboard.state import DashboardState
 
 __all__ = ["DashboardPlugin"]
