@@ -585,11 +585,11 @@ def run_pipeline(
             if not cluster:
                 c = stack.enter_context(connect(spec, client))
                 say(f"dask dashboard: {c.dashboard_link}" + (_EMBEDDED_NOTE if embedded else ""))
+                _wait_for_workers(c, cfg.cluster.connect_timeout)
+                cluster.append(c)
                 page = dashboard.attach(c)  # the run's own page on that dashboard (docs/dashboard.rst)
                 if page:
                     say(f"gcc-dask run page: {page}")
-                _wait_for_workers(c, cfg.cluster.connect_timeout)
-                cluster.append(c)
             return cluster[0]
 
         timed = cfg.code.block_size == "auto"
@@ -790,9 +790,9 @@ def _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, la
             f"{MISSED_HEARTBEATS} heartbeats: the run starts without {'them' if len(frozen) > 1 else 'it'} (no "
             "shards until a heartbeat comes; ended after cluster.unresponsive_after)")
         runner.suspect(frozen)
-    dashboard.publish(c, {"kind": "meta", "run": plugin.name_token, "name": cfg.name, "store": os.path.abspath(path)})
     bar = _progress(len(work), cfg.run.progress and progress, cfg.name)
     records = RecordBuffer(store)
+    dashboard.publish(c, {"kind": "meta", "run": plugin.name_token, "name": cfg.name, "store": os.path.abspath(path)})
 
     def done(batch: int, batch_records: list[dict]) -> None:
         records.add(batch_records)

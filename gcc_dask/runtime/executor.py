@@ -1189,11 +1189,11 @@ class BatchRunner:
         come gets an empty list, so that a long run keeps nothing per batch on the driver.
         """
         self._register()
-        dashboard.publish(self.client, dashboard.start_event(self.token, self.plans, self.output_size,
-                                                             len(work) if hasattr(work, "__len__") else None))
         quiet = _LostFetchLogFilter(self.token)
         logging.getLogger("distributed.client").addFilter(quiet)
         restore = self._catch_sigint()
+        dashboard.publish(self.client, dashboard.start_event(self.token, self.plans, self.output_size,
+                                                             len(work) if hasattr(work, "__len__") else None))
         self._fetcher = ThreadPoolExecutor(1, thread_name_prefix="gcc-dask-records")
         self._fetch_future = None
         results: list[dict] = []
