@@ -26,6 +26,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from gcc_dask import dashboard
 from gcc_dask import store as store_mod
 from gcc_dask._digest import files_digest
 from gcc_dask._paths import writable_file
@@ -522,6 +523,9 @@ def run_pipeline(
                     say(f"dask dashboard: {c.dashboard_link}" + (_EMBEDDED_NOTE if embedded else ""))
                     _wait_for_workers(c, cfg.cluster.connect_timeout)
                 cluster.append(c)
+                page = dashboard.attach(c)  # the run's own page on that dashboard (docs/dashboard.rst)
+                if page:
+                    say(f"gcc-dask run page: {page}")
             return cluster[0]
 
         timed = cfg.code.block_size == "auto"
@@ -740,6 +744,7 @@ def _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, la
         runner.suspect(frozen, said=True)  # said once a run
     bar = _progress(len(work), cfg.run.progress and progress, cfg.name)
     records = RecordBuffer(store)
+    dashboard.publish(c, {"kind": "meta", "run": plugin.name_token, "name": cfg.name, "store": os.path.abspath(path)})
 
     def done(batch: int, batch_records: list[dict]) -> None:
         records.add(batch_records)

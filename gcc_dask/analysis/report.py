@@ -8,7 +8,8 @@ Files written under the output directory (default: ``<store without .zarr>-repor
 * run store: ``report.md``, ``summary.csv`` (per scheme, with the metrics of f's output kind: RelAcc and
   accuracy for a classifier, relative RMSE, R² and the largest error for one value per sample),
   ``latency.csv`` (p50/p90/p99),
-  ``deadline.csv`` (accuracy against deadline), ``figures/latency_cdf.png``, ``figures/deadline.png``;
+  ``deadline.csv`` (accuracy against deadline), ``figures/latency_cdf.png``, ``figures/deadline.png``,
+  ``figures/shards.png`` (each batch's coded shards: kept with their latency, not kept, late, failed);
 * frontier store: ``report.md`` (the cells per straggler pattern: best estimator, best coded, best cheap, their
   paired difference), ``cells.csv``, ``estimators.csv`` and ``figures/frontier_{pattern}.png``.
 
@@ -26,6 +27,7 @@ import pandas as pd
 from gcc_dask.analysis import plots
 from gcc_dask.analysis.metrics import comparison_table, format_pm, run_table, straggler_dim, sweep_table
 from gcc_dask.analysis.rates import dominance, rate_table
+from gcc_dask.analysis.shard_view import plot_shard_view
 from gcc_dask.analysis.stores import load_sweep, names_corrupt_chunks, root_attrs, store_kind
 
 __all__ = ["Report", "make_report", "mse_pivot"]
@@ -157,9 +159,15 @@ def _run_report(path: Path, out: Path, recompute) -> Report:
                         if c in summary] + _backups_column(summary)], ".4g"), "",
            *_poor_lines(summary),
            "## Latency percentiles (s)", "", _md(latency, ".4g"), ""]
-    for fname, fig in (("latency_cdf.png", plots.plot_latency_cdf(path)), ("deadline.png", plots.plot_deadline(curve))):
+    for fname, fig in (("latency_cdf.png", plots.plot_latency_cdf(path)), ("deadline.png", plots.plot_deadline(curve)),
+                       ("shards.png", plot_shard_view(path))):
         rep.files.append(plots.save(fig, out / "figures" / fname))
     md += ["![latency CDF](figures/latency_cdf.png)", "",
+           "## Shards by batch", "",
+           "Each batch's coded shards, as the run page draws them live (docs/dashboard.rst): a kept shard coloured "
+           "by its latency, the others by their fate. The store does not record which Dask worker ran a shard, nor "
+           "when a batch started on the wall clock, so this view is by coded shard and batch.", "",
+           "![shards by batch](figures/shards.png)", "",
            "## Accuracy against deadline", "",
            f"Basis: {curve.attrs.get('mode')} ({curve['basis'].iloc[0] if len(curve) else ''}). A batch whose cutoff "
            "fired before the deadline keeps its recorded result; a later one is decoded from the results that had "

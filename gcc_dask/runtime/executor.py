@@ -49,6 +49,7 @@ from typing import Callable, Iterable
 import numpy as np
 from distributed import KilledWorker
 
+from gcc_dask import dashboard
 from gcc_dask.errors import ClusterError, GccDaskError
 from gcc_dask.runtime.cutoff import (
     backup_schedule, backups_due, cutoff_time, decide, late_shards_due, needed_results,
@@ -819,6 +820,7 @@ class BatchRunner:
                     self._submit_scheme(state, plan, update=update)
             states.append(state)
         update.send()
+        dashboard.publish(self.client, {"kind": "submit", "run": self.token, "work": [[b, list(s)] for b, s in work]})
         for state in states:
             for s in state.schemes.values():
                 self._cut_early(state, s)
@@ -912,6 +914,8 @@ class BatchRunner:
         else:
             status = 2
         s.received = received
+        dashboard.publish(self.client, {"kind": "cutoff", "run": self.token, "batch": state.batch, "scheme": plan.name,
+                                        "kept": received, "cutoff_s": float(d.time), "status": status})
         self._overtake(plan.name, state.seq)
         s.meta = {
             "status": status,
@@ -1211,6 +1215,8 @@ class BatchRunner:
         quiet = _LostFetchLogFilter(self.token)
         logging.getLogger("distributed.client").addFilter(quiet)
         restore = self._catch_sigint()
+        dashboard.publish(self.client, dashboard.start_event(self.token, self.plans, self.output_size,
+                                                             len(work) if hasattr(work, "__len__") else None))
         self._fetcher = ThreadPoolExecutor(1, thread_name_prefix="gcc-dask-records")
         self._fetch_future = None
         results: list[dict] = []
@@ -1267,6 +1273,8 @@ class BatchRunner:
                     if batch != self._fetch_gen:  # an abandoned fetch (_restart_in_flight)
                         continue
                     for st, batch_results in zip(fetching, self._fetched(fetching, fut)):
+                        dashboard.publish(self.client, {"kind": "done", "run": self.token, "batch": st.batch,
+                                                        "records": dashboard.record_summary(batch_results)})
                         if on_batch_done is not None:
                             on_batch_done(st.batch, batch_results)
                         else:
@@ -1308,6 +1316,7 @@ class BatchRunner:
                 raise self._lost_scheduler_error(e) from None
             raise
         finally:
+            dashboard.publish(self.client, {"kind": "end", "run": self.token, "status": "complete" if clean else "stopped"})
             restore()
             self._events.close()
             logging.getLogger("distributed.client").removeFilter(quiet)

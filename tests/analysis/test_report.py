@@ -71,7 +71,8 @@ def smoke_run(client, tmp_path_factory):
 def test_run_report_writes_every_promised_file(smoke_run, tmp_path):
     rep = make_report(smoke_run.path, tmp_path / "rep")
     _check_files(rep, {"report.md", "summary.csv", "latency.csv", "deadline.csv", "figures/latency_cdf.png",
-                       "figures/deadline.png"})
+                       "figures/deadline.png", "figures/shards.png"})
+    assert "![shards by batch](figures/shards.png)" in rep.markdown
     assert "mean_backups" not in rep.markdown  # no speculative scheme in the run: no backups column
 
 

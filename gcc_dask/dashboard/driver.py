@@ -1,0 +1,189 @@
+"""The driver's side of the run's dashboard page: put the page on the scheduler, and tell it what the run does.
+
+:func:`attach` registers :class:`~gcc_dask.dashboard.plugin.DashboardPlugin` on the client's scheduler (once per
+scheduler: the plugin stays for later runs) and returns the page's link, or None when the scheduler serves no
+dashboard. :func:`publish` then sends the run's events as Dask events on the topic :data:`TOPIC`
+(``Scheduler.log_event``, which hands them to the plugin's ``log_event`` hook). It costs the driver's loop a list
+append: the events are sent from the client's event loop, those of 50 ms in one message, in order. A client
+that was never attached publishes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import threading
+import time
+import weakref
+
+from gcc_dask.dashboard.names import PAGE, PLUGIN_NAME, TOPIC
+
+__all__ = ["PAGE", "PLUGIN_NAME", "TOPIC", "attach", "page_url", "publish", "record_summary", "start_event"]
+
+logger = logging.getLogger(__name__)
+
+#: seconds the events are gathered before one message takes them to the scheduler
+FLUSH_S = 0.05
+
+_publishers: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_attaching = threading.Lock()  # one attach at a time (a run and a notebook cell may attach one client at once)
+
+
+class _Publisher:
+    """The events of one client not sent yet, and the one flush under way on the client's event loop."""
+
+    def __init__(self, client) -> None:
+        self.client = client
+        self._lock = threading.Lock()
+        self._pending: list[dict] = []
+        self._scheduled = False
+        self._order: asyncio.Lock | None = None
+
+    def add(self, event: dict) -> None:
+        with self._lock:
+            self._pending.append(event)
+            if self._scheduled:
+                return
+            self._scheduled = True
+        try:
+            self.client.loop.add_callback(self._flush)
+        except Exception:  # the client is closing: the page goes idle
+            self._scheduled = False
+
+    async def _flush(self) -> None:
+        await asyncio.sleep(FLUSH_S)
+        while True:
+            with self._lock:
+                events, self._pending = self._pending, []
+                if not events:
+                    self._scheduled = False
+                    return
+            await self._send(events)
+
+    async def _send(self, events: list[dict]) -> None:
+        if self._order is None:  # created on the client's event loop, where every send runs
+            self._order = asyncio.Lock()
+        try:
+            async with self._order:  # in the order taken: a flush under way goes before the run's last event
+                await self.client.scheduler.log_event(topic=TOPIC, msg={"events": events})
+        except Exception as e:  # the scheduler is busy or gone: the page misses these, the run goes on
+            logger.debug("dashboard events not sent: %r", e)
+
+    def flush_now(self, timeout: float = 5.0) -> None:
+        """Send what is pending and wait for it (the run's last event, before a client closes)."""
+        with self._lock:
+            events, self._pending = self._pending, []
+        if not events or getattr(self.client, "status", "running") != "running":
+            return
+        try:
+            self.client.sync(self._send, events, callback_timeout=timeout)
+        except Exception as e:
+            logger.debug("dashboard events not sent: %r", e)
+
+
+def page_url(client) -> str | None:
+    """The run page's link on `client`'s dashboard (beside ``client.dashboard_link``), or None without one."""
+    try:
+        link = client.dashboard_link
+    except Exception:
+        return None
+    if not link:
+        return None
+    base = link[: -len("/status")] if link.rstrip("/").endswith("/status") else link.rstrip("/")
+    return base.rstrip("/") + PAGE
+
+
+def _served(dask_scheduler=None) -> bool:
+    """Whether the scheduler serves the page (runs on the scheduler)."""
+    plugin = dask_scheduler.plugins.get(PLUGIN_NAME)
+    return bool(getattr(plugin, "mounted", False))
+
+
+def attach(client) -> str | None:
+    """Put the run's page on `client`'s scheduler and start publishing; the page's link, or None.
+
+    None, and nothing is published, when the scheduler serves no dashboard, or cannot load the plugin (a
+    scheduler without gcc-dask installed: the run goes on without the page, and says why in the log), or when the
+    environment variable ``GCC_DASK_RUN_PAGE`` is ``off`` (the run then publishes nothing).
+    """
+    with _attaching:
+        return _attach(client)
+
+
+def _attach(client) -> str | None:
+    if os.environ.get("GCC_DASK_RUN_PAGE", "").lower() in ("0", "off", "false", "no"):
+        _publishers.pop(client, None)  # (a client attached before publishes no more)
+        return None
+    if client in _publishers:
+        return page_url(client)
+    try:
+        try:
+            info = client.scheduler_info(n_workers=0)
+        except TypeError:  # an older distributed without n_workers
+            info = client.scheduler_info()
+    except Exception:  # the scheduler is gone: the run says so itself
+        return None
+    if "dashboard" not in (info.get("services") or {}):
+        return None
+    from gcc_dask.dashboard.plugin import DashboardPlugin
+
+    try:
+        client.register_plugin(DashboardPlugin(), name=PLUGIN_NAME)
+        served = client.run_on_scheduler(_served)
+    except Exception as e:
+        logger.warning("the gcc-dask dashboard page could not be put on the scheduler: %r", e)
+        return None
+    if not served:
+        return None
+    _publishers[client] = _Publisher(client)
+    return page_url(client)
+
+
+def publish(client, event: dict) -> None:
+    """Send one event of the run to its page (a no-op for a client that was not :func:`attach`-ed).
+
+    `event` is a dict of msgpack-able values with ``kind`` (``start``, ``meta``, ``submit``, ``cutoff``, ``done``,
+    ``end``) and ``run`` (the run's token); the time is added. ``start`` and ``end`` are sent at once and waited
+    for (one round trip each): the page then knows the run before its first shard starts.
+    """
+    p = _publishers.get(client)
+    if p is None:
+        return
+    event.setdefault("t", time.time())
+    p.add(event)
+    if event.get("kind") in ("start", "end"):  # before the run's first shard starts; before its client closes
+        p.flush_now()
+
+
+def _num(x) -> float:
+    x = float(x)
+    return x if math.isfinite(x) else float("nan")
+
+
+def record_summary(records: list[dict]) -> list[dict]:
+    """The few values of each scheme's batch record that the page shows (no arrays but the kept shards)."""
+    out = []
+    for r in records:
+        mask = r.get("received_mask")
+        out.append({
+            "scheme": r.get("scheme"), "status": int(r.get("status", 0)),
+            "batch_latency_s": _num(r.get("batch_latency_s", math.nan)), "cutoff_s": _num(r.get("cutoff_s", math.nan)),
+            "rel_acc": _num(r.get("rel_acc", math.nan)), "mse": _num(r.get("mse", math.nan)),
+            "backups": int(r.get("n_backups", 0) or 0),
+            "received": None if mask is None else [int(i) for i, v in enumerate(mask) if v],
+        })
+    return out
+
+
+def start_event(token: str, plans, output_size: int, batches: int | None = None) -> dict:
+    """The event that starts a run on its page: its schemes (N, K, the results the cutoff needs) and its metric
+    (RelAcc for an f with two or more outputs per sample, else MSE). `plans` are the runner's scheme plans."""
+    schemes = {}
+    for p in plans:
+        spec = getattr(p, "speculation", None) is not None
+        schemes[p.name] = {"N": int(p.num_workers), "K": int(p.num_inputs), "speculative": spec,
+                           "needed": int(p.regular(True).sum())}
+    return {"kind": "start", "run": token, "schemes": schemes, "batches": batches,
+            "metric": "rel_acc" if output_size >= 2 else "mse"}

@@ -1,0 +1,282 @@
+"""The run's page (a Bokeh document, served by the scheduler's dashboard at ``/individual-gcc-dask``).
+
+What it shows, for the run started last on the scheduler (docs/dashboard.rst):
+
+* per scheme: N and the results its cutoff needs (N - S), batches done, in flight and failed, batch latency
+  p50/p99, the metric so far (RelAcc, or MSE for an f with one output per sample);
+* per batch in flight: results received against N - S, whether its cutoff fired (and when), its spares, the
+  spares run again at its priority, and backup copies launched;
+* a worker x time view: one bar per shard on the Dask worker that ran it, coloured by outcome (kept by the
+  cutoff, arrived late, cut while running: a straggler, failed, running), backup copies and spares run again
+  marked with a triangle.
+
+The page redraws every second from the plugin's state; the HTML it is served in also holds the run's summary
+(``<script id="gcc-dask-state" type="application/json">``), for readers without JavaScript.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import time
+
+__all__ = ["make_document", "OUTCOMES"]
+
+#: the outcomes of a shard, and their colours (colour-blind safe, Okabe-Ito)
+OUTCOMES = {"kept": "#009E73", "late": "#E69F00", "cut": "#D55E00", "failed": "#000000", "running": "#56B4E9",
+            "arrived": "#0072B2"}
+#: shard bars drawn at most (the most recent)
+MAX_BARS = 2000
+#: batches in flight drawn at most (per scheme and batch, the oldest)
+MAX_FLIGHTS = 32
+#: milliseconds between redraws
+INTERVAL_MS = 1000
+
+_TEMPLATE = """{% extends "file.html.jinja" %}
+{% block contents %}
+<script id="gcc-dask-state" type="application/json">{{ gcc_dask_state }}</script>
+{{ super() }}
+{% endblock %}
+"""
+
+
+def _fmt(x, spec: str = ".3g", none: str = "-") -> str:
+    return none if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
+
+
+def _plugin_state(scheduler):
+    from gcc_dask.dashboard.names import PLUGIN_NAME
+
+    plugin = scheduler.plugins.get(PLUGIN_NAME)
+    return None if plugin is None else plugin.state
+
+
+def _latest(scheduler) -> dict | None:
+    state = _plugin_state(scheduler)
+    run = None if state is None else state.latest()
+    return None if run is None else run.snapshot(time.time(), MAX_BARS)
+
+
+def _header(snap: dict | None) -> str:
+    if snap is None:
+        return "<h3>gcc-dask</h3><p>No gcc-dask run on this scheduler yet.</p>"
+    total = snap["batches"]
+    done = max((s["done"] + s["failed"] + s["undecodable"] for s in snap["schemes"]), default=0)
+    of = f" of {total}" if total else ""
+    store = f" &middot; store <code>{html.escape(str(snap['store']))}</code>" if snap.get("store") else ""
+    return (f"<h3>gcc-dask run <b>{html.escape(snap['name'])}</b> &middot; {html.escape(snap['status'])}</h3>"
+            f"<p>{done}{of} batches finished &middot; {snap['elapsed_s']:.1f} s{store}</p>")
+
+
+_TABLE_STYLE = ("<style>table.gcc{border-collapse:collapse;font:13px sans-serif;margin:4px 0}"
+                "table.gcc th,table.gcc td{padding:2px 10px;text-align:right;border-bottom:1px solid #ddd}"
+                "table.gcc th:first-child,table.gcc td:first-child{text-align:left}</style>")
+
+
+def _table(headers: list[str], rows: list[list]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>" for row in rows)
+    return f'{_TABLE_STYLE}<table class="gcc"><tr>{head}</tr>{body}</table>'
+
+
+def scheme_table(snap: dict | None) -> str:
+    """Per scheme: N, N - S, batches done, in flight and failed, batch latency p50/p99, the metric so far."""
+    rows = snap["schemes"] if snap else []
+    metric = "RelAcc" if snap is None or snap["metric"] == "rel_acc" else "MSE"
+    return _table(["scheme", "N", "N - S", "done", "in flight", "failed", "latency p50 (s)", "latency p99 (s)",
+                   f"{metric} so far", "backups"],
+                  [[r["scheme"], r["N"], r["needed"], r["done"], r["in_flight"], r["failed"] + r["undecodable"],
+                    _fmt(r["p50_s"]), _fmt(r["p99_s"]), _fmt(r["metric"], ".4g"), r["backups"]] for r in rows])
+
+
+def flight_table(snap: dict | None) -> str:
+    """Per batch in flight and scheme: results received against N - S, its cutoff, spares and backups (the oldest
+    :data:`MAX_FLIGHTS`)."""
+    rows = snap["in_flight"][:MAX_FLIGHTS] if snap else []
+    return _table(["batch", "scheme", "received", "N - S", "N", "cutoff", "spares", "spares run again", "backups",
+                   "failed"],
+                  [[r["batch"], r["scheme"], r["received"], r["needed"], r["N"],
+                    f"{r['cutoff_s']:.3g} s" if r["cut"] and math.isfinite(r["cutoff_s"]) else "waiting",
+                    r["spares"], r["promoted"], r["backups"], r["failed"]] for r in rows])
+
+
+def _flight_columns(snap: dict | None) -> dict:
+    rows = snap["in_flight"][:MAX_FLIGHTS] if snap else []
+    return {
+        "label": [f"b{r['batch']} {r['scheme']}" for r in rows], "batch": [r["batch"] for r in rows],
+        "scheme": [r["scheme"] for r in rows], "received": [r["received"] for r in rows],
+        "needed": [r["needed"] for r in rows], "N": [r["N"] for r in rows], "failed": [r["failed"] for r in rows],
+        "cutoff": [f"{r['cutoff_s']:.3g} s" if r["cut"] and math.isfinite(r["cutoff_s"]) else "waiting"
+                   for r in rows],
+        "spares": [r["spares"] for r in rows], "promoted": [r["promoted"] for r in rows],
+        "backups": [r["backups"] for r in rows],
+    }
+
+
+def lanes(rows: list[dict]) -> tuple[list[float], dict[float, str]]:
+    """A row of the worker x time view for each shard: the shards of one worker that overlap in time (its threads)
+    on lanes of their own, one lane above the other, a free lane's space between two workers. Returns each shard's
+    y, and each worker's label at the middle of its lanes."""
+    import heapq
+
+    y = [0.0] * len(rows)
+    labels: dict[float, str] = {}
+    by_worker: dict[str, list[int]] = {}
+    for i, r in enumerate(rows):
+        by_worker.setdefault(r["worker"], []).append(i)
+    base = 0
+    for worker in sorted(by_worker):
+        busy: list[tuple[float, int]] = []  # (stop, lane) of the lanes in use
+        free: list[int] = []  # lanes free again, lowest first
+        count = 0
+        for i in sorted(by_worker[worker], key=lambda i: rows[i]["start"]):
+            while busy and busy[0][0] <= rows[i]["start"]:
+                heapq.heappush(free, heapq.heappop(busy)[1])
+            lane = heapq.heappop(free) if free else count
+            count = max(count, lane + 1)
+            heapq.heappush(busy, (rows[i]["stop"], lane))
+            y[i] = float(base + lane)
+        labels[base + (count - 1) / 2] = worker
+        base += count + 1
+    return y, labels
+
+
+_OUTCOME_CODE = {name: i for i, name in enumerate(OUTCOMES)}
+_COPY_CODE = {"regular": 0, "backup": 1, "spare": 2, "rescue": 3}
+
+
+def _shard_columns(snap: dict | None) -> tuple[dict, dict[float, str]]:
+    """The shards' columns, all numbers (Bokeh sends arrays as binary buffers; lists of strings cost it ten times
+    more): outcome, copy and scheme as codes (:data:`OUTCOMES`, ``_COPY_CODE``, the scheme's index in the run);
+    and the worker labels of the y axis (:func:`lanes`)."""
+    import numpy as np
+
+    rows = snap["shards"] if snap else []
+    schemes = {s["scheme"]: i for i, s in enumerate(snap["schemes"])} if snap else {}
+    y, labels = lanes(rows)
+    start = np.array([r["start"] for r in rows], dtype=float)
+    stop = np.array([r["stop"] for r in rows], dtype=float)
+    return {
+        "y": np.array(y, dtype=float), "start": start, "stop": stop, "duration": stop - start,
+        "outcome": np.array([_OUTCOME_CODE.get(r["outcome"], 0) for r in rows], dtype=np.int32),
+        "copy": np.array([_COPY_CODE.get(r["copy"], 0) for r in rows], dtype=np.int32),
+        "scheme": np.array([schemes.get(r["scheme"], -1) for r in rows], dtype=np.int32),
+        "batch": np.array([r["batch"] for r in rows], dtype=np.int64),
+        "shard": np.array([r["shard"] for r in rows], dtype=np.int64),
+    }, labels
+
+
+def _axis_labels(labels: dict[float, str]) -> dict:
+    return {"tick": sorted(labels), "label": [labels[t] for t in sorted(labels)]}
+
+
+def _marked(cols: dict) -> dict:
+    """The shards drawn with a marker: backup copies, spares run again, rescues."""
+    keep = cols["copy"] != 0
+    return {k: v[keep] for k, v in cols.items()}
+
+
+def _legend() -> str:
+    """The worker x time view's legend (HTML: one legend for every redraw, nothing sent again)."""
+    items = "".join(f'<span style="display:inline-block;width:12px;height:12px;background:{c};margin:0 4px 0 12px;'
+                    f'vertical-align:middle"></span>{html.escape(name)}' for name, c in OUTCOMES.items())
+    return (f'<div style="font:13px sans-serif">{items}<span style="margin:0 4px 0 12px;color:#CC79A7">&#9650;'
+            "</span>backup copy, spare run again, or rescue</div>")
+
+
+def summary_json(snap: dict | None) -> str:
+    """The run's summary for the page's HTML (no NaN; ``</`` escaped for a script element)."""
+    if snap is None:
+        data: dict = {"run": None}
+    else:
+        data = {k: snap[k] for k in ("token", "name", "store", "status", "batches", "metric")}
+        data["schemes"] = [{k: (v if not isinstance(v, float) or math.isfinite(v) else None) for k, v in s.items()}
+                           for s in snap["schemes"]]
+    return json.dumps(data).replace("</", "<\\/")
+
+
+def make_document(doc, scheduler) -> None:
+    """Build the page's document for one browser session, redrawn every :data:`INTERVAL_MS`."""
+    from bokeh.core.templates import get_env
+    from bokeh.layouts import column
+    from bokeh.models import (ColumnDataSource, CustomJSHover, CustomJSTickFormatter, Div, FactorRange, FixedTicker,
+                              HoverTool, LinearColorMapper)
+    from bokeh.plotting import figure
+
+    snap = _latest(scheduler)
+    header = Div(text=_header(snap), sizing_mode="stretch_width", name="gcc-header")
+    schemes = Div(text=scheme_table(snap), sizing_mode="stretch_width", name="gcc-schemes")
+    flights = ColumnDataSource(_flight_columns(snap), name="gcc-flights")
+    labels = list(reversed(flights.data["label"])) or ["-"]
+    bars = figure(title="batches in flight: results received against the cutoff's N - S", height=220,
+                  sizing_mode="stretch_width", y_range=FactorRange(factors=labels), x_axis_label="results",
+                  tools="", toolbar_location=None, name="gcc-flights-figure")
+    bars.hbar(y="label", right="N", height=0.7, source=flights, fill_color="#eeeeee", line_color="#bbbbbb")
+    bars.hbar(y="label", right="received", height=0.7, source=flights, fill_color="#0072B2", line_color=None)
+    bars.scatter(x="needed", y="label", source=flights, marker="dash", size=22, angle=math.pi / 2,
+                 line_color="#D55E00", line_width=3)
+    bars.add_tools(HoverTool(tooltips=[("batch", "@batch"), ("scheme", "@scheme"), ("received", "@received / @needed"),
+                                       ("N", "@N"), ("cutoff", "@cutoff"), ("spares", "@spares"),
+                                       ("spares run again", "@promoted"), ("backups", "@backups"),
+                                       ("failed", "@failed")]))
+    in_flight = Div(text=flight_table(snap), sizing_mode="stretch_width", name="gcc-in-flight")
+
+    cols, labels = _shard_columns(snap)
+    shards = ColumnDataSource(cols, name="gcc-shards")
+    marked = ColumnDataSource(_marked(cols), name="gcc-marked")
+    axis = ColumnDataSource(_axis_labels(labels), name="gcc-workers")
+    timeline = figure(title="shards by Dask worker (a lane per shard running at once) and time (s since the run "
+                            "started)", height=380, sizing_mode="stretch_width", x_axis_label="seconds",
+                      tools="xpan,xwheel_zoom,reset", name="gcc-timeline")
+    ticker = FixedTicker(ticks=axis.data["tick"])
+    timeline.yaxis.ticker = ticker
+    # the worker at each tick, read from a data source (a label dict keyed by float ticks would not round-trip)
+    timeline.yaxis.formatter = CustomJSTickFormatter(
+        args={"axis": axis}, code="const i = axis.data.tick.indexOf(tick); return i < 0 ? '' : axis.data.label[i];")
+    timeline.ygrid.visible = False
+    colors = LinearColorMapper(palette=list(OUTCOMES.values()), low=-0.5, high=len(OUTCOMES) - 0.5)
+    timeline.hbar(y="y", left="start", right="stop", height=0.8, source=shards, line_color="white", line_width=0.5,
+                  fill_color={"field": "outcome", "transform": colors})
+    timeline.scatter(x="stop", y="y", source=marked, marker="triangle", size=9, fill_color="#CC79A7",
+                     line_color="black")
+    names = CustomJSHover(args={"names": [r["scheme"] for r in snap["schemes"]] if snap else []},
+                          code="return names[value] || '';")
+    timeline.add_tools(HoverTool(
+        tooltips=[("batch", "@batch"), ("scheme", "@scheme{custom}"), ("shard", "@shard"),
+                  ("outcome", "@outcome{custom}"), ("copy", "@copy{custom}"), ("seconds", "@duration{0.000}")],
+        formatters={"@scheme": names,
+                    "@outcome": CustomJSHover(args={"names": list(OUTCOMES)}, code="return names[value];"),
+                    "@copy": CustomJSHover(args={"names": list(_COPY_CODE)}, code="return names[value];")}))
+    legend = Div(text=_legend(), sizing_mode="stretch_width")
+
+    shown = [None if snap is None else (snap["token"], snap["version"])]
+
+    def update() -> None:
+        state = _plugin_state(scheduler)
+        run = None if state is None else state.latest()
+        if (run is None and shown[0] is None) or (run is not None and shown[0] == (run.token, run.version)):
+            return  # nothing moved: nothing to redraw, nothing sent
+        s = None if run is None else run.snapshot(time.time(), MAX_BARS)
+        shown[0] = None if s is None else (s["token"], s["version"])
+        header.text = _header(s)
+        schemes.text = scheme_table(s)
+        f = _flight_columns(s)
+        flights.data = f
+        in_flight.text = flight_table(s)
+        bars.y_range.factors = list(reversed(f["label"])) or ["-"]
+        c, t = _shard_columns(s)
+        shards.data = c
+        marked.data = _marked(c)
+        axis.data = _axis_labels(t)
+        ticker.ticks = axis.data["tick"]
+        scheme_names = [r["scheme"] for r in s["schemes"]] if s else []
+        if names.args.get("names") != scheme_names:
+            names.args = {"names": scheme_names}
+
+    doc.add_periodic_callback(update, INTERVAL_MS)
+    doc.title = "gcc-dask run" if snap is None else f"gcc-dask run {snap['name']}"
+    doc.template = get_env().from_string(_TEMPLATE)
+    doc.template_variables["gcc_dask_state"] = summary_json(snap)
+    doc.add_root(column(header, schemes, bars, in_flight, legend, timeline, sizing_mode="stretch_width",
+                        name="gcc-dask"))
