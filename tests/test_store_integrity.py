@@ -359,3 +359,54 @@ def test_a_driver_write_that_fails_is_one_line_naming_the_array_and_batches(tmp_
         st.finish("failed")
     monkeypatch.setattr(LocalStore, "set", real)
     assert RunStore.open(path).batch_status("gcc").tolist() == [0, 0, 0, 0]  # no batch marked done
+
+
+# ------------------------------------------------------------- issue 35, case 4: deleted chunks, read or resumed
+@pytest.mark.parametrize("lost", [("gcc/decoded/c/2/0",), ("gcc/received/c/0/0", "gcc/rel_acc/c/0"),
+                                  ("uncoded/mse/c/0",), ("gcc/status/c/0",)],
+                         ids=["decoded", "received-rel_acc", "mse", "status"])
+def test_a_reader_names_the_deleted_chunks_of_done_batches_in_one_line(tmp_path, lost):
+    """The summary (and the report, through the same check) used to read a deleted chunk as fill values: NaN
+    rows counted as wrong (rel_acc 0.933 for 0.997), ``recv 0``, NaN metrics, all without a word."""
+    path = tmp_path / "run.zarr"
+    filled(path)
+    summarize_run(str(path))  # whole: it reads
+    for name in lost:
+        (path / name).unlink()
+    with pytest.raises(StoreError) as e:
+        summarize_run(str(path))
+    line = str(e.value)
+    assert "\n" not in line and "missing or misplaced" in line and "run the same command" in line, line
+    for name in lost:
+        assert name in line, line
+
+
+def test_deleted_record_chunks_are_pending_again_and_stay_so_until_rewritten(tmp_path):
+    """A deleted ``received``/``rel_acc``/``mse`` chunk (up to 1,024 batches' records) used to stay lost for ever
+    (``recv 0``, NaN metrics); a resume now marks every done batch of that chunk pending before any is rerun."""
+    path = tmp_path / "run.zarr"
+    filled(path)
+    (path / "gcc" / "received" / "c" / "0" / "0").unlink()
+    (path / "uncoded" / "mse" / "c" / "0").unlink()
+    st = RunStore.open(path)
+    assert st.missing_batches("gcc").tolist() == [0, 1, 2, 3]
+    assert st.pending_batches("uncoded").tolist() == [0, 1, 2, 3]
+    st = RunStore.resume(path, **LAYOUT)
+    assert st.batch_status("gcc").tolist() == [0, 0, 0, 0]  # pending, so a run stopped midway reruns the rest
+    assert st.batch_status("uncoded").tolist() == [0, 0, 0, 0]
+    st.write_records("gcc", [record(1)])  # one batch rewritten: its chunk is back, the others still pending
+    assert st.pending_batches("gcc").tolist() == [0, 2, 3]
+
+
+def test_a_deleted_filled_chunk_is_told_from_one_never_written(tmp_path):
+    path = tmp_path / "run.zarr"
+    st = make(path)
+    for b in range(st.num_batches):
+        lo, hi = st.batch_rows(b)
+        fill = np.arange(hi - lo) == 0 if b == 1 else None  # only batch 1 filled a sample: only it has a chunk
+        digest = write_decoded(path, "gcc", b, np.full((hi - lo, 10), float(b), np.float32), fill, token=st.token)
+        st.write_records("gcc", [record(b, digest=digest)])
+    assert sorted(p.name for p in (path / "gcc" / "filled" / "c").iterdir()) == ["1"]
+    assert st.missing_batches("gcc").tolist() == []
+    (path / "gcc" / "filled" / "c" / "1").unlink()
+    assert st.missing_batches("gcc").tolist() == [1]

@@ -15,8 +15,8 @@ import numpy as np
 from gcc_dask.composition import permutation_or_raise
 from gcc_dask.errors import InvalidInputError, StoreError, WriteRefusedError
 
-from .integrity import (_DECODED_WRITTEN, _DECODED_WRITTEN_ALL, check_structure, misplaced_chunks, missing_batches,
-                        read_checked)
+from .integrity import (_DECODED_WRITTEN, _DECODED_WRITTEN_ALL, check_structure, lost_records, misplaced_chunks,
+                        missing_batches, missing_filled, read_checked)
 from .layout import (
     BatchStatus,
     _MARKER,
@@ -37,7 +37,8 @@ from .layout import (
     _versions,
     _zarr,
 )
-from .writes import TOKEN_ATTR, _naming_failures, _write_records, write_batch, write_inputs
+from .writes import (TOKEN_ATTR, _array, _handles, _naming_failures, _write_records, _write_status, write_batch,
+                     write_inputs)
 
 #: root attribute: the Python source files of the model's module that the store's ``inputs_digest`` covers (an
 #: import path ``module:function``); absent in stores made before they counted
@@ -361,7 +362,27 @@ class RunStore:
         store.update_attrs(status="running", finished=None, **{TOKEN_ATTR: uuid.uuid4().hex},
                            resumed_at=[*store.attrs.get("resumed_at", []), _now()])
         store.resumed = True
+        store._forget_lost_records()
         return store
+
+    def _forget_lost_records(self) -> None:
+        """Mark pending the done batches whose chunk of a per-batch array is gone (:func:`~.integrity.lost_records`:
+        a deleted ``received``, ``rel_acc``, ``mse`` ... chunk, which holds up to 1,024 batches' values), so that
+        this run recomputes them all; their status is reset before any of them is rewritten, so a run stopped
+        midway leaves the rest pending, never done with fill values in place of their record."""
+        if self.attrs.get(INTEGRITY_ATTR, {}).get("empty_chunks") != "written":
+            return
+        for scheme in self.schemes:
+            try:
+                lost = lost_records(self.path, scheme)
+            except StoreError:
+                continue  # a damaged status chunk: named where the batches are read (pending_batches)
+            batches = np.unique(np.concatenate([b for name, b in lost.items() if name != "status"] or
+                                               [np.zeros(0, np.int64)]))
+            if batches.size:
+                with _naming_failures(self.path, f"{scheme}/status", batches):
+                    _write_status(_array(_handles(self.path, self._token), scheme, "status"), batches,
+                                  np.zeros(batches.size, np.int8))
 
     @classmethod
     def open_or_create(cls, path: str | os.PathLike, *, fingerprint: str, overwrite: bool = False,
@@ -453,7 +474,10 @@ class RunStore:
 
         A scheme's ``decoded`` chunk is checked for decoded batches (status 1, 2; also 3 in a store that writes
         every chunk, :data:`~.layout.INTEGRITY`), the inputs' ``labels`` and ``reference`` for batches whose
-        inputs are written (those stores only). A failed batch (status 4) may have no chunk.
+        inputs are written (those stores only). A failed batch (status 4) may have no chunk. In those stores, a
+        scheme's ``filled`` chunk recorded as written (:func:`~.integrity.missing_filled`) and its per-batch
+        arrays' chunks (``received``, ``mse``, ``rel_acc``, ...: :func:`~.integrity.lost_records`) are checked
+        too.
         """
         status = self.batch_status(scheme)
         full = self.attrs.get(INTEGRITY_ATTR, {}).get("empty_chunks") == "written"
@@ -462,8 +486,13 @@ class RunStore:
                 return np.zeros(0, dtype=np.int64)
             names = [n for n in ("labels", "reference") if self.attrs.get(f"has_{n}")]
             return missing_batches(self.path, INPUTS, names, status, (1,), self.batch_size)
-        return missing_batches(self.path, scheme, ("decoded",), status,
-                               _DECODED_WRITTEN_ALL if full else _DECODED_WRITTEN, self.batch_size)
+        decoded = missing_batches(self.path, scheme, ("decoded",), status,
+                                  _DECODED_WRITTEN_ALL if full else _DECODED_WRITTEN, self.batch_size)
+        if not full:
+            return decoded
+        filled = missing_filled(self.path, scheme, status, DONE_STATUSES, self.batch_size)
+        records = [b for name, b in lost_records(self.path, scheme, status).items() if name != "status"]
+        return np.unique(np.concatenate([decoded, filled, *records])).astype(np.int64)
 
     def misplaced_chunks(self, scheme: str) -> dict[int, list[str]]:
         """Batches of `scheme` (or ``"inputs"``) marked done whose chunk of a sample array is not the one written

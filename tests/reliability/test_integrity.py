@@ -353,6 +353,27 @@ def test_batches_whose_chunks_are_missing_are_run_again(damaged):
 
 
 @pytest.mark.slow
+def test_deleted_chunks_are_named_by_the_report_and_run_repairs_them(damaged):
+    """Issue 35, case 4: a deleted ``decoded`` chunk gave ``report --no-recompute`` a RelAcc of 0.933 (true
+    0.997) without a word; deleted ``received``, ``rel_acc`` and ``mse`` chunks stayed ``recv 0`` or NaN for
+    ever. The report now names them in one line (status 2), and ``run`` recomputes their batches: the store
+    then equals the run's own, bit for bit, and the report reads."""
+    store = damaged["store"]
+    for name in ("gcc/decoded/c/3/0", "gcc/received/c/0/0", "gcc/rel_acc/c/0", "uncoded/mse/c/0"):
+        (store / name).unlink()
+    res = _gcc_dask("report", str(store), "--out", str(store.parent / "rep"), "--no-recompute")
+    lines = _lines(res.stderr)
+    assert res.returncode == 2 and len(lines) == 1, res.stderr[-2000:]
+    assert "4 chunks of done batches are missing" in lines[0] and "gcc/decoded/c/3/0 (batch 3)" in lines[0]
+    assert "gcc/received/c/0/0 (batches 0-7)" in lines[0] and "run the same command" in lines[0]
+    again = _gcc_dask("run", str(damaged["pipe"]), "--no-progress")
+    assert again.returncode == 0, again.stderr
+    assert_stores_equal(store, damaged["pristine"], ["gcc", "uncoded"])
+    res = _gcc_dask("report", str(store), "--out", str(store.parent / "rep"), "--no-recompute")
+    assert res.returncode == 0, res.stderr
+
+
+@pytest.mark.slow
 def test_swapped_chunks_are_named_and_run_again(damaged):
     """Issue 35, case 2: two chunk files of ``gcc/decoded`` swapped, and one of ``inputs/reference`` copied over
     another's. Each still has a sound crc32c, and the resume used to say "8 of 8 batches already done" (the
