@@ -459,10 +459,12 @@ def _compose(cfg: PipelineConfig, block: int, source, client, say) -> BatchLayou
     remote = getattr(source, "remote", False)  # a dask array: read on the workers only
     if windows > 1 or remote:
         def mapper(func, items, *shared):
-            return map_on_cluster(client, func, items, *shared)
+            return map_on_cluster(client, func, items, *shared, worker_timeout=cfg.cluster.connect_timeout,
+                                  what="composing the samples")
     if remote:
         def run_task(func, *args):
-            return run_on_cluster(client, func, *args)
+            return run_on_cluster(client, func, *args, worker_timeout=cfg.cluster.connect_timeout,
+                                  what="composing the samples")
     return compose(source, group_size=cfg.code.num_inputs, block_size=block, policy=policy,
                    seed=comp.seed, window=comp.window, dims=comp.dims, fit_samples=comp.fit_samples,
                    map_windows=mapper, run_task=run_task, cache=CompositionCache.default(), say=say)
@@ -592,7 +594,8 @@ def run_pipeline(
         fixed = None
         if getattr(source, "remote", False):  # a dask array: not one block of it is read on the driver
             output_shape, cost = run_on_cluster(connected(), _probe_model, workload, source, cfg.run.nan_policy,
-                                                timed)
+                                                timed, worker_timeout=cfg.cluster.connect_timeout,
+                                                what="probing the model")
         else:
             output_shape, cost = _probe_model(workload, source, cfg.run.nan_policy, timed)
             fixed = getattr(load_workload(workload), "fixed_batch", None)  # loaded once by the check above

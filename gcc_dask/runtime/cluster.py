@@ -102,6 +102,25 @@ def _lost_comm(text: str) -> bool:
     return text.startswith("Batched Comm Closed")
 
 
+class _ReconnectNoise(logging.Filter):
+    """Drop (log at DEBUG level) what the client logs when its scheduler is gone: "Failed to reconnect", and the
+    traceback of its reconnection cancelled when it is closed (an ERROR record with no message and an
+    ``asyncio.CancelledError``). The run, or the composition, says it in its own line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        import asyncio
+
+        try:
+            text = record.getMessage()
+        except Exception:  # pragma: no cover - a record whose arguments do not format
+            return True
+        error = record.exc_info[1] if record.exc_info else None
+        if text.startswith("Failed to reconnect") or (isinstance(error, asyncio.CancelledError) and not text.strip()):
+            logger.debug("%s (%s)", text, type(error).__name__ if error is not None else "")
+            return False
+        return True
+
+
 @contextlib.contextmanager
 def connect(spec: ClusterSpec, client=None) -> Iterator:
     """Yield a ``distributed.Client`` per the precedence above; close only what this function opened.
@@ -131,8 +150,9 @@ def connect(spec: ClusterSpec, client=None) -> Iterator:
                 f"{spec.connect_timeout:g} s ({type(e).__name__}: {e}); expected a running scheduler: start it "
                 f"with `dask scheduler`, or leave the address empty for an embedded LocalCluster"
             ) from None
-        quiet = DebugOnly(_lost_comm)
+        quiet, reconnect = DebugOnly(_lost_comm), _ReconnectNoise()
         logging.getLogger("distributed.batched").addFilter(quiet)
+        logging.getLogger("distributed.client").addFilter(reconnect)
         try:
             yield c
         finally:
@@ -140,6 +160,7 @@ def connect(spec: ClusterSpec, client=None) -> Iterator:
                 c.close()
             finally:  # after close: no write of this client is left to fail
                 logging.getLogger("distributed.batched").removeFilter(quiet)
+                logging.getLogger("distributed.client").removeFilter(reconnect)
         return
     # Our own cluster: a shard lost with its worker is an erasure, so never re-run it elsewhere. The
     # statistical profiler is off: it walks the frames of running tasks and races with native extensions
@@ -357,7 +378,68 @@ def _returning_errors(func, *args):
 SHARED_BY_VALUE_BYTES = 1 << 20
 
 
-def map_on_cluster(client, func, items, *shared, attempts: int = MAP_ATTEMPTS, speculation=None):
+#: seconds a wait of :func:`map_on_cluster` and :func:`run_on_cluster` gives workers to come back once every one is
+#: gone (the pipeline passes ``cluster.connect_timeout``)
+WORKER_TIMEOUT = 10.0
+
+
+class _WorkerWatch:
+    """Ends a wait on a cluster that has lost every worker (or its scheduler): :meth:`check`, called at least once
+    a second while tasks are out, raises a :class:`ClusterError` line once no worker has been there for
+    `timeout` seconds (their tasks would wait in the scheduler's ``no-worker`` state for ever), or at once when
+    the scheduler cannot be reached. `what` names the work (``"composing the samples"``)."""
+
+    def __init__(self, client, timeout: float, what: str) -> None:
+        self.client, self.timeout, self.what = client, float(timeout), what
+        self.since: float | None = None
+
+    def check(self) -> None:
+        import time
+
+        try:
+            workers = self.client.scheduler_info().get("workers") or {}
+        except Exception as e:  # the scheduler is gone (OSError, CommClosedError, "ConnectionPool is closed")
+            raise scheduler_lost_error(self.client, self.what, e) from None
+        if workers:
+            self.since = None
+            return
+        now = time.monotonic()
+        if self.since is None:
+            self.since = now
+            logger.warning("every Dask worker is gone while %s; waiting up to %g s for workers to come back",
+                           self.what, self.timeout)
+        elif now - self.since > self.timeout:
+            raise ClusterError(f"cluster: every Dask worker was lost while {self.what} and none came back within "
+                               f"{self.timeout:g} s (cluster.connect_timeout); start workers (or a new cluster) and "
+                               "run the same command again")
+
+
+def scheduler_lost_error(client, what: str, exc: BaseException | None = None) -> ClusterError:
+    """The one line for a scheduler lost while `what` (``"composing the samples"``) went on."""
+    try:
+        address = client.scheduler.address
+    except Exception:
+        address = None
+    why = f" ({type(exc).__name__})" if exc is not None else ""
+    return ClusterError(f"cluster: lost the connection to the Dask scheduler at {address!r} while {what}{why}; run "
+                        "the same command again once the scheduler is back (the store resumes)")
+
+
+def _scheduler_gone(client, exc: BaseException) -> bool:
+    """Whether `exc`, raised by a call to `client`, is its scheduler gone (not a bug of the caller)."""
+    from distributed.client import ClosedClientError
+    from distributed.comm import CommClosedError
+
+    if isinstance(exc, (ClosedClientError, CommClosedError)):
+        return True
+    if getattr(client, "status", "running") != "running":  # reconnecting, closing or closed
+        return True
+    text = str(exc)
+    return "ConnectionPool is closed" in text or "scheduler-connection-lost" in text
+
+
+def map_on_cluster(client, func, items, *shared, attempts: int = MAP_ATTEMPTS, speculation=None,
+                   worker_timeout: float = WORKER_TIMEOUT, what: str = "a task of the run ran"):
     """``[func(*shared, item) for item in items]`` as Dask tasks, one per item, in item order, with backup
     copies of the late ones.
 
@@ -377,11 +459,26 @@ def map_on_cluster(client, func, items, *shared, attempts: int = MAP_ATTEMPTS, s
     submitted again, at most `attempts` times in all; a :class:`~gcc_dask.errors.GccDaskError` raised by `func`
     is raised here, as it is. Used by :func:`gcc_dask.composition.compose` for its windows.
 
+    Every worker gone for `worker_timeout` s (their tasks would wait for ever), or the scheduler lost, ends the
+    map with one :class:`~gcc_dask.errors.ClusterError` line naming `what` was under way.
+
     Raises
     ------
     ClusterError
-        If an item's tasks were lost with their workers `attempts` times.
+        If an item's tasks were lost with their workers `attempts` times, every worker is gone, or the scheduler.
     """
+    try:
+        return _map_on_cluster(client, func, items, *shared, attempts=attempts, speculation=speculation,
+                               watch=_WorkerWatch(client, worker_timeout, what))
+    except ClusterError:
+        raise
+    except Exception as e:
+        if _scheduler_gone(client, e):
+            raise scheduler_lost_error(client, what, e) from None
+        raise
+
+
+def _map_on_cluster(client, func, items, *shared, attempts: int, speculation, watch: _WorkerWatch):
     import functools
 
     from distributed.comm import CommClosedError
@@ -406,7 +503,7 @@ def map_on_cluster(client, func, items, *shared, attempts: int = MAP_ATTEMPTS, s
                     logger.info("scattering to the workers failed (%s); attempt %d of %d", e, attempt, attempts)
                     continue
             args = tuple(scattered) if scattered else shared
-            todo = _map_with_backups(client, call, args, items, todo, results, rule)
+            todo = _map_with_backups(client, call, args, items, todo, results, rule, watch)
         finally:
             client.cancel(scattered)
         if not todo:
@@ -431,7 +528,8 @@ def _small(shared: tuple) -> bool:
         return False
 
 
-def _map_with_backups(client, call, args: tuple, items: list, todo: list[int], results: list, rule) -> list[int]:
+def _map_with_backups(client, call, args: tuple, items: list, todo: list[int], results: list, rule,
+                      watch: _WorkerWatch | None = None) -> list[int]:
     """Run ``call(*args, items[i])`` for each i in `todo` into ``results[i]``, with backup copies of the late
     ones (:func:`~gcc_dask.runtime.cutoff.backups_due`) and of those whose every copy runs on a worker that has
     missed :data:`~gcc_dask.runtime.liveness.MISSED_HEARTBEATS` heartbeats (a frozen worker may hold more than
@@ -500,7 +598,8 @@ def _map_with_backups(client, call, args: tuple, items: list, todo: list[int], r
                 with client.as_current():  # distributed.wait takes the default client, which may be another one
                     wait(out, timeout=timeout, return_when="FIRST_COMPLETED")
             except TimeoutError:
-                pass
+                if watch is not None:
+                    watch.check()  # no result within a beat: every worker gone, or the scheduler, ends the wait
             now = time.monotonic() - start
             for j in sorted(open_):
                 for c, f in enumerate(copies[j]):
@@ -763,7 +862,34 @@ def performance_report(client, path) -> Iterator[None]:
                           "results are not affected", RuntimeWarning, stacklevel=3)
 
 
-def run_on_cluster(client, func, *args):
+def run_on_cluster(client, func, *args, worker_timeout: float = WORKER_TIMEOUT, what: str = "a task of the run ran"):
     """``func(*args)`` as one Dask task (e.g. a read of a source that only the workers read); its result, or its
-    exception raised here."""
-    return client.submit(func, *args, pure=False).result()
+    exception raised here. Every worker gone for `worker_timeout` s, or the scheduler lost, or the task's worker
+    dead, is one :class:`~gcc_dask.errors.ClusterError` line (the task would otherwise wait for ever)."""
+    from distributed import KilledWorker, wait
+
+    watch = _WorkerWatch(client, worker_timeout, what)
+    try:
+        future = client.submit(func, *args, pure=False)
+        try:
+            while True:
+                try:
+                    with client.as_current():
+                        wait([future], timeout=1.0)
+                    break
+                except TimeoutError:
+                    watch.check()
+            return future.result()
+        finally:
+            if future.status == "pending":
+                client.cancel([future])
+    except ClusterError:
+        raise
+    except KilledWorker:
+        raise ClusterError(f"cluster: the worker running {getattr(func, '__name__', func)!r} died while {what} "
+                           "(KilledWorker); check the workers' memory and logs, then run the same command again") \
+            from None
+    except Exception as e:
+        if _scheduler_gone(client, e):
+            raise scheduler_lost_error(client, what, e) from None
+        raise
