@@ -410,3 +410,57 @@ def test_a_deleted_filled_chunk_is_told_from_one_never_written(tmp_path):
     assert st.missing_batches("gcc").tolist() == []
     (path / "gcc" / "filled" / "c" / "1").unlink()
     assert st.missing_batches("gcc").tolist() == [1]
+
+
+# ------------------------------------------------------------------- issue 35, case 6: a store removed mid-run
+def test_a_write_that_lands_while_the_store_is_removed_leaves_nothing_there(tmp_path, monkeypatch):
+    """``rm -r`` lists a folder, then a late write puts its chunk in it: the folder could not be removed, and
+    ``gcc/decoded/c/30/0`` stayed where the store was. The write now finds the root ``zarr.json`` gone after it
+    wrote, removes what it put there, and is refused."""
+    from gcc_dask.store import writes
+
+    path = tmp_path / "run.zarr"
+    st = make(path)
+    lo, hi = st.batch_rows(1)
+    real = writes._array
+
+    def removed_meanwhile(h, group, name):  # the removal passes between the token check and the write
+        arr = real(h, group, name)
+        for meta in path.rglob("zarr.json"):
+            meta.unlink()
+        return arr
+
+    monkeypatch.setattr(writes, "_array", removed_meanwhile)
+    with pytest.raises(WriteRefusedError, match="the store is gone"):
+        write_decoded(path, "gcc", 1, np.ones((hi - lo, 10), np.float32), token=st.token)
+    assert not (path / "gcc" / "decoded" / "c" / "1").exists()
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_what_late_writes_left_of_a_removed_store_is_no_obstacle(tmp_path, overwrite):
+    """The same command after the store was removed mid-run used to say "not a Zarr v3 store" for ever; the
+    remains (chunk files, no zarr.json) are removed and a new store starts there."""
+    path = tmp_path / "run.zarr"
+    (path / "gcc" / "decoded" / "c" / "30").mkdir(parents=True)
+    (path / "gcc" / "decoded" / "c" / "30" / "0").write_bytes(b"x" * 40)
+    (path / "inputs" / "status" / "c").mkdir(parents=True)
+    (path / "inputs" / "status" / "c" / "30").write_bytes(b"x" * 8)
+    assert run_store_mod.store_remains(path) == 2
+    run_store_mod.check_target(path, overwrite)  # not refused as a folder of other files
+    assert RunStore.resume(path, overwrite=overwrite, **LAYOUT) is None and not path.exists()
+    (path / "gcc" / "decoded" / "c" / "30").mkdir(parents=True)
+    (path / "gcc" / "decoded" / "c" / "30" / "0").write_bytes(b"x" * 40)
+    st = RunStore.create(path, overwrite=overwrite, **LAYOUT)  # create() alone clears them too
+    assert st.pending_batches("gcc").tolist() == [0, 1, 2, 3]
+
+
+def test_a_folder_with_any_other_file_is_never_taken_for_remains(tmp_path):
+    path = tmp_path / "mine"
+    (path / "gcc" / "decoded" / "c" / "30").mkdir(parents=True)
+    (path / "gcc" / "decoded" / "c" / "30" / "0").write_bytes(b"x")
+    (path / "notes.txt").write_text("mine")
+    assert run_store_mod.store_remains(path) is None
+    remove_leftovers(path)
+    assert (path / "notes.txt").is_file() and (path / "gcc" / "decoded" / "c" / "30" / "0").is_file()
+    with pytest.raises(StoreError):
+        RunStore.resume(path, **LAYOUT)

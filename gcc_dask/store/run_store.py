@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import shutil
 import uuid
 import warnings
@@ -40,6 +42,8 @@ from .layout import (
 from .writes import (TOKEN_ATTR, _array, _handles, _naming_failures, _write_records, _write_status, write_batch,
                      write_inputs)
 
+logger = logging.getLogger(__name__)
+
 #: root attribute: the Python source files of the model's module that the store's ``inputs_digest`` covers (an
 #: import path ``module:function``); absent in stores made before they counted
 MODEL_SOURCES = "model_sources"
@@ -54,13 +58,46 @@ def _aside(path, what: str):
     return path.parent / f".{path.name}.{what}-{uuid.uuid4().hex[:8]}"
 
 
+#: a chunk file of a run store's layout, relative to the store (``gcc/decoded/c/3/0``, ``inputs/status/c/3``), and
+#: the probe files a run leaves in its store (``.reachable-*``)
+_CHUNK_FILE = re.compile(r"[^/]+/[^/]+/c(/\d+)+|\.reachable-[0-9a-f]+(\.[^/]*)?")
+
+
+def store_remains(path: str | os.PathLike) -> int | None:
+    """The number of files (0 for empty folders only) at `path` when it holds the remains of a run store removed while a run still wrote it
+    (chunk files that a late write put back, ``gcc/decoded/c/30/0``, and no ``zarr.json`` anywhere); None for
+    anything else (a store, an empty or missing folder, a folder with any other file). Such remains are no store:
+    every reader refused them as "not a Zarr v3 store" until they were removed by hand."""
+    path = _local(path)
+    if not path.is_dir() or (path / "zarr.json").exists():
+        return None
+    if not any(path.iterdir()):
+        return None
+    count = 0
+    for folder, _, files in os.walk(path):
+        for name in files:
+            rel = (Path(folder) / name).relative_to(path).as_posix()
+            if name == "zarr.json" or not _CHUNK_FILE.fullmatch(rel):
+                return None
+            count += 1
+    return count
+
+
 def remove_leftovers(path: str | os.PathLike) -> list[str]:
     """Remove the hidden folders that an interrupted creation or replacement of the store at `path` left next
-    to it (``.NAME.creating-*``, ``.NAME.replaced-*``); the names removed. Call it while holding the store's
-    :class:`~gcc_dask.store.StoreLock` (the pipeline does): another driver's store being built is one of them.
+    to it (``.NAME.creating-*``, ``.NAME.replaced-*``), and the remains of a store removed while a run wrote it
+    (:func:`store_remains`: a new store then takes its place, as if it had never been there; one warning says
+    so); the names removed. Call it while holding the store's :class:`~gcc_dask.store.StoreLock` (the pipeline
+    does): another driver's store being built is one of them.
     """
     path = _local(path)
     removed = []
+    remains = store_remains(path)
+    if remains is not None:
+        shutil.rmtree(path, ignore_errors=True)
+        logger.warning("store: %s held %d chunk file(s) and no zarr.json, what late writes left of a store removed "
+                       "while a run wrote it; removed them, a new store starts there", path, remains)
+        removed.append(path.name)
     try:
         siblings = list(path.parent.iterdir())
     except OSError:
@@ -85,7 +122,7 @@ def check_target(path: str | os.PathLike, overwrite: bool) -> None:
     if target.exists() and not target.is_dir():
         raise StoreError(f"store path: got {str(target)!r}, which is a file; expected a folder: a new store, or a "
                          "run store to resume")
-    if overwrite and target.is_dir():
+    if overwrite and target.is_dir() and store_remains(target) is None:
         if any(target.iterdir()) and not (target / "zarr.json").is_file():
             raise StoreError(f"store path: got {str(target)!r}, a folder of other files; expected a run store or an "
                              "empty folder to overwrite (no other folder is ever deleted): choose another store path")
@@ -236,6 +273,8 @@ class RunStore:
         num_batches = -(-n // k)
         if sample_index is not None:  # checked before an existing store is replaced
             sample_index = permutation_or_raise("sample_index", sample_index, n, InvalidInputError)
+        if store_remains(path) is not None:
+            remove_leftovers(path)  # what late writes left of a removed store: no store
         if path.exists():
             if not overwrite and not (path.is_dir() and not any(path.iterdir())):
                 raise StoreError(f"store path: got {str(path)!r}; it already exists (resume it, or pass "
