@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 
 import numpy as np
@@ -197,14 +198,27 @@ def test_a_failed_batch_without_a_chunk_is_not_missing(tmp_path):
     assert st.missing_batches("gcc").tolist() == []
 
 
+def _misspell(file, key):
+    """Flip one byte of `key`'s last letter in the metadata file `file` (``"codecs"`` -> ``"codecr"``)."""
+    text = file.read_text()
+    at = text.index(f'"{key}"') + len(key)
+    file.write_text(text[:at] + chr(ord(text[at]) ^ 0x01) + text[at + 1:])
+
+
 @pytest.mark.parametrize(("damage", "match"), [
     (lambda p: (p / "gcc" / "zarr.json").unlink(), r"gcc/zarr\.json is missing"),
     (lambda p: (p / "gcc" / "status" / "zarr.json").write_text("not json"), r"gcc/status/zarr\.json cannot be read"),
     (lambda p: (shutil.rmtree(p / "uncoded"), (p / "uncoded").write_text("x")), r"uncoded is a file"),
     (lambda p: (p / "inputs" / "group" / "c" / "0").unlink(), r"inputs/group has lost its chunk c/0"),
     (lambda p: shutil.rmtree(p / "inputs" / "reference"), r"inputs/reference/zarr\.json is missing"),
+    # issue 35, case 7: one flipped byte misspelling a key (a MetadataValidationError or KeyError traceback)
+    *[(lambda p, f=f, k=k: _misspell(p / f, k), re.escape(f) + r" is not valid Zarr")
+      for f, k in (("gcc/decoded/zarr.json", "codecs"), ("gcc/decoded/zarr.json", "fill_value"),
+                   ("inputs/reference/zarr.json", "chunk_grid"), ("gcc/status/zarr.json", "zarr_format"),
+                   ("gcc/sample/zarr.json", "dimension_names"))],
 ], ids=["group-zarr-json-deleted", "array-zarr-json-not-json", "group-folder-is-a-file",
-        "coordinate-chunk-deleted", "array-folder-deleted"])
+        "coordinate-chunk-deleted", "array-folder-deleted", "misspelled-codecs", "misspelled-fill_value",
+        "misspelled-chunk_grid", "misspelled-zarr_format", "misspelled-dimension_names"])
 def test_damaged_metadata_is_one_line_for_a_resume_and_a_reader(tmp_path, damage, match):
     path = tmp_path / "run.zarr"
     filled(path)

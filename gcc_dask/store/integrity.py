@@ -67,6 +67,9 @@ def _node(path: Path, rel: str, node_type: str, chunks: bool = False) -> str | N
         return f"{rel}/zarr.json cannot be read ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
     if not isinstance(meta, dict) or meta.get("node_type") != node_type:
         return f"{rel}/zarr.json is not the metadata of a Zarr {node_type}"
+    why = _invalid_metadata(meta, node_type)
+    if why:
+        return f"{rel}/zarr.json is not valid Zarr {node_type} metadata ({why})"
     if chunks and len(meta.get("shape", ())) == 1:
         try:
             size, chunk = meta["shape"][0], meta["chunk_grid"]["configuration"]["chunk_shape"][0]
@@ -76,6 +79,28 @@ def _node(path: Path, rel: str, node_type: str, chunks: bool = False) -> str | N
         for i in range(-(-int(size) // int(chunk))):
             if not (path / rel / f"c{sep}{i}").is_file():
                 return f"{rel} has lost its chunk c{sep}{i} (values written when the store was created)"
+    return None
+
+
+def _invalid_metadata(meta: dict, node_type: str) -> str | None:
+    """Why zarr would refuse the metadata `meta` of a ``node_type`` node (a key misspelled by one flipped byte:
+    ``fill_valuX``, a missing ``chunk_grid``, an unknown codec), as ``"KeyError: 'fill_value'"``; None when it
+    parses. The metadata as zarr itself reads it, so that a reader never meets zarr's own traceback."""
+    import copy
+
+    try:
+        if node_type == "array":
+            from zarr.core.metadata.v3 import ArrayV3Metadata
+
+            ArrayV3Metadata.from_dict(copy.deepcopy(meta))
+        else:
+            from zarr.core.group import GroupMetadata
+
+            GroupMetadata.from_dict(copy.deepcopy(meta))
+    except ImportError:  # pragma: no cover - a zarr that moved these classes: the node_type check stands
+        return None
+    except Exception as e:  # zarr raises KeyError, TypeError, ValueError, MetadataValidationError...
+        return f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:120]}"
     return None
 
 
