@@ -216,6 +216,18 @@ def test_integer_X_is_refused_before_anything_runs(client, tmp_path):
         gd.coded_map(f, np.arange(40).reshape(10, 4), client=client, out=tmp_path / "int.zarr")
 
 
+def test_samples_of_no_value_are_refused_before_anything_runs(client, tmp_path):
+    """Issue 35, case 7: X of shape (100, 0) was ``ValueError: attempt to get argmax of an empty sequence`` from
+    the composition's projection."""
+    w = np.zeros((0, 3), np.float32)
+    with pytest.raises(gd.errors.SourceError, match=r"^source: got 'array', whose samples have shape \(0,\) \(array "
+                                                    r"shape \(100, 0\)\), no value each; expected samples of at "
+                                                    "least one value") as e:
+        gd.coded_map(lambda b: np.tanh(b @ w), np.zeros((100, 0), np.float32), client=client,
+                     out=tmp_path / "empty.zarr")
+    assert "\n" not in str(e.value) and not (tmp_path / "empty.zarr").exists()
+
+
 def test_warns_when_the_scheduler_would_rerun_lost_shards(tmp_path):
     from distributed import Client, LocalCluster
 

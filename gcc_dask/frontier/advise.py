@@ -35,6 +35,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from gcc_dask._paths import writable_dir
 from gcc_dask.config import AdviseConfig
 from gcc_dask.errors import ConfigError
 
@@ -316,7 +317,8 @@ def advise(pipeline: Any, *, samples: int = DEFAULT_SAMPLES, target: float | Non
     output_shape = _check_model_fits(workload, source, cfg.run.nan_policy)  # one line if the data do not fit f
     if target is not None and int(np.prod(output_shape)) > 1 and target > 1:
         raise ConfigError(f"--target-relacc: got {target!r}; expected a RelAcc in (0, 1]")
-    out_dir.mkdir(parents=True, exist_ok=True)  # (once the options are known good: a refusal writes nothing)
+    # (once the options are known good: a refusal writes nothing); one line when it cannot be made or written
+    out_dir = Path(writable_dir("--out" if out is not None else "advise output folder", out_dir))
     samples = min(int(samples), int(source.num_samples))
     fingerprint = _data_fingerprint(cfg, source, workload, samples)
     cached = _cached_outputs(path, fingerprint)
@@ -334,7 +336,7 @@ def advise(pipeline: Any, *, samples: int = DEFAULT_SAMPLES, target: float | Non
             return {"latency": latency_sets(latency, _policy(cfg, n, s), LATENCY_DRAWS, seed)}
         return {}
 
-    say(f"advice for {cfg.name}: {index.shape[0]} groups of K = {K} from a sample of {samples:,} samples "
+    say(f"advice for {cfg.name}: {index.shape[0]} group{'s' if index.shape[0] != 1 else ''} of K = {K} from a sample of {samples:,} samples "
         f"({cfg.composition.policy}), N = {sorted({c.num_workers for c in candidates})}, "
         + (f"S = {S}" if p is None else f"p = {p:g}"))
     spec = ClusterSpec.from_config(cfg.cluster)
@@ -387,8 +389,15 @@ def _advice(ds, pattern: str, target: float | None, cfg, path: Path, wall: float
               "params": _entry_params(str(chosen["code"]), int(chosen["N"]), spec_params)}
     what = {"latency": "the pipeline's latency model and cutoff", "random": "S random stragglers (every set)",
             "bernoulli": "independent stragglers"}[pattern]
+    se = float(chosen["se"])
+    spread = f" ± {se:.4f}" if math.isfinite(se) else ""
     lines = [f"recommended: {chosen['estimator']} at N = {int(chosen['N'])} (N/K = {chosen['ratio']:g}): "
-             f"{metric} {chosen['value']:.4f} ± {chosen['se']:.4f} on {what}"]
+             f"{metric} {chosen['value']:.4f}{spread} on {what}"]
+    if not math.isfinite(se):  # one group: no spread, no paired difference, nothing told apart
+        lines.append(f"warning: the sample holds one group of K = {int(round(chosen['N'] / chosen['ratio']))} "
+                     "only, so no standard error can be given and no two "
+                     "estimators told apart: this advice is a guess; measure at least 2 groups (--samples of 2·K "
+                     "or more, from a dataset that has them)")
     if tied:
         lines.append("within 2 paired standard errors of the best, or a code within the margin of copying (so the "
                      "cheapest was taken): " + ", ".join(tied))
@@ -520,6 +529,9 @@ def resolve_auto(cfg, path: str | os.PathLike, client=None, say: Callable[[str],
                      echo=say, progress=False, margin=cfg.advise.margin)
         stored = {**adv.to_attrs(), "for_fingerprint": fingerprint, "store": adv.path}
         say(f"schemes [auto]: {adv.text.splitlines()[0]}")
+        for line in adv.text.splitlines()[1:]:
+            if line.startswith("warning: "):  # one group only: said once, with the recommendation
+                say(f"schemes [auto]: {line}")
     else:
         say(f"schemes [auto]: {stored['choice']['label']} (the choice recorded in the store)")
     return apply_choice(cfg, stored["choice"]), stored
