@@ -319,7 +319,9 @@ class RunStore:
             _swap_in(tmp, path)
         except (OSError, PermissionError) as exc:
             shutil.rmtree(tmp, ignore_errors=True)
-            raise StoreError(f"store path: got {str(path)!r}; cannot create the store there ({exc})") from None
+            raise StoreError(f"store path: got {str(path)!r}; cannot create the store there ({exc}); make room or fix "
+                             "the permissions there, or choose another store path, then run the same command "
+                             "again") from None
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

@@ -211,6 +211,34 @@ def test_a_full_store_is_one_line_and_the_rerun_after_freeing_space_completes(tm
 
 
 @pytest.mark.slow
+def test_a_disk_full_while_the_store_is_created_is_one_line_and_leaves_nothing(tmp_path):
+    """Issue 35, case 7: a disk that fills while the store is created. zarr's writes of the layout still under way
+    printed "Task exception was never retrieved" with a traceback each (1,621 lines) and wrote into the folder
+    being removed (a ``.creating-*`` folder stayed); now one line, nothing left, and the rerun completes."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if not _mount("-t", "tmpfs", "-o", "size=3m", "tmpfs", str(disk)):
+        pytest.skip("needs root and mount (a small tmpfs) to fill a file system for real")
+    try:
+        store = disk / "run.zarr"
+        pipe = tmp_path / "pipe.yaml"
+        pipe.write_text(yaml.safe_dump(synthetic_config(store, batches=128, k=4, n=8, block=4,
+                                                        schemes=["gcc", "uncoded"])))
+        subprocess.run(["dd", "if=/dev/zero", f"of={disk / 'filler'}", "bs=4k"], capture_output=True)
+        subprocess.run(["truncate", "-s", "-64k", str(disk / "filler")], check=True)
+        res = _gcc_dask("run", str(pipe), "--no-progress")
+        lines = _lines(res.stderr)
+        assert res.returncode == 2 and len(lines) == 1, res.stderr[-3000:]
+        assert "cannot create the store there" in lines[0] and "No space left on device" in lines[0], lines[0]
+        assert sorted(p.name for p in disk.iterdir()) == ["filler"]  # no .run.zarr.creating-* left
+        (disk / "filler").unlink()
+        again = _gcc_dask("run", str(pipe), "--no-progress")
+        assert again.returncode == 0, again.stderr
+    finally:
+        _umount(disk)
+
+
+@pytest.mark.slow
 def test_a_read_only_store_is_one_line_and_resumes_once_writable(tmp_path):
     store = tmp_path / "run.zarr"
     cfg = synthetic_config(store, batches=8, k=4, n=8, run={"limit_batches": 2})
