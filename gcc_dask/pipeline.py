@@ -792,7 +792,13 @@ def _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, la
     bar = _progress(len(work), cfg.run.progress and progress, cfg.name)
     records = RecordBuffer(store)
 
+    odd: dict[str, dict[str, int]] = {"nonfinite_rows": {}, "overflow_rows": {}}
+
     def done(batch: int, batch_records: list[dict]) -> None:
+        for r in batch_records:  # f's NaN/Inf rows and estimates beyond float32, said once at the end
+            for key, counts in odd.items():
+                if r.get(key):
+                    counts[r["scheme"]] = counts.get(r["scheme"], 0) + int(r[key])
         records.add(batch_records)
         bar.update(1)
 
@@ -811,7 +817,25 @@ def _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, la
     finally:
         _close_quietly(records)
         bar.close()
+        _tell_non_finite(odd, warn)
     return time.perf_counter() - t0
+
+
+def _tell_non_finite(odd: dict[str, dict[str, int]], warn: Callable[[str], None]) -> None:
+    """One line for f's output rows that held NaN or Inf (their estimates only are NaN: an exact scheme keeps its
+    other rows), one for estimates beyond float32's range (stored as ±inf); nothing when there were none."""
+    def per_scheme(counts: dict[str, int]) -> str:
+        parts = [f"{n:,} in {s}" for s, n in sorted(counts.items())]
+        return " ".join(parts[0].split(" ", 1)[:1] + ["rows", parts[0].split(" ", 1)[1]]) + "".join(
+            f", {p}" for p in parts[1:])
+
+    if odd["nonfinite_rows"]:
+        warn(f"f returned NaN or Inf on {per_scheme(odd['nonfinite_rows'])} of its outputs (counted over the "
+             "shards' results): the estimates that use those rows are NaN (counted in missing), the other rows "
+             "were decoded as usual; check f on those samples")
+    if odd["overflow_rows"]:
+        warn(f"f's values beyond float32's range (|value| > {float(np.finfo(np.float32).max):.3g}) gave "
+             f"estimates stored as ±inf on {per_scheme(odd['overflow_rows'])}: scale f's output down")
 
 
 def _close_quietly(records: RecordBuffer) -> None:

@@ -211,7 +211,8 @@ def write_decoded(path: str | os.PathLike, scheme: str, batch: int, decoded: Any
     h = _handles(path, token)  # the token checked right before the write
     out = _array(h, scheme, "decoded")
     with _naming_failures(path, f"{scheme}/decoded", np.array([batch])):
-        out[start:stop] = rows.astype(out.dtype, copy=False)
+        with np.errstate(over="ignore"):  # beyond float32: ±inf, said once by the run
+            out[start:stop] = rows.astype(out.dtype, copy=False)
     if filled is not None:
         with _naming_failures(path, f"{scheme}/filled", np.array([batch])):
             _array(h, scheme, "filled")[start:stop] = _vector("filled", filled, stop - start, bool)
@@ -387,7 +388,8 @@ def write_inputs(path: str | os.PathLike, batch: int, *, labels: Any = None, ref
         h = _handles(path, token)  # the token checked right before each write
         out = _array(h, INPUTS, name)
         with _naming_failures(path, f"{INPUTS}/{name}", np.array([batch])):
-            out[start:stop] = values.astype(out.dtype, copy=False)
+            with np.errstate(over="ignore"):  # beyond float32: ±inf, said once by the run
+                out[start:stop] = values.astype(out.dtype, copy=False)
         _still_there(h, path, INPUTS, (name,), batch)
     digests = _digests(_handles(path, token), INPUTS, batch, tuple(rows))
     if digests is not None:  # with the batch's chunks, before its status (one chunk per batch: workers write it)
