@@ -446,3 +446,18 @@ def test_values_beyond_float32_are_said_once_without_numpys_cast_warning(client,
     rows = int((X[:, 0] > 0.99).sum())
     assert len(lines) == 1 and f"on {rows} rows in uncoded" in lines[0], texts
     assert int(np.isinf(res.estimates).any(axis=1).sum()) == rows
+
+
+def test_a_closed_client_is_named_not_the_store_path(tmp_path):
+    """Issue 35, case 8: a closed client was blamed on the store path ("which 1 of 1 Dask workers cannot see or
+    write")."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0",
+                      silence_logs=50) as cluster:
+        c = Client(cluster)
+        c.close()
+        with pytest.raises(gd.errors.ClusterError, match=r"^client: got a distributed.Client that is closed "
+                                                         r"\(status 'closed'\); expected a running one"):
+            gd.coded_map(np.tanh, np.random.default_rng(0).random((64, 3)), client=c, out=tmp_path / "c.zarr")
+    assert not (tmp_path / "c.zarr").exists()

@@ -134,6 +134,10 @@ def connect(spec: ClusterSpec, client=None) -> Iterator:
     from distributed import Client, LocalCluster
 
     if client is not None:
+        status = getattr(client, "status", "running")
+        if status in ("closing", "closed"):  # its calls would fail on the first use, blamed on whatever used it
+            raise ClusterError(f"client: got a distributed.Client that is {status} (status {status!r}); expected a "
+                               "running one: pass an open Client, or none (client=None) for the config's cluster")
         yield client
         return
     address = spec.address or os.environ.get("DASK_SCHEDULER_ADDRESS")
