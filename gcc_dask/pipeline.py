@@ -730,12 +730,28 @@ def _limited(cfg: PipelineConfig, num_batches: int) -> int:
 _RERUNS_WARNED: set[str] = set()
 
 
-def _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, latency_model, output_shape,
-                 work, say, progress, warn=None, in_flight=None) -> float:
+def _run_batches(cfg, c, store, *args, **kwargs) -> float:
     """Run the pending batches on client `c`, writing records as they finish; the wall time taken (s).
 
-    Marks the store ``failed`` when the run stops on an error, ``interrupted`` on Ctrl-C (and re-raises).
+    Marks the store ``failed`` when the run stops on an error, ``interrupted`` on Ctrl-C or SIGTERM (and
+    re-raises), whenever it comes: while the run is set up (the workers' check of the store, the plugins) as
+    well as while batches run (it came there in 2 of 6 trials, and left the store ``running``).
     """
+    try:
+        return _run_batches_on(cfg, c, store, *args, **kwargs)
+    except KeyboardInterrupt:
+        try:
+            running = store.attrs.get("status") == "running"
+        except Exception:  # the store cannot be read: the interruption is what the user hears of
+            running = False
+        if running:
+            _mark_quietly(store, "interrupted")
+        raise
+
+
+def _run_batches_on(cfg, c, store, path, workload, codes, source, layout, plans, latency_model, output_shape,
+                    work, say, progress, warn=None, in_flight=None) -> float:
+    """:func:`_run_batches` itself."""
     frozen = _check_reachable(c, os.path.abspath(path))
     # an in-process cluster (workers are threads of this process) cannot lose a worker alone: nothing to warn of;
     # a scheduler already warned of in this process is not asked again (one warning per scheduler, not per call)
