@@ -28,6 +28,24 @@ def _raise_terminated(signum, frame):
     raise Terminated()
 
 
+class _PendingTaskNoise:
+    """A logging filter for asyncio's "Task was destroyed but it is pending!": once a command has ended with its one
+    line (a lost scheduler), the waits it left on the client's event loop are collected at exit, each printed with
+    that record; they are the loss the line already named."""
+
+    def filter(self, record) -> bool:
+        try:
+            return not record.getMessage().startswith("Task was destroyed but it is pending")
+        except Exception:  # pragma: no cover - a record whose arguments do not format
+            return True
+
+
+def _quiet_pending_tasks() -> None:
+    import logging
+
+    logging.getLogger("asyncio").addFilter(_PendingTaskNoise())
+
+
 def _user_errors(func):
     """Turn GccDaskError into one line and exit status 2, Ctrl-C into one line and status 130, and SIGTERM
     into one line and status 143 (SIGTERM raises :class:`~gcc_dask.errors.Terminated`, a
@@ -42,6 +60,7 @@ def _user_errors(func):
             return func(*args, **kwargs)
         except GccDaskError as e:
             click.echo(f"gcc-dask: error: {e}", err=True)
+            _quiet_pending_tasks()
             sys.exit(2)
         except Terminated:
             click.echo("gcc-dask: terminated (SIGTERM); run the same command again to resume", err=True)

@@ -394,10 +394,12 @@ def _compose(cfg: PipelineConfig, block: int, source, client, say) -> BatchLayou
     remote = getattr(source, "remote", False)  # a dask array: read on the workers only
     if windows > 1 or remote:
         def mapper(func, items, *shared):
-            return map_on_cluster(client, func, items, *shared)
+            return map_on_cluster(client, func, items, *shared, worker_timeout=cfg.cluster.connect_timeout,
+                                  what="composing the samples")
     if remote:
         def run_task(func, *args):
-            return run_on_cluster(client, func, *args)
+            return run_on_cluster(client, func, *args, worker_timeout=cfg.cluster.connect_timeout,
+                                  what="composing the samples")
     return compose(source, group_size=cfg.code.num_inputs, block_size=block, policy=policy,
                    seed=comp.seed, window=comp.window, dims=comp.dims, fit_samples=comp.fit_samples,
                    map_windows=mapper, run_task=run_task, cache=CompositionCache.default(), say=say)
@@ -533,7 +535,9 @@ def run_pipeline(
         if getattr(source, "remote", False):  # a dask array: not one block of it is read on the driver
             c = connected()
             with phases("probe"):
-                output_shape, cost = run_on_cluster(c, _probe_model, workload, source, cfg.run.nan_policy, timed)
+                output_shape, cost = run_on_cluster(c, _probe_model, workload, source, cfg.run.nan_policy, timed,
+                                                    worker_timeout=cfg.cluster.connect_timeout,
+                                                    what="probing the model")
         else:
             with phases("probe"):
                 output_shape, cost = _probe_model(workload, source, cfg.run.nan_policy, timed)
@@ -682,13 +686,30 @@ def _limited(cfg: PipelineConfig, num_batches: int) -> int:
 _RERUNS_WARNED: set[str] = set()
 
 
-def _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, latency_model, output_shape,
-                 work, say, progress, warn=None, in_flight=None, phases: "PhaseTimer | None" = None) -> float:
-    """Run the pending batches on client `c`, writing records as they finish; the wall time taken (s). `phases`
-    is told ``first_batch``: the seconds from the first submission to the first batch's records.
+def _run_batches(cfg, c, store, *args, **kwargs) -> float:
+    """Run the pending batches on client `c`, writing records as they finish; the wall time taken (s). A
+    ``phases`` keyword (a :class:`~gcc_dask.phases.PhaseTimer`) is told ``first_batch``: the seconds from the
+    first submission to the first batch's records.
 
-    Marks the store ``failed`` when the run stops on an error, ``interrupted`` on Ctrl-C (and re-raises).
+    Marks the store ``failed`` when the run stops on an error, ``interrupted`` on Ctrl-C or SIGTERM (and
+    re-raises), whenever it comes: while the run is set up (the workers' check of the store, the plugins) as
+    well as while batches run (it came there in 2 of 6 trials, and left the store ``running``).
     """
+    try:
+        return _run_batches_on(cfg, c, store, *args, **kwargs)
+    except KeyboardInterrupt:
+        try:
+            running = store.attrs.get("status") == "running"
+        except Exception:  # the store cannot be read: the interruption is what the user hears of
+            running = False
+        if running:
+            _mark_quietly(store, "interrupted")
+        raise
+
+
+def _run_batches_on(cfg, c, store, path, workload, codes, source, layout, plans, latency_model, output_shape,
+                    work, say, progress, warn=None, in_flight=None, phases: "PhaseTimer | None" = None) -> float:
+    """:func:`_run_batches` itself."""
     frozen = _check_reachable(c, os.path.abspath(path))
     # an in-process cluster (workers are threads of this process) cannot lose a worker alone: nothing to warn of;
     # a scheduler already warned of in this process is not asked again (one warning per scheduler, not per call)
@@ -746,7 +767,13 @@ def _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, la
     records = RecordBuffer(store)
     dashboard.publish(c, {"kind": "meta", "run": plugin.name_token, "name": cfg.name, "store": os.path.abspath(path)})
 
+    odd: dict[str, dict[str, int]] = {"nonfinite_rows": {}, "overflow_rows": {}}
+
     def done(batch: int, batch_records: list[dict]) -> None:
+        for r in batch_records:  # f's NaN/Inf rows and estimates beyond float32, said once at the end
+            for key, counts in odd.items():
+                if r.get(key):
+                    counts[r["scheme"]] = counts.get(r["scheme"], 0) + int(r[key])
         records.add(batch_records)
         bar.update(1)
         if phases is not None and "first_batch" not in phases.seconds:
@@ -767,7 +794,25 @@ def _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, la
     finally:
         _close_quietly(records)
         bar.close()
+        _tell_non_finite(odd, warn)
     return time.perf_counter() - t0
+
+
+def _tell_non_finite(odd: dict[str, dict[str, int]], warn: Callable[[str], None]) -> None:
+    """One line for f's output rows that held NaN or Inf (their estimates only are NaN: an exact scheme keeps its
+    other rows), one for estimates beyond float32's range (stored as ±inf); nothing when there were none."""
+    def per_scheme(counts: dict[str, int]) -> str:
+        parts = [f"{n:,} in {s}" for s, n in sorted(counts.items())]
+        return " ".join(parts[0].split(" ", 1)[:1] + ["rows", parts[0].split(" ", 1)[1]]) + "".join(
+            f", {p}" for p in parts[1:])
+
+    if odd["nonfinite_rows"]:
+        warn(f"f returned NaN or Inf on {per_scheme(odd['nonfinite_rows'])} of its outputs (counted over the "
+             "shards' results): the estimates that use those rows are NaN (counted in missing), the other rows "
+             "were decoded as usual; check f on those samples")
+    if odd["overflow_rows"]:
+        warn(f"f's values beyond float32's range (|value| > {float(np.finfo(np.float32).max):.3g}) gave "
+             f"estimates stored as ±inf on {per_scheme(odd['overflow_rows'])}: scale f's output down")
 
 
 def _close_quietly(records: RecordBuffer) -> None:

@@ -292,3 +292,27 @@ def test_a_single_output_f_gets_its_relative_error_and_never_a_relacc(client, tm
     np.testing.assert_allclose(adv.table["rel_rmse"], np.sqrt(adv.table["value"] / ref_ms))
     assert 1.0 < ref_ms < 4.0  # (x² + 1)² for x in [-1, 1]
     assert "relative RMSE" in adv.text.splitlines()[0] and "agrees" not in adv.text
+
+
+def test_an_output_folder_that_cannot_be_made_is_one_line(tmp_path):
+    """Issue 35, case 7: ``gcc-dask advise ... --out /proc/nope`` was a FileNotFoundError traceback."""
+    (tmp_path / "file").write_text("")
+    res = CliRunner().invoke(main, ["advise", "pipelines/smoke.yaml", "--out", str(tmp_path / "file" / "advice")])
+    lines = [line for line in res.output.splitlines() if line.strip()]
+    assert res.exit_code == 2 and len(lines) == 1, res.output
+    assert lines[0].startswith(f"gcc-dask: error: --out: got {str(tmp_path / 'file' / 'advice')!r}, which cannot "
+                               "be made a folder") and "is a file" in lines[0], lines[0]
+
+
+def test_advice_on_one_group_says_so_once_instead_of_a_nan_spread(client, tmp_path):
+    """Issue 35, case 8: ``schemes: [auto]`` on a dataset of one group recommended "gcc ... ± nan" without a word;
+    the spread is left out and one warning says the advice cannot tell estimators apart."""
+    said: list[str] = []
+    cfg = _pipe(tmp_path, [0.0, 1.0, 0.5], schemes=["auto"],
+                source={"kind": "synthetic", "num_samples": 5, "shape": [1], "seed": 1})
+    gd.run_pipeline(cfg, client=client, echo=said.append)
+    text = "\n".join(said)
+    assert "nan" not in text.split("store:")[0], text
+    warnings = [line for line in said if "warning: the sample holds one group of K = 4" in line]
+    assert len(warnings) == 1 and "no standard error" in warnings[0], text
+    assert any(line.startswith("advice for adv: 1 group of K = 4") for line in said), text

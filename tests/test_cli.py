@@ -180,3 +180,34 @@ def test_a_shortcut_does_not_hide_a_bad_value_of_its_key(tmp_path, args, line):
     res = subprocess.run(GCC_DASK + ["run", "pipelines/smoke.yaml", "--out", str(tmp_path / "s.zarr"), *args],
                          capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])
     assert res.returncode == 2 and res.stderr.strip() == line, res.stderr
+
+
+def test_waits_left_pending_by_a_lost_scheduler_are_not_printed_after_the_one_line(tmp_path):
+    """Issue 35, case 8: after a scheduler's death ended a run with its one line, asyncio printed "Task was destroyed
+    but it is pending!" (and the task) for each wait the client left on its loop when collected at exit. A command
+    that ends on a user error leaves only its line."""
+    script = tmp_path / "lost.py"
+    script.write_text(
+        "import asyncio, gc, sys\n"
+        "from gcc_dask.cli import _user_errors\n"
+        "from gcc_dask.errors import ClusterError\n"
+        "loop = asyncio.new_event_loop()\n"
+        "async def forever():\n"
+        "    await asyncio.Future()\n"
+        "task = loop.create_task(forever())\n"
+        "loop.run_until_complete(asyncio.sleep(0))\n"
+        "@_user_errors\n"
+        "def command():\n"
+        "    raise ClusterError('cluster: lost the connection to the Dask scheduler')\n"
+        "try:\n"
+        "    command()\n"
+        "finally:\n"
+        "    loop.close()\n"
+        "    del task\n"
+        "    gc.collect()\n")
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]),
+                                                                           os.environ.get("PYTHONPATH", "")])})
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert res.returncode == 2 and lines == ["gcc-dask: error: cluster: lost the connection to the Dask scheduler"], \
+        res.stderr

@@ -219,6 +219,18 @@ def test_integer_X_is_refused_before_anything_runs(client, tmp_path):
         gd.coded_map(f, np.arange(40).reshape(10, 4), client=client, out=tmp_path / "int.zarr")
 
 
+def test_samples_of_no_value_are_refused_before_anything_runs(client, tmp_path):
+    """Issue 35, case 7: X of shape (100, 0) was ``ValueError: attempt to get argmax of an empty sequence`` from
+    the composition's projection."""
+    w = np.zeros((0, 3), np.float32)
+    with pytest.raises(gd.errors.SourceError, match=r"^source: got 'array', whose samples have shape \(0,\) \(array "
+                                                    r"shape \(100, 0\)\), no value each; expected samples of at "
+                                                    "least one value") as e:
+        gd.coded_map(lambda b: np.tanh(b @ w), np.zeros((100, 0), np.float32), client=client,
+                     out=tmp_path / "empty.zarr")
+    assert "\n" not in str(e.value) and not (tmp_path / "empty.zarr").exists()
+
+
 def test_warns_when_the_scheduler_would_rerun_lost_shards(tmp_path):
     from distributed import Client, LocalCluster
 
@@ -388,3 +400,67 @@ def test_a_store_made_before_module_sources_counted_is_resumed(client, tmp_path,
     root.attrs.update(attrs)
     again = gd.coded_map(f"{name}:g", X[:128], client=client, out=out, **CONFIG)
     np.testing.assert_array_equal(again.estimates, first.estimates)
+
+
+# ------------------------------------------------ issue 35, case 8: NaN and overflow in f's output, per row
+_W = np.random.default_rng(3).random((6, 4))
+_NAN_KEYS = np.random.default_rng(4).random((8, 6))  # the 8 samples on which f returns NaN
+
+
+def _nan_on_some(b):
+    out = np.tanh(np.asarray(b, np.float64) @ _W)
+    hit = (np.abs(np.asarray(b)[:, None, :] - _NAN_KEYS[None]).max(axis=2) < 1e-6).any(axis=1)
+    out[hit] = np.nan
+    return out
+
+
+def _huge_on_some(b):
+    out = np.tanh(np.asarray(b, np.float64) @ _W)
+    out[np.asarray(b)[:, 0] > 0.99] = 1e39
+    return out
+
+
+def test_nan_from_f_on_a_few_rows_blanks_those_rows_only_and_is_said_once(client, tmp_path):
+    """f returns NaN on 8 of 2,000 rows: every row of every scheme used to be NaN (the decode of each batch
+    failed), uncoded's exact rows included. Now uncoded keeps its 1,992 exact rows, a coded scheme loses at most
+    the groups that used a NaN row, and one warning gives the counts."""
+    X = np.random.default_rng(5).random((2000, 6))
+    X[np.arange(8) * 250 + 3] = _NAN_KEYS
+    with pytest.warns(RuntimeWarning) as said:
+        res = gd.coded_map(_nan_on_some, X, schemes=["uncoded", "gcc"], client=client, out=tmp_path / "nan.zarr")
+    lines = [str(w.message) for w in said if "NaN or Inf" in str(w.message)]
+    assert len(lines) == 1 and "in uncoded" in lines[0], [str(w.message) for w in said]
+    est = res.estimates  # the first scheme: uncoded
+    bad = np.isnan(est).any(axis=1)
+    assert bad.sum() == 8 and set(np.flatnonzero(bad)) == set((np.arange(8) * 250 + 3).tolist())
+    want = _nan_on_some(X).astype(np.float32)
+    np.testing.assert_allclose(est[~bad], want[~bad], rtol=1e-6)
+    assert int(res.summary.loc["uncoded", "missing"]) == 8
+    assert int(res.summary.loc["gcc", "missing"]) < 2000  # (it was every row)
+
+
+def test_values_beyond_float32_are_said_once_without_numpys_cast_warning(client, tmp_path):
+    X = np.random.default_rng(6).random((400, 6))
+    with pytest.warns(RuntimeWarning) as said:
+        res = gd.coded_map(_huge_on_some, X, schemes=["uncoded"], client=client, out=tmp_path / "big.zarr")
+    texts = [str(w.message) for w in said]
+    assert not any("overflow encountered" in t for t in texts), texts
+    lines = [t for t in texts if "beyond float32's range" in t]
+    rows = int((X[:, 0] > 0.99).sum())
+    assert len(lines) == 1 and f"on {rows} rows in uncoded" in lines[0], texts
+    assert int(np.isinf(res.estimates).any(axis=1).sum()) == rows
+
+
+def test_a_closed_client_is_named_not_the_store_path(tmp_path):
+    """Issue 35, case 8: a closed client was blamed on the store path ("which 1 of 1 Dask workers cannot see or
+    write")."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0",
+                      silence_logs=50) as cluster:
+        c = Client(cluster)
+        c.close()
+        with pytest.raises(gd.errors.ClusterError, match=r"^client: got a distributed.Client that is closed "
+                                                         r"\(status 'closed'\); expected a running one"):
+            gd.coded_map(np.tanh, np.random.default_rng(0).random((64, 3)), client=c, out=tmp_path / "c.zarr")
+    assert not (tmp_path / "c.zarr").exists()

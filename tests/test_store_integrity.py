@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 
 import numpy as np
@@ -197,14 +198,27 @@ def test_a_failed_batch_without_a_chunk_is_not_missing(tmp_path):
     assert st.missing_batches("gcc").tolist() == []
 
 
+def _misspell(file, key):
+    """Flip one byte of `key`'s last letter in the metadata file `file` (``"codecs"`` -> ``"codecr"``)."""
+    text = file.read_text()
+    at = text.index(f'"{key}"') + len(key)
+    file.write_text(text[:at] + chr(ord(text[at]) ^ 0x01) + text[at + 1:])
+
+
 @pytest.mark.parametrize(("damage", "match"), [
     (lambda p: (p / "gcc" / "zarr.json").unlink(), r"gcc/zarr\.json is missing"),
     (lambda p: (p / "gcc" / "status" / "zarr.json").write_text("not json"), r"gcc/status/zarr\.json cannot be read"),
     (lambda p: (shutil.rmtree(p / "uncoded"), (p / "uncoded").write_text("x")), r"uncoded is a file"),
     (lambda p: (p / "inputs" / "group" / "c" / "0").unlink(), r"inputs/group has lost its chunk c/0"),
     (lambda p: shutil.rmtree(p / "inputs" / "reference"), r"inputs/reference/zarr\.json is missing"),
+    # issue 35, case 7: one flipped byte misspelling a key (a MetadataValidationError or KeyError traceback)
+    *[(lambda p, f=f, k=k: _misspell(p / f, k), re.escape(f) + r" is not valid Zarr")
+      for f, k in (("gcc/decoded/zarr.json", "codecs"), ("gcc/decoded/zarr.json", "fill_value"),
+                   ("inputs/reference/zarr.json", "chunk_grid"), ("gcc/status/zarr.json", "zarr_format"),
+                   ("gcc/sample/zarr.json", "dimension_names"))],
 ], ids=["group-zarr-json-deleted", "array-zarr-json-not-json", "group-folder-is-a-file",
-        "coordinate-chunk-deleted", "array-folder-deleted"])
+        "coordinate-chunk-deleted", "array-folder-deleted", "misspelled-codecs", "misspelled-fill_value",
+        "misspelled-chunk_grid", "misspelled-zarr_format", "misspelled-dimension_names"])
 def test_damaged_metadata_is_one_line_for_a_resume_and_a_reader(tmp_path, damage, match):
     path = tmp_path / "run.zarr"
     filled(path)
@@ -359,3 +373,108 @@ def test_a_driver_write_that_fails_is_one_line_naming_the_array_and_batches(tmp_
         st.finish("failed")
     monkeypatch.setattr(LocalStore, "set", real)
     assert RunStore.open(path).batch_status("gcc").tolist() == [0, 0, 0, 0]  # no batch marked done
+
+
+# ------------------------------------------------------------- issue 35, case 4: deleted chunks, read or resumed
+@pytest.mark.parametrize("lost", [("gcc/decoded/c/2/0",), ("gcc/received/c/0/0", "gcc/rel_acc/c/0"),
+                                  ("uncoded/mse/c/0",), ("gcc/status/c/0",)],
+                         ids=["decoded", "received-rel_acc", "mse", "status"])
+def test_a_reader_names_the_deleted_chunks_of_done_batches_in_one_line(tmp_path, lost):
+    """The summary (and the report, through the same check) used to read a deleted chunk as fill values: NaN
+    rows counted as wrong (rel_acc 0.933 for 0.997), ``recv 0``, NaN metrics, all without a word."""
+    path = tmp_path / "run.zarr"
+    filled(path)
+    summarize_run(str(path))  # whole: it reads
+    for name in lost:
+        (path / name).unlink()
+    with pytest.raises(StoreError) as e:
+        summarize_run(str(path))
+    line = str(e.value)
+    assert "\n" not in line and "missing or misplaced" in line and "run the same command" in line, line
+    for name in lost:
+        assert name in line, line
+
+
+def test_deleted_record_chunks_are_pending_again_and_stay_so_until_rewritten(tmp_path):
+    """A deleted ``received``/``rel_acc``/``mse`` chunk (up to 1,024 batches' records) used to stay lost for ever
+    (``recv 0``, NaN metrics); a resume now marks every done batch of that chunk pending before any is rerun."""
+    path = tmp_path / "run.zarr"
+    filled(path)
+    (path / "gcc" / "received" / "c" / "0" / "0").unlink()
+    (path / "uncoded" / "mse" / "c" / "0").unlink()
+    st = RunStore.open(path)
+    assert st.missing_batches("gcc").tolist() == [0, 1, 2, 3]
+    assert st.pending_batches("uncoded").tolist() == [0, 1, 2, 3]
+    st = RunStore.resume(path, **LAYOUT)
+    assert st.batch_status("gcc").tolist() == [0, 0, 0, 0]  # pending, so a run stopped midway reruns the rest
+    assert st.batch_status("uncoded").tolist() == [0, 0, 0, 0]
+    st.write_records("gcc", [record(1)])  # one batch rewritten: its chunk is back, the others still pending
+    assert st.pending_batches("gcc").tolist() == [0, 2, 3]
+
+
+def test_a_deleted_filled_chunk_is_told_from_one_never_written(tmp_path):
+    path = tmp_path / "run.zarr"
+    st = make(path)
+    for b in range(st.num_batches):
+        lo, hi = st.batch_rows(b)
+        fill = np.arange(hi - lo) == 0 if b == 1 else None  # only batch 1 filled a sample: only it has a chunk
+        digest = write_decoded(path, "gcc", b, np.full((hi - lo, 10), float(b), np.float32), fill, token=st.token)
+        st.write_records("gcc", [record(b, digest=digest)])
+    assert sorted(p.name for p in (path / "gcc" / "filled" / "c").iterdir()) == ["1"]
+    assert st.missing_batches("gcc").tolist() == []
+    (path / "gcc" / "filled" / "c" / "1").unlink()
+    assert st.missing_batches("gcc").tolist() == [1]
+
+
+# ------------------------------------------------------------------- issue 35, case 6: a store removed mid-run
+def test_a_write_that_lands_while_the_store_is_removed_leaves_nothing_there(tmp_path, monkeypatch):
+    """``rm -r`` lists a folder, then a late write puts its chunk in it: the folder could not be removed, and
+    ``gcc/decoded/c/30/0`` stayed where the store was. The write now finds the root ``zarr.json`` gone after it
+    wrote, removes what it put there, and is refused."""
+    from gcc_dask.store import writes
+
+    path = tmp_path / "run.zarr"
+    st = make(path)
+    lo, hi = st.batch_rows(1)
+    real = writes._array
+
+    def removed_meanwhile(h, group, name):  # the removal passes between the token check and the write
+        arr = real(h, group, name)
+        for meta in path.rglob("zarr.json"):
+            meta.unlink()
+        return arr
+
+    monkeypatch.setattr(writes, "_array", removed_meanwhile)
+    with pytest.raises(WriteRefusedError, match="the store is gone"):
+        write_decoded(path, "gcc", 1, np.ones((hi - lo, 10), np.float32), token=st.token)
+    assert not (path / "gcc" / "decoded" / "c" / "1").exists()
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_what_late_writes_left_of_a_removed_store_is_no_obstacle(tmp_path, overwrite):
+    """The same command after the store was removed mid-run used to say "not a Zarr v3 store" for ever; the
+    remains (chunk files, no zarr.json) are removed and a new store starts there."""
+    path = tmp_path / "run.zarr"
+    (path / "gcc" / "decoded" / "c" / "30").mkdir(parents=True)
+    (path / "gcc" / "decoded" / "c" / "30" / "0").write_bytes(b"x" * 40)
+    (path / "inputs" / "status" / "c").mkdir(parents=True)
+    (path / "inputs" / "status" / "c" / "30").write_bytes(b"x" * 8)
+    assert run_store_mod.store_remains(path) == 2
+    run_store_mod.check_target(path, overwrite)  # not refused as a folder of other files
+    assert RunStore.resume(path, overwrite=overwrite, **LAYOUT) is None and not path.exists()
+    (path / "gcc" / "decoded" / "c" / "30").mkdir(parents=True)
+    (path / "gcc" / "decoded" / "c" / "30" / "0").write_bytes(b"x" * 40)
+    st = RunStore.create(path, overwrite=overwrite, **LAYOUT)  # create() alone clears them too
+    assert st.pending_batches("gcc").tolist() == [0, 1, 2, 3]
+
+
+def test_a_folder_with_any_other_file_is_never_taken_for_remains(tmp_path):
+    path = tmp_path / "mine"
+    (path / "gcc" / "decoded" / "c" / "30").mkdir(parents=True)
+    (path / "gcc" / "decoded" / "c" / "30" / "0").write_bytes(b"x")
+    (path / "notes.txt").write_text("mine")
+    assert run_store_mod.store_remains(path) is None
+    remove_leftovers(path)
+    assert (path / "notes.txt").is_file() and (path / "gcc" / "decoded" / "c" / "30" / "0").is_file()
+    with pytest.raises(StoreError):
+        RunStore.resume(path, **LAYOUT)

@@ -19,7 +19,7 @@ from typing import Any, Literal, TypeVar
 
 from gcc_dask.errors import GccDaskError, StoreError
 
-__all__ = ["corrupt_chunk", "corrupt_chunk_error", "load_sweep", "names_corrupt_chunks", "open_sweep", "root_attrs",
+__all__ = ["check_run_chunks", "corrupt_chunk", "corrupt_chunk_error", "load_sweep", "names_corrupt_chunks", "open_sweep", "root_attrs",
            "store_kind"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -184,7 +184,37 @@ def _check_run_structure(store: Any) -> None:
     except StoreError:
         return
     if attrs.get(RUN_MARKER) is not None:
-        check_structure(Path(os.fspath(store)).expanduser().absolute(), attrs)
+        path = Path(os.fspath(store)).expanduser().absolute()
+        check_structure(path, attrs)
+        check_run_chunks(path, attrs)
+
+
+def check_run_chunks(path: str | os.PathLike, attrs: dict[str, Any] | None = None) -> None:
+    """Refuse to read a run store a chunk of whose done batches is missing or misplaced
+    (:func:`gcc_dask.store.integrity.lost_chunks`): its metrics would be computed over fill values (a deleted
+    ``decoded`` chunk reads as NaN rows, a deleted ``received`` chunk as no worker received) and printed as if
+    whole. One :class:`StoreError` line names the chunks and the fix: the same run command recomputes them.
+
+    Raises
+    ------
+    StoreError
+        Naming the store, how many chunks, the first few with their batches, and how to repair it.
+    """
+    from gcc_dask.store.integrity import lost_chunks
+
+    path = Path(os.fspath(path)).expanduser().absolute()
+    attrs = root_attrs(path) if attrs is None else attrs
+    try:
+        lost = lost_chunks(path, attrs)
+    except StoreError:
+        return  # a damaged chunk (a status, the digests): the reader names it where it reads it
+    if not lost:
+        return
+    shown = ", ".join(lost[:3]) + (f" and {len(lost) - 3} more" if len(lost) > 3 else "")
+    raise StoreError(f"store path: got {str(path)!r}; {len(lost)} chunk{'s' if len(lost) > 1 else ''} of done "
+                     f"batches {'are' if len(lost) > 1 else 'is'} missing or misplaced ({shown}), so its numbers "
+                     "would be computed without them: run the same command (gcc-dask run, or coded_map with this "
+                     "store as out=) to recompute those batches, or restore the chunks from a copy")
 
 
 def names_corrupt_chunks(func: _F) -> _F:

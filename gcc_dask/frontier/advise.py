@@ -35,6 +35,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from gcc_dask._paths import writable_dir
 from gcc_dask.config import AdviseConfig
 from gcc_dask.errors import ConfigError
 
@@ -328,7 +329,8 @@ def advise(pipeline: Any, *, samples: int = DEFAULT_SAMPLES, target: float | Non
         output_shape, f_cost = _probe_model(workload, source, cfg.run.nan_policy, timed=True)
     if target is not None and int(np.prod(output_shape)) > 1 and target > 1:
         raise ConfigError(f"--target-relacc: got {target!r}; expected a RelAcc in (0, 1]")
-    out_dir.mkdir(parents=True, exist_ok=True)  # (once the options are known good: a refusal writes nothing)
+    # (once the options are known good: a refusal writes nothing); one line when it cannot be made or written
+    out_dir = Path(writable_dir("--out" if out is not None else "advise output folder", out_dir))
     ratios = _ratios(cfg, max_redundancy, target)
     candidates, skipped = candidates_for_specs(_specs(cfg), K, ratios)
     index, X, labels = groups_of(source, K, cfg.composition.policy, cfg.composition.seed, samples=samples)
@@ -364,7 +366,7 @@ def advise(pipeline: Any, *, samples: int = DEFAULT_SAMPLES, target: float | Non
                and digests[c.label] not in cached}  # f runs once per encoder, on G·N coded rows
     f_rows = (0 if known is not None else G * K) + G * sum(missing.values())
 
-    say(f"advice for {cfg.name}: {G} groups of K = {K} from a sample of {samples:,} samples "
+    say(f"advice for {cfg.name}: {G} group{'s' if G != 1 else ''} of K = {K} from a sample of {samples:,} samples "
         f"({cfg.composition.policy}), N = {sorted({c.num_workers for c in candidates})}, "
         + (f"S = {S}" if p is None else f"p = {p:g}"))
     t0 = time.perf_counter()
@@ -459,6 +461,11 @@ def _advice(ds, pattern: str, target: float | None, cfg, path: Path, wall: float
         lines = [_exact_sentence(metric, target, int(table["N"].max()), chosen)]
         label, choice = "speculative", {"label": "speculative", "code": "speculative", "params": {}}
         reason = ""
+    if not math.isfinite(float(chosen["se"])):  # one group: no spread, no paired difference, nothing told apart
+        lines.append(f"warning: the sample holds one group of K = {int(round(chosen['N'] / chosen['ratio']))} "
+                     "only, so no standard error can be given and no two "
+                     "estimators told apart: this advice is a guess; measure at least 2 groups (--samples of 2·K "
+                     "or more, from a dataset that has them)")
     if tied:
         lines.append(f"As good within 2 standard errors, or a code gaining less than the margin {margin:g} over "
                      f"copying: {', '.join(tied)}; the cheapest was taken.")
@@ -475,12 +482,15 @@ def _sentence(chosen, metric: str, what: str) -> str:
     """The recommendation in one plain sentence."""
     head = (f"Use {chosen['estimator']} with N = {int(chosen['N'])} workers per {int(round(chosen['N'] / chosen['ratio']))} "
             f"inputs ({chosen['ratio']:g}x the uncoded cost)")
+    se = float(chosen["se"])  # NaN from one group: no spread is given
     if metric == "rel_acc":
-        return (f"{head}: its decoded argmax agrees with the uncoded model's on {100 * chosen['value']:.2f}% "
-                f"(± {100 * chosen['se']:.2f}%) of the samples under {what}.")
+        spread = f" (± {100 * se:.2f}%)" if math.isfinite(se) else ""
+        return (f"{head}: its decoded argmax agrees with the uncoded model's on {100 * chosen['value']:.2f}%"
+                f"{spread} of the samples under {what}.")
+    pm = f" ± {se:.2g}" if math.isfinite(se) else ""
     rel = chosen.get("rel_rmse", np.nan)
-    rel_text = f"its relative RMSE is {rel:.3g} (MSE {chosen['value']:.3g} ± {chosen['se']:.2g})" if np.isfinite(rel) \
-        else f"its mean squared error is {chosen['value']:.3g} (± {chosen['se']:.2g})"
+    rel_text = f"its relative RMSE is {rel:.3g} (MSE {chosen['value']:.3g}{pm})" if np.isfinite(rel) \
+        else f"its mean squared error is {chosen['value']:.3g}" + (f" ({pm.strip()})" if pm else "")
     return f"{head}: {rel_text} under {what}."
 
 
@@ -498,7 +508,7 @@ def _exact_sentence(metric: str, target: float, n_max: int, chosen) -> str:
     return (f"No approximate estimator reaches {metric} {target:g} at N <= {n_max}, so use an exact scheme: "
             f"speculative (uncoded with backup copies of late shards) or uncoded (wait for every result); "
             f"the best approximate one is {chosen['estimator']} at N = {int(chosen['N'])}, with {metric} "
-            f"{chosen['value']:.4g} (± {chosen['se']:.2g}).")
+            f"{chosen['value']:.4g}" + (f" (± {float(chosen['se']):.2g})." if math.isfinite(float(chosen['se'])) else "."))
 
 
 def _store_for(cfg, label: str) -> str:
@@ -620,6 +630,9 @@ def resolve_auto(cfg, path: str | os.PathLike, client=None, say: Callable[[str],
                      echo=say, progress=False, margin=cfg.advise.margin)
         stored = {**adv.to_attrs(), "for_fingerprint": fingerprint, "store": adv.path}
         say(f"schemes [auto]: {adv.text.splitlines()[0]}")
+        for line in adv.text.splitlines()[1:]:
+            if line.startswith("warning: "):  # one group only: said once, with the recommendation
+                say(f"schemes [auto]: {line}")
     else:
         say(f"schemes [auto]: {stored['choice']['label']} (the choice recorded in the store)")
     return apply_choice(cfg, stored["choice"]), stored

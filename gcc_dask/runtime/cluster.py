@@ -22,7 +22,8 @@ from gcc_dask.errors import ClusterError
 from gcc_dask.limits import MAX_LOCAL_WORKERS
 from gcc_dask.runtime.signals import DeferredSignals
 from gcc_dask.runtime.cluster_calls import (  # noqa: F401  (importable from here, as before the split)
-    _accepts_n_workers, allowed_failures, frozen_workers, past_frozen, remove_plugins, run_on_cluster, thread_slots,
+    WORKER_TIMEOUT, _accepts_n_workers, allowed_failures, frozen_workers, past_frozen, remove_plugins, run_on_cluster,
+    scheduler_lost_error, thread_slots,
 )
 from gcc_dask.runtime.cluster_gpu import check_gpu_workers, cluster_has_gpu, gpu_available
 from gcc_dask.runtime.cluster_map import (  # noqa: F401  (importable from here, as before the split)
@@ -109,6 +110,25 @@ def _lost_comm(text: str) -> bool:
     return text.startswith("Batched Comm Closed")
 
 
+class _ReconnectNoise(logging.Filter):
+    """Drop (log at DEBUG level) what the client logs when its scheduler is gone: "Failed to reconnect", and the
+    traceback of its reconnection cancelled when it is closed (an ERROR record with no message and an
+    ``asyncio.CancelledError``). The run, or the composition, says it in its own line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        import asyncio
+
+        try:
+            text = record.getMessage()
+        except Exception:  # pragma: no cover - a record whose arguments do not format
+            return True
+        error = record.exc_info[1] if record.exc_info else None
+        if text.startswith("Failed to reconnect") or (isinstance(error, asyncio.CancelledError) and not text.strip()):
+            logger.debug("%s (%s)", text, type(error).__name__ if error is not None else "")
+            return False
+        return True
+
+
 @contextlib.contextmanager
 def connect(spec: ClusterSpec, client=None) -> Iterator:
     """Yield a ``distributed.Client`` per the precedence above; close only what this function opened.
@@ -122,6 +142,10 @@ def connect(spec: ClusterSpec, client=None) -> Iterator:
     from distributed import Client, LocalCluster
 
     if client is not None:
+        status = getattr(client, "status", "running")
+        if status in ("closing", "closed"):  # its calls would fail on the first use, blamed on whatever used it
+            raise ClusterError(f"client: got a distributed.Client that is {status} (status {status!r}); expected a "
+                               "running one: pass an open Client, or none (client=None) for the config's cluster")
         yield client
         return
     address = spec.address or os.environ.get("DASK_SCHEDULER_ADDRESS")
@@ -138,8 +162,9 @@ def connect(spec: ClusterSpec, client=None) -> Iterator:
                 f"{spec.connect_timeout:g} s ({type(e).__name__}: {e}); expected a running scheduler: start it "
                 f"with `dask scheduler`, or leave the address empty for an embedded LocalCluster"
             ) from None
-        quiet = DebugOnly(_lost_comm)
+        quiet, reconnect = DebugOnly(_lost_comm), _ReconnectNoise()
         logging.getLogger("distributed.batched").addFilter(quiet)
+        logging.getLogger("distributed.client").addFilter(reconnect)
         try:
             yield c
         finally:
@@ -147,6 +172,7 @@ def connect(spec: ClusterSpec, client=None) -> Iterator:
                 c.close()
             finally:  # after close: no write of this client is left to fail
                 logging.getLogger("distributed.batched").removeFilter(quiet)
+                logging.getLogger("distributed.client").removeFilter(reconnect)
         return
     # Our own cluster: a shard lost with its worker is an erasure, so never re-run it elsewhere. The
     # statistical profiler is off: it walks the frames of running tasks and races with native extensions

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import logging
 
+from gcc_dask.errors import ClusterError
+
 logger = logging.getLogger("gcc_dask.runtime.cluster")  # (the name its messages had before the split)
 
 
@@ -145,7 +147,94 @@ def _scheduler_allowed_failures(dask_scheduler=None):
     return getattr(dask_scheduler, "allowed_failures", None)
 
 
-def run_on_cluster(client, func, *args):
+#: seconds a wait of :func:`~gcc_dask.runtime.cluster_map.map_on_cluster` and :func:`run_on_cluster` gives
+#: workers to come back once every one is gone (the pipeline passes ``cluster.connect_timeout``)
+WORKER_TIMEOUT = 10.0
+
+
+class _WorkerWatch:
+    """Ends a wait on a cluster that has lost every worker (or its scheduler): :meth:`check`, called at least once
+    a second while tasks are out, raises a :class:`ClusterError` line once no worker has been there for
+    `timeout` seconds (their tasks would wait in the scheduler's ``no-worker`` state for ever), or at once when
+    the scheduler cannot be reached. `what` names the work (``"composing the samples"``)."""
+
+    def __init__(self, client, timeout: float, what: str) -> None:
+        self.client, self.timeout, self.what = client, float(timeout), what
+        self.since: float | None = None
+
+    def check(self) -> None:
+        import time
+
+        try:
+            workers = self.client.scheduler_info().get("workers") or {}
+        except Exception as e:  # the scheduler is gone (OSError, CommClosedError, "ConnectionPool is closed")
+            raise scheduler_lost_error(self.client, self.what, e) from None
+        if workers:
+            self.since = None
+            return
+        now = time.monotonic()
+        if self.since is None:
+            self.since = now
+            logger.warning("every Dask worker is gone while %s; waiting up to %g s for workers to come back",
+                           self.what, self.timeout)
+        elif now - self.since > self.timeout:
+            raise ClusterError(f"cluster: every Dask worker was lost while {self.what} and none came back within "
+                               f"{self.timeout:g} s (cluster.connect_timeout); start workers (or a new cluster) and "
+                               "run the same command again")
+
+
+def scheduler_lost_error(client, what: str, exc: BaseException | None = None) -> ClusterError:
+    """The one line for a scheduler lost while `what` (``"composing the samples"``) went on."""
+    try:
+        address = client.scheduler.address
+    except Exception:
+        address = None
+    why = f" ({type(exc).__name__})" if exc is not None else ""
+    return ClusterError(f"cluster: lost the connection to the Dask scheduler at {address!r} while {what}{why}; run "
+                        "the same command again once the scheduler is back (the store resumes)")
+
+
+def _scheduler_gone(client, exc: BaseException) -> bool:
+    """Whether `exc`, raised by a call to `client`, is its scheduler gone (not a bug of the caller)."""
+    from distributed.client import ClosedClientError
+    from distributed.comm import CommClosedError
+
+    if isinstance(exc, (ClosedClientError, CommClosedError)):
+        return True
+    if getattr(client, "status", "running") != "running":  # reconnecting, closing or closed
+        return True
+    text = str(exc)
+    return "ConnectionPool is closed" in text or "scheduler-connection-lost" in text
+
+
+def run_on_cluster(client, func, *args, worker_timeout: float = WORKER_TIMEOUT, what: str = "a task of the run ran"):
     """``func(*args)`` as one Dask task (e.g. a read of a source that only the workers read); its result, or its
-    exception raised here."""
-    return client.submit(func, *args, pure=False).result()
+    exception raised here. Every worker gone for `worker_timeout` s, or the scheduler lost, or the task's worker
+    dead, is one :class:`~gcc_dask.errors.ClusterError` line (the task would otherwise wait for ever)."""
+    from distributed import KilledWorker, wait
+
+    watch = _WorkerWatch(client, worker_timeout, what)
+    try:
+        future = client.submit(func, *args, pure=False)
+        try:
+            while True:
+                try:
+                    with client.as_current():
+                        wait([future], timeout=1.0)
+                    break
+                except TimeoutError:
+                    watch.check()
+            return future.result()
+        finally:
+            if future.status == "pending":
+                client.cancel([future])
+    except ClusterError:
+        raise
+    except KilledWorker:
+        raise ClusterError(f"cluster: the worker running {getattr(func, '__name__', func)!r} died while {what} "
+                           "(KilledWorker); check the workers' memory and logs, then run the same command again") \
+            from None
+    except Exception as e:
+        if _scheduler_gone(client, e):
+            raise scheduler_lost_error(client, what, e) from None
+        raise

@@ -9,7 +9,9 @@ import logging
 from typing import Any
 
 from gcc_dask.errors import ClusterError
-from gcc_dask.runtime.cluster_calls import frozen_workers
+from gcc_dask.runtime.cluster_calls import (
+    WORKER_TIMEOUT, _scheduler_gone, _WorkerWatch, frozen_workers, scheduler_lost_error,
+)
 
 logger = logging.getLogger("gcc_dask.runtime.cluster")  # (the name its messages had before the split)
 
@@ -41,7 +43,8 @@ def _returning_errors(func, *args):
 SHARED_BY_VALUE_BYTES = 1 << 20
 
 
-def map_on_cluster(client, func, items, *shared, attempts: int = MAP_ATTEMPTS, speculation=None):
+def map_on_cluster(client, func, items, *shared, attempts: int = MAP_ATTEMPTS, speculation=None,
+                   worker_timeout: float = WORKER_TIMEOUT, what: str = "a task of the run ran"):
     """``[func(*shared, item) for item in items]`` as Dask tasks, one per item, in item order, with backup
     copies of the late ones.
 
@@ -61,11 +64,26 @@ def map_on_cluster(client, func, items, *shared, attempts: int = MAP_ATTEMPTS, s
     submitted again, at most `attempts` times in all; a :class:`~gcc_dask.errors.GccDaskError` raised by `func`
     is raised here, as it is. Used by :func:`gcc_dask.composition.compose` for its windows.
 
+    Every worker gone for `worker_timeout` s (their tasks would wait for ever), or the scheduler lost, ends the
+    map with one :class:`~gcc_dask.errors.ClusterError` line naming `what` was under way.
+
     Raises
     ------
     ClusterError
-        If an item's tasks were lost with their workers `attempts` times.
+        If an item's tasks were lost with their workers `attempts` times, every worker is gone, or the scheduler.
     """
+    try:
+        return _map_on_cluster(client, func, items, *shared, attempts=attempts, speculation=speculation,
+                               watch=_WorkerWatch(client, worker_timeout, what))
+    except ClusterError:
+        raise
+    except Exception as e:
+        if _scheduler_gone(client, e):
+            raise scheduler_lost_error(client, what, e) from None
+        raise
+
+
+def _map_on_cluster(client, func, items, *shared, attempts: int, speculation, watch: _WorkerWatch):
     import functools
 
     from distributed.comm import CommClosedError
@@ -90,7 +108,7 @@ def map_on_cluster(client, func, items, *shared, attempts: int = MAP_ATTEMPTS, s
                     logger.info("scattering to the workers failed (%s); attempt %d of %d", e, attempt, attempts)
                     continue
             args = tuple(scattered) if scattered else shared
-            todo = _map_with_backups(client, call, args, items, todo, results, rule)
+            todo = _map_with_backups(client, call, args, items, todo, results, rule, watch)
         finally:
             client.cancel(scattered)
         if not todo:
@@ -115,7 +133,8 @@ def _small(shared: tuple) -> bool:
         return False
 
 
-def _map_with_backups(client, call, args: tuple, items: list, todo: list[int], results: list, rule) -> list[int]:
+def _map_with_backups(client, call, args: tuple, items: list, todo: list[int], results: list, rule,
+                      watch: _WorkerWatch | None = None) -> list[int]:
     """Run ``call(*args, items[i])`` for each i in `todo` into ``results[i]``, with backup copies of the late
     ones (:func:`~gcc_dask.runtime.cutoff.backups_due`) and of those whose every copy runs on a worker that has
     missed :data:`~gcc_dask.runtime.liveness.MISSED_HEARTBEATS` heartbeats (a frozen worker may hold more than
@@ -184,7 +203,8 @@ def _map_with_backups(client, call, args: tuple, items: list, todo: list[int], r
                 with client.as_current():  # distributed.wait takes the default client, which may be another one
                     wait(out, timeout=timeout, return_when="FIRST_COMPLETED")
             except TimeoutError:
-                pass
+                if watch is not None:
+                    watch.check()  # no result within a beat: every worker gone, or the scheduler, ends the wait
             now = time.monotonic() - start
             for j in sorted(open_):
                 for c, f in enumerate(copies[j]):

@@ -24,7 +24,7 @@ from distributed import WorkerPlugin, get_worker
 from distributed.worker import thread_state
 
 from gcc_dask import metrics
-from gcc_dask.errors import GccDaskError, StoreError, WorkloadError, WriteRefusedError
+from gcc_dask.errors import GccDaskError, InvalidInputError, StoreError, WorkloadError, WriteRefusedError
 from gcc_dask.workloads import load_workload
 
 logger = logging.getLogger(__name__)
@@ -513,6 +513,31 @@ def evaluate_shard(name: str, scheme: str, batch: int, worker: int, delay_s: flo
             _SHARD_SECONDS[scheme] = _SHARD_SECONDS.get(scheme, 0.0) + spent
 
 
+def decode_by_row(code: Any, Y: Any, received: np.ndarray) -> np.ndarray:
+    """``code.decode(Y, received)`` when some of f's output rows hold NaN or Inf (f's own NaN on a few samples,
+    or a value beyond float32's range): each non-finite row of a worker's block, ``Y[n, b]``, is left out, and the
+    estimates that use it (``decoder_matrix(received)[k, n] != 0``: one sample for an exact selection such as
+    ``uncoded``, the whole group ``b`` for a code that mixes every result) are NaN; every other estimate is
+    decoded as usual. Without it one NaN row failed the decode of the whole batch in every scheme (uncoded's exact
+    rows included).
+
+    Raises
+    ------
+    InvalidInputError
+        When `Y` is finite (the decode itself overflowed): as :meth:`decode` raises it.
+    """
+    Yh = np.asarray(to_host(Y))
+    bad = ~np.isfinite(Yh).reshape(Yh.shape[0], Yh.shape[1] if Yh.ndim > 1 else 1, -1).all(axis=-1)  # (|F|, B)
+    if not bad.any():
+        return to_host(code.decode(Y, received))  # raises what it raised
+    clean = np.where(np.isfinite(Yh), Yh, 0).astype(Yh.dtype, copy=False)
+    decoded = np.array(to_host(code.decode(clean, received)), dtype=Yh.dtype)
+    uses = (np.abs(np.asarray(code.decoder_matrix(received))) > 0).astype(np.float64)  # (K, |F|)
+    affected = (uses @ bad.astype(np.float64)) > 0  # (K, B)
+    decoded.reshape(affected.shape + (-1,))[affected] = np.nan
+    return decoded
+
+
 def decode_task(
     name: str,
     scheme: str,
@@ -544,6 +569,7 @@ def decode_task(
     status = meta["status"]
     decoded = None
     error_estimate = float("nan")
+    nonfinite = overflow = 0  # rows of f's outputs that held NaN or Inf; estimates beyond float32's range
     if results and status != 4:
         ys = [r.output for r in results]
         if p.use_gpu and any(not isinstance(y, np.ndarray) for y in ys):
@@ -556,8 +582,15 @@ def decode_task(
         try:
             # the plain decode, so that code.decode(Y, received) on the stored received set reproduces
             # these estimates bit for bit (the return_error path's stacked matmul rounds differently)
-            decoded = code.decode(Y, idx)
-            if code.name in ("gcc", "letcc"):
+            by_row = False
+            try:
+                decoded = code.decode(Y, idx)
+            except InvalidInputError:  # NaN or Inf in f's output: those rows only, when there are any
+                decoded, by_row = decode_by_row(code, Y, idx), True
+                Yh = np.asarray(to_host(Y))
+                nonfinite = int((~np.isfinite(Yh.reshape(Yh.shape[0] * max(Yh.shape[1] if Yh.ndim > 1 else 1, 1),
+                                                         -1))).any(axis=1).sum())
+            if code.name in ("gcc", "letcc") and not by_row:
                 error_estimate = float(np.mean(to_host(code.decode(Y, idx, return_error=True)[1])))
             decoded = to_host(decoded)
         except NotEnoughResultsError:
@@ -573,7 +606,11 @@ def decode_task(
             status = 3
     received_mask = np.zeros(code.num_workers, dtype=bool)
     received_mask[np.asarray(received, dtype=np.int64)] = True
-    decoded = decoded.astype(np.float32)
+    if np.issubdtype(decoded.dtype, np.floating) and np.finfo(decoded.dtype).max > np.finfo(np.float32).max:
+        with np.errstate(invalid="ignore"):
+            overflow = int((np.abs(decoded) > np.finfo(np.float32).max).any(axis=1).sum())
+    with np.errstate(over="ignore"):  # beyond float32's range: ±inf, counted and said once by the run
+        decoded = decoded.astype(np.float32)
     filled = code.filled(received_mask) if status in (1, 2) else np.zeros(code.num_inputs, dtype=bool)
     if filled.any():  # the positions a fill estimated, for every group of the batch, in slot order
         g = p.layout.batch_groups(batch)
@@ -594,6 +631,7 @@ def decode_task(
         "failed_mask": np.asarray(meta["failed"], dtype=bool),
         "n_backups": int(meta.get("backups", 0)),
         "chunk_digest": digest,  # binds the chunks just written to their place (docs/store.rst, 'Integrity')
+        "nonfinite_rows": nonfinite, "overflow_rows": overflow,  # said once by the run, with their counts
     }
     if meta.get("score"):
         record["decoded"] = decoded

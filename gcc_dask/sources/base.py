@@ -143,6 +143,10 @@ class Source(ABC):
         if total < 1:
             raise SourceError(f"source: got {name!r}, which holds no samples (num_samples={total!r}); expected at "
                               "least one sample")
+        if any(int(d) == 0 for d in sample_shape):
+            raise SourceError(f"source: got {name!r}, whose samples have shape {tuple(int(d) for d in sample_shape)} "
+                              f"(array shape {(int(total), *(int(d) for d in sample_shape))}), no value each; "
+                              "expected samples of at least one value (check the array's axes: samples go first)")
         self.name = name
         self.num_samples = int(total if limit is None else min(total, limit))
         self.sample_shape = tuple(int(s) for s in sample_shape)

@@ -11,6 +11,10 @@ is written has a chunk in each of its sample arrays. Three checks use that (docs
   ``reference``) is gone, which a resume runs again instead of reading them back as fill values;
 - :func:`damaged_chunk_error`: after a read failed (a checksum that does not match, a chunk that does not
   decompress), the one line naming the array, the chunk file and the batches it holds;
+- :func:`lost_records`: the done batches whose chunk of a per-batch array (``received``, ``rel_acc``, ``mse``, ...,
+  ``status``) is gone, which a resume marks pending and runs again;
+- :func:`lost_chunks`: every chunk of a done batch that is missing or misplaced, named for the readers
+  (``report``, ``summary``), which refuse to print a number computed without it;
 - :func:`misplaced_chunks`: in a store that binds its chunks (``chunk_digest``), the done batches whose chunk of a
   sample array is not the one written there (moved or swapped within the store, or copied from another store):
   its ``crc32c`` is sound, but the digest recorded with the batch names another store, array, place or content.
@@ -30,10 +34,10 @@ import numpy as np
 
 from gcc_dask.errors import StoreError
 
-from .layout import _BATCH_FLOATS, DIGEST, INPUTS, INTEGRITY_ATTR, _output_dims, bound_arrays
+from .layout import _BATCH_FLOATS, DIGEST, INPUTS, INTEGRITY_ATTR, STORE_ID_ATTR, _output_dims, bound_arrays
 
-__all__ = ["check_structure", "chunk_digest", "chunk_span", "damaged_chunk_error", "misplaced_chunks",
-           "missing_batches", "read_checked"]
+__all__ = ["check_structure", "chunk_digest", "chunk_span", "damaged_chunk_error", "lost_chunks", "lost_records",
+           "misplaced_chunks", "missing_batches", "missing_filled", "read_checked"]
 
 #: coordinate arrays, written whole when the store is created (and never again)
 COORDINATES = ("sample", "group", "position", "batch", "worker", "worker_point")
@@ -45,6 +49,8 @@ INPUT_ARRAYS = ("sample", "group", "position", "batch", "status")
 #: which zarr always writes); in a store that writes empty chunks, an undecodable batch's NaN chunk as well
 _DECODED_WRITTEN = (1, 2)
 _DECODED_WRITTEN_ALL = (1, 2, 3)
+#: every done status (a failed batch writes its record too)
+_DONE = (1, 2, 3, 4)
 
 
 def _node(path: Path, rel: str, node_type: str, chunks: bool = False) -> str | None:
@@ -61,6 +67,9 @@ def _node(path: Path, rel: str, node_type: str, chunks: bool = False) -> str | N
         return f"{rel}/zarr.json cannot be read ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
     if not isinstance(meta, dict) or meta.get("node_type") != node_type:
         return f"{rel}/zarr.json is not the metadata of a Zarr {node_type}"
+    why = _invalid_metadata(meta, node_type)
+    if why:
+        return f"{rel}/zarr.json is not valid Zarr {node_type} metadata ({why})"
     if chunks and len(meta.get("shape", ())) == 1:
         try:
             size, chunk = meta["shape"][0], meta["chunk_grid"]["configuration"]["chunk_shape"][0]
@@ -70,6 +79,28 @@ def _node(path: Path, rel: str, node_type: str, chunks: bool = False) -> str | N
         for i in range(-(-int(size) // int(chunk))):
             if not (path / rel / f"c{sep}{i}").is_file():
                 return f"{rel} has lost its chunk c{sep}{i} (values written when the store was created)"
+    return None
+
+
+def _invalid_metadata(meta: dict, node_type: str) -> str | None:
+    """Why zarr would refuse the metadata `meta` of a ``node_type`` node (a key misspelled by one flipped byte:
+    ``fill_valuX``, a missing ``chunk_grid``, an unknown codec), as ``"KeyError: 'fill_value'"``; None when it
+    parses. The metadata as zarr itself reads it, so that a reader never meets zarr's own traceback."""
+    import copy
+
+    try:
+        if node_type == "array":
+            from zarr.core.metadata.v3 import ArrayV3Metadata
+
+            ArrayV3Metadata.from_dict(copy.deepcopy(meta))
+        else:
+            from zarr.core.group import GroupMetadata
+
+            GroupMetadata.from_dict(copy.deepcopy(meta))
+    except ImportError:  # pragma: no cover - a zarr that moved these classes: the node_type check stands
+        return None
+    except Exception as e:  # zarr raises KeyError, TypeError, ValueError, MetadataValidationError...
+        return f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:120]}"
     return None
 
 
@@ -156,6 +187,175 @@ def missing_batches(path: str | os.PathLike, group: str, names: Iterable[str], s
             if not (folder / key).is_file():
                 missing.add(int(b))
     return np.asarray(sorted(missing), dtype=np.int64)
+
+
+def _array_meta(path: Path, rel: str) -> dict[str, Any] | None:
+    try:
+        meta = json.loads((path / rel / "zarr.json").read_text())
+    except (OSError, ValueError):
+        return None  # check_structure names it
+    return meta if isinstance(meta, dict) and meta.get("node_type") == "array" else None
+
+
+def _chunk_file(meta: Mapping[str, Any], index: tuple[int, ...]) -> str:
+    encoding = meta.get("chunk_key_encoding", {})
+    sep = (encoding.get("configuration") or {}).get("separator", "/")
+    prefix = "c" + sep if encoding.get("name", "default") == "default" else ""
+    return prefix + sep.join(str(int(i)) for i in index)
+
+
+def _read_status(path: Path, group: str) -> np.ndarray | None:
+    import zarr
+
+    if _array_meta(path, f"{group}/status") is None:
+        return None
+    return np.asarray(read_checked(path, f"{group}/status", zarr.open_array(str(path / group / "status"), mode="r")))
+
+
+def missing_filled(path: str | os.PathLike, group: str, status: np.ndarray, done: Iterable[int],
+                   batch_size: int) -> np.ndarray:
+    """The done batches of scheme `group` whose ``filled`` chunk was written (a nonzero digest recorded with the
+    batch, ``chunk_digest[:, 1]``) but is gone. A batch without a fill writes no ``filled`` chunk, so only the
+    digest tells a deleted one from one never written; a store without digests gives none. int64, ascending."""
+    import zarr
+
+    path = Path(path)
+    candidates = np.flatnonzero(np.isin(status, list(done)))
+    meta = _array_meta(path, f"{group}/filled")
+    if candidates.size == 0 or meta is None or _array_meta(path, f"{group}/{DIGEST}") is None \
+            or meta["chunk_grid"]["configuration"]["chunk_shape"][0] != batch_size:
+        return np.zeros(0, dtype=np.int64)
+    recorded = read_checked(path, f"{group}/{DIGEST}", zarr.open_array(str(path / group / DIGEST), mode="r"))
+    column = bound_arrays(group).index("filled")
+    lost = [int(b) for b in candidates if int(recorded[b, column]) != 0
+            and not (path / group / "filled" / batch_chunk_key(meta, int(b))).is_file()]
+    return np.asarray(lost, dtype=np.int64)
+
+
+def lost_records(path: str | os.PathLike, group: str, status: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """The per-batch arrays of scheme `group` (``received``, ``latency_s``, ``mse``, ``rel_acc``, ..., and
+    ``status`` itself) whose chunk file is gone while batches of that chunk are done: array name to those batches
+    (int64, ascending). Their values would read back as fill values (no worker received, NaN metrics).
+
+    A per-batch array holds up to :data:`~.layout.BATCH_CHUNK` batches a chunk, and a store that writes every
+    chunk (``integrity``) writes it with the first of its batches, so a missing chunk of a done batch was deleted
+    or lost. A lost ``status`` chunk is told by its batches' ``n_received`` chunk, written with them (their
+    statuses then read as pending). Empty for a store made before chunks were all written.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The run store.
+    group : str
+        A scheme.
+    status : array of int8, shape (num_batches,), optional
+        The group's statuses (read when not given).
+    """
+    path = Path(path)
+    status = _read_status(path, group) if status is None else np.asarray(status)
+    if status is None:
+        return {}
+    done = np.isin(status, list(_DONE))
+    lost: dict[str, np.ndarray] = {}
+    try:
+        names = sorted(p.name for p in (path / group).iterdir() if p.is_dir())
+    except OSError:
+        return {}
+    for name in names:
+        if name in COORDINATES:
+            continue
+        meta = _array_meta(path, f"{group}/{name}")
+        if meta is None or (meta.get("dimension_names") or [None])[0] != "batch":
+            continue
+        chunk = int(meta["chunk_grid"]["configuration"]["chunk_shape"][0])
+        tail = (0,) * (len(meta["shape"]) - 1)
+        batches = []
+        for c in range(-(-int(meta["shape"][0]) // chunk)):
+            if (path / group / name / _chunk_file(meta, (c, *tail))).is_file():
+                continue
+            span = np.arange(c * chunk, min((c + 1) * chunk, status.size))
+            if name == "status":
+                counts = _array_meta(path, f"{group}/n_received")
+                if counts is not None and (path / group / "n_received" / _chunk_file(counts, (c,))).is_file():
+                    batches.extend(span.tolist())
+            elif done[span].any():
+                batches.extend(span[done[span]].tolist())
+        if batches:
+            lost[name] = np.asarray(batches, dtype=np.int64)
+    return lost
+
+
+def _batches_text(batches: Iterable[int]) -> str:
+    b = sorted(int(x) for x in batches)
+    if len(b) == 1:
+        return f"batch {b[0]}"
+    if b == list(range(b[0], b[-1] + 1)):
+        return f"batches {b[0]}-{b[-1]}"
+    return f"batches {', '.join(map(str, b[:4]))}" + (f" and {len(b) - 4} more" if len(b) > 4 else "")
+
+
+def lost_chunks(path: str | os.PathLike, attrs: Mapping[str, Any]) -> list[str]:
+    """Every chunk of a done batch that a reader of the run store at `path` would read without its values: missing
+    (deleted or lost: ``decoded``, ``filled``, ``labels``, ``reference``, and the per-batch arrays of
+    :func:`lost_records`) or misplaced (:func:`misplaced_chunks`), each named with its batches
+    (``"gcc/decoded/c/3/0 (batch 3)"``). Empty when every chunk is there, and for a store made before chunks were
+    all written (``integrity``), where a missing chunk cannot be told from one never written."""
+    import zarr
+
+    path = Path(path)
+    if (attrs.get(INTEGRITY_ATTR) or {}).get("empty_chunks") != "written":
+        return []
+    batch_size = int(attrs["batch_size"])
+    store_id = attrs.get(STORE_ID_ATTR)
+    found: list[str] = []
+
+    def sample_chunk(group: str, name: str, batch: int) -> str:
+        meta = _array_meta(path, f"{group}/{name}")
+        key = batch_chunk_key(meta, batch) if meta is not None else f"c/{batch}"
+        return f"{group}/{name}/{key}"
+
+    groups = [INPUTS, *(str(s) for s in attrs.get("schemes") or {})]
+    for group in groups:
+        status = _read_status(path, group)
+        if status is None:
+            continue
+        if group == INPUTS:
+            names = [n for n in ("labels", "reference") if attrs.get(f"has_{n}")]
+            for name in names:
+                for b in missing_batches(path, group, (name,), status, (1,), batch_size):
+                    found.append(f"{sample_chunk(group, name, int(b))} (batch {int(b)})")
+        else:
+            for b in missing_batches(path, group, ("decoded",), status, _DECODED_WRITTEN_ALL, batch_size):
+                found.append(f"{sample_chunk(group, 'decoded', int(b))} (batch {int(b)})")
+            for b in missing_filled(path, group, status, _DONE, batch_size):
+                found.append(f"{sample_chunk(group, 'filled', int(b))} (batch {int(b)})")
+            for name, batches in lost_records(path, group, status).items():
+                meta = _array_meta(path, f"{group}/{name}")
+                chunk = int(meta["chunk_grid"]["configuration"]["chunk_shape"][0])
+                tail = (0,) * (len(meta["shape"]) - 1)
+                for c in sorted({int(b) // chunk for b in batches}):
+                    inside = [int(b) for b in batches if int(b) // chunk == c]
+                    found.append(f"{group}/{name}/{_chunk_file(meta, (c, *tail))} ({_batches_text(inside)})")
+        if store_id:
+            for b, names in misplaced_chunks(path, group, status, (1,) if group == INPUTS else _DONE,
+                                             str(store_id), batch_size).items():
+                found.extend(f"{n} (batch {b}, moved or copied there)" for n in names if _reads(path, n))
+    return found
+
+
+def _reads(path: Path, chunk: str) -> bool:
+    """Whether the chunk file `chunk` (``"gcc/decoded/c/3/0"``) decodes: a damaged one (a checksum that does not
+    match) is not named as misplaced, the reader's own error names it as damaged."""
+    import zarr
+
+    name, _, key = chunk.partition("/c/")
+    try:
+        arr = zarr.open_array(str(path / name), mode="r")
+        index = tuple(int(i) for i in key.split("/"))
+        arr[tuple(slice(i * c, min((i + 1) * c, n)) for i, c, n in zip(index, arr.chunks, arr.shape))]
+    except Exception:
+        return False
+    return True
 
 
 def batch_chunk_key(meta: Mapping[str, Any], batch: int) -> str | None:

@@ -359,10 +359,58 @@ class _NodePlan:
         """Create the planned nodes under `path` (a folder that does not exist yet), then write the values."""
         import zarr
 
-        made = dict(zarr.create_hierarchy(store=zarr.storage.LocalStore(os.fspath(path)), nodes=self._nodes))
-        with Concurrently() as run:
-            for key, values in self._values.items():
-                run(writable(made[key]).__setitem__, Ellipsis, values)
+        try:
+            made = dict(zarr.create_hierarchy(store=zarr.storage.LocalStore(os.fspath(path)), nodes=self._nodes))
+            with Concurrently() as run:
+                for key, values in self._values.items():
+                    run(writable(made[key]).__setitem__, Ellipsis, values)
+        except BaseException:
+            _settle_zarr_writes()
+            raise
+
+
+def _settle_zarr_writes(timeout: float = 30.0) -> None:
+    """After a failed :meth:`_NodePlan.make` (a full disk): wait until the writes zarr still has under way end,
+    and take their errors. ``create_hierarchy`` stops at the first failed write, leaving the others running on
+    zarr's event loop: they then wrote into the folder being removed (a ``.creating-*`` folder stayed behind),
+    and each failure printed "Task exception was never retrieved" with its traceback (1,621 lines)."""
+    import asyncio
+
+    try:
+        from zarr.core.sync import sync
+    except ImportError:  # pragma: no cover - a zarr without it
+        return
+
+    async def settle() -> None:
+        me = asyncio.current_task()
+        tasks = [t for t in asyncio.all_tasks() if t is not me]
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout)
+            for t in tasks:
+                if t.done() and not t.cancelled():
+                    t.exception()  # taken: not printed as "never retrieved"
+
+    try:
+        from zarr.core.sync import _get_loop
+
+        loop = _get_loop()
+        if getattr(loop.get_exception_handler(), "__name__", "") != _quiet_failed_writes.__name__:
+            loop.set_exception_handler(_quiet_failed_writes)
+        sync(settle())
+    except Exception:  # the loop is gone: nothing left to wait for
+        pass
+
+
+def _quiet_failed_writes(loop: Any, context: dict) -> None:
+    """zarr's event loop's exception handler once a store creation failed: a write task whose ``OSError`` (the
+    full disk the creation reported in its own line) nobody took is logged at DEBUG level, not printed with
+    its traceback when the task is collected; anything else goes to the default handler."""
+    import logging
+
+    if isinstance(context.get("exception"), OSError) and "never retrieved" in str(context.get("message", "")):
+        logging.getLogger(__name__).debug("a failed write of zarr: %s", context.get("exception"))
+        return
+    loop.default_exception_handler(context)
 
 
 def writable(arr: Any) -> Any:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import shutil
 import uuid
 import warnings
@@ -15,8 +17,8 @@ import numpy as np
 from gcc_dask.composition import permutation_or_raise
 from gcc_dask.errors import InvalidInputError, StoreError, WriteRefusedError
 
-from .integrity import (_DECODED_WRITTEN, _DECODED_WRITTEN_ALL, check_structure, misplaced_chunks, missing_batches,
-                        read_checked)
+from .integrity import (_DECODED_WRITTEN, _DECODED_WRITTEN_ALL, check_structure, lost_records, misplaced_chunks,
+                        missing_batches, missing_filled, read_checked)
 from .layout import (
     BatchStatus,
     _MARKER,
@@ -37,7 +39,10 @@ from .layout import (
     _versions,
     _zarr,
 )
-from .writes import TOKEN_ATTR, _naming_failures, _write_records, write_batch, write_inputs
+from .writes import (TOKEN_ATTR, _array, _handles, _naming_failures, _write_records, _write_status, write_batch,
+                     write_inputs)
+
+logger = logging.getLogger(__name__)
 
 #: root attribute: the Python source files of the model's module that the store's ``inputs_digest`` covers (an
 #: import path ``module:function``); absent in stores made before they counted
@@ -53,13 +58,46 @@ def _aside(path, what: str):
     return path.parent / f".{path.name}.{what}-{uuid.uuid4().hex[:8]}"
 
 
+#: a chunk file of a run store's layout, relative to the store (``gcc/decoded/c/3/0``, ``inputs/status/c/3``), and
+#: the probe files a run leaves in its store (``.reachable-*``)
+_CHUNK_FILE = re.compile(r"[^/]+/[^/]+/c(/\d+)+|\.reachable-[0-9a-f]+(\.[^/]*)?")
+
+
+def store_remains(path: str | os.PathLike) -> int | None:
+    """The number of files (0 for empty folders only) at `path` when it holds the remains of a run store removed while a run still wrote it
+    (chunk files that a late write put back, ``gcc/decoded/c/30/0``, and no ``zarr.json`` anywhere); None for
+    anything else (a store, an empty or missing folder, a folder with any other file). Such remains are no store:
+    every reader refused them as "not a Zarr v3 store" until they were removed by hand."""
+    path = _local(path)
+    if not path.is_dir() or (path / "zarr.json").exists():
+        return None
+    if not any(path.iterdir()):
+        return None
+    count = 0
+    for folder, _, files in os.walk(path):
+        for name in files:
+            rel = (Path(folder) / name).relative_to(path).as_posix()
+            if name == "zarr.json" or not _CHUNK_FILE.fullmatch(rel):
+                return None
+            count += 1
+    return count
+
+
 def remove_leftovers(path: str | os.PathLike) -> list[str]:
     """Remove the hidden folders that an interrupted creation or replacement of the store at `path` left next
-    to it (``.NAME.creating-*``, ``.NAME.replaced-*``); the names removed. Call it while holding the store's
-    :class:`~gcc_dask.store.StoreLock` (the pipeline does): another driver's store being built is one of them.
+    to it (``.NAME.creating-*``, ``.NAME.replaced-*``), and the remains of a store removed while a run wrote it
+    (:func:`store_remains`: a new store then takes its place, as if it had never been there; one warning says
+    so); the names removed. Call it while holding the store's :class:`~gcc_dask.store.StoreLock` (the pipeline
+    does): another driver's store being built is one of them.
     """
     path = _local(path)
     removed = []
+    remains = store_remains(path)
+    if remains is not None:
+        shutil.rmtree(path, ignore_errors=True)
+        logger.warning("store: %s held %d chunk file(s) and no zarr.json, what late writes left of a store removed "
+                       "while a run wrote it; removed them, a new store starts there", path, remains)
+        removed.append(path.name)
     try:
         siblings = list(path.parent.iterdir())
     except OSError:
@@ -84,7 +122,7 @@ def check_target(path: str | os.PathLike, overwrite: bool) -> None:
     if target.exists() and not target.is_dir():
         raise StoreError(f"store path: got {str(target)!r}, which is a file; expected a folder: a new store, or a "
                          "run store to resume")
-    if overwrite and target.is_dir():
+    if overwrite and target.is_dir() and store_remains(target) is None:
         if any(target.iterdir()) and not (target / "zarr.json").is_file():
             raise StoreError(f"store path: got {str(target)!r}, a folder of other files; expected a run store or an "
                              "empty folder to overwrite (no other folder is ever deleted): choose another store path")
@@ -235,6 +273,8 @@ class RunStore:
         num_batches = -(-n // k)
         if sample_index is not None:  # checked before an existing store is replaced
             sample_index = permutation_or_raise("sample_index", sample_index, n, InvalidInputError)
+        if store_remains(path) is not None:
+            remove_leftovers(path)  # what late writes left of a removed store: no store
         if path.exists():
             if not overwrite and not (path.is_dir() and not any(path.iterdir())):
                 raise StoreError(f"store path: got {str(path)!r}; it already exists (resume it, or pass "
@@ -279,7 +319,9 @@ class RunStore:
             _swap_in(tmp, path)
         except (OSError, PermissionError) as exc:
             shutil.rmtree(tmp, ignore_errors=True)
-            raise StoreError(f"store path: got {str(path)!r}; cannot create the store there ({exc})") from None
+            raise StoreError(f"store path: got {str(path)!r}; cannot create the store there ({exc}); make room or fix "
+                             "the permissions there, or choose another store path, then run the same command "
+                             "again") from None
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -361,7 +403,27 @@ class RunStore:
         store.update_attrs(status="running", finished=None, **{TOKEN_ATTR: uuid.uuid4().hex},
                            resumed_at=[*store.attrs.get("resumed_at", []), _now()])
         store.resumed = True
+        store._forget_lost_records()
         return store
+
+    def _forget_lost_records(self) -> None:
+        """Mark pending the done batches whose chunk of a per-batch array is gone (:func:`~.integrity.lost_records`:
+        a deleted ``received``, ``rel_acc``, ``mse`` ... chunk, which holds up to 1,024 batches' values), so that
+        this run recomputes them all; their status is reset before any of them is rewritten, so a run stopped
+        midway leaves the rest pending, never done with fill values in place of their record."""
+        if self.attrs.get(INTEGRITY_ATTR, {}).get("empty_chunks") != "written":
+            return
+        for scheme in self.schemes:
+            try:
+                lost = lost_records(self.path, scheme)
+            except StoreError:
+                continue  # a damaged status chunk: named where the batches are read (pending_batches)
+            batches = np.unique(np.concatenate([b for name, b in lost.items() if name != "status"] or
+                                               [np.zeros(0, np.int64)]))
+            if batches.size:
+                with _naming_failures(self.path, f"{scheme}/status", batches):
+                    _write_status(_array(_handles(self.path, self._token), scheme, "status"), batches,
+                                  np.zeros(batches.size, np.int8))
 
     @classmethod
     def open_or_create(cls, path: str | os.PathLike, *, fingerprint: str, overwrite: bool = False,
@@ -453,7 +515,10 @@ class RunStore:
 
         A scheme's ``decoded`` chunk is checked for decoded batches (status 1, 2; also 3 in a store that writes
         every chunk, :data:`~.layout.INTEGRITY`), the inputs' ``labels`` and ``reference`` for batches whose
-        inputs are written (those stores only). A failed batch (status 4) may have no chunk.
+        inputs are written (those stores only). A failed batch (status 4) may have no chunk. In those stores, a
+        scheme's ``filled`` chunk recorded as written (:func:`~.integrity.missing_filled`) and its per-batch
+        arrays' chunks (``received``, ``mse``, ``rel_acc``, ...: :func:`~.integrity.lost_records`) are checked
+        too.
         """
         status = self.batch_status(scheme)
         full = self.attrs.get(INTEGRITY_ATTR, {}).get("empty_chunks") == "written"
@@ -462,8 +527,13 @@ class RunStore:
                 return np.zeros(0, dtype=np.int64)
             names = [n for n in ("labels", "reference") if self.attrs.get(f"has_{n}")]
             return missing_batches(self.path, INPUTS, names, status, (1,), self.batch_size)
-        return missing_batches(self.path, scheme, ("decoded",), status,
-                               _DECODED_WRITTEN_ALL if full else _DECODED_WRITTEN, self.batch_size)
+        decoded = missing_batches(self.path, scheme, ("decoded",), status,
+                                  _DECODED_WRITTEN_ALL if full else _DECODED_WRITTEN, self.batch_size)
+        if not full:
+            return decoded
+        filled = missing_filled(self.path, scheme, status, DONE_STATUSES, self.batch_size)
+        records = [b for name, b in lost_records(self.path, scheme, status).items() if name != "status"]
+        return np.unique(np.concatenate([decoded, filled, *records])).astype(np.int64)
 
     def misplaced_chunks(self, scheme: str) -> dict[int, list[str]]:
         """Batches of `scheme` (or ``"inputs"``) marked done whose chunk of a sample array is not the one written

@@ -211,11 +211,42 @@ def write_decoded(path: str | os.PathLike, scheme: str, batch: int, decoded: Any
     h = _handles(path, token)  # the token checked right before the write
     out = _array(h, scheme, "decoded")
     with _naming_failures(path, f"{scheme}/decoded", np.array([batch])):
-        out[start:stop] = rows.astype(out.dtype, copy=False)
+        with np.errstate(over="ignore"):  # beyond float32: ±inf, said once by the run
+            out[start:stop] = rows.astype(out.dtype, copy=False)
     if filled is not None:
         with _naming_failures(path, f"{scheme}/filled", np.array([batch])):
             _array(h, scheme, "filled")[start:stop] = _vector("filled", filled, stop - start, bool)
+    _still_there(h, path, scheme, ("decoded",) + (("filled",) if filled is not None else ()), batch)
     return _digests(h, scheme, batch, ("decoded",) + (("filled",) if filled is not None else ()))
+
+
+_GONE = ("store path: got {path!r}; the store is gone (removed or moved while this run was writing it): nothing "
+         "was written; run the same command again to start a new store there")
+
+
+def _still_there(h: dict[str, Any], path: Path, group: str, names: tuple[str, ...], batch: int) -> None:
+    """After a worker wrote batch `batch`'s chunks of `names`: the store it wrote into still has its root
+    ``zarr.json``. A store removed while the chunk was written (``rm -r`` lists a folder, then a late write puts a
+    chunk in it, then the folder cannot be removed) would otherwise keep that chunk where the store was: those
+    chunks, and the folders made for them, are removed again, and the write is refused."""
+    folder = Path(str(h["root"].store.root))
+    if (folder / "zarr.json").is_file():
+        return
+    for name in names:
+        arr = _array(h, group, name)
+        chunk = folder / group / name / arr.metadata.encode_chunk_key((int(batch),) + (0,) * (arr.ndim - 1))
+        try:
+            chunk.unlink()
+        except OSError:
+            pass
+        parent = chunk.parent
+        while parent != folder and folder in parent.parents:
+            try:
+                parent.rmdir()  # only an empty one: what this write made
+            except OSError:
+                break
+            parent = parent.parent
+    raise WriteRefusedError(_GONE.format(path=str(path)))
 
 
 def _digests(h: dict[str, Any], group: str, batch: int, written: tuple[str, ...]) -> np.ndarray | None:
@@ -298,6 +329,9 @@ class _naming_failures:
         return None
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is not None and issubclass(exc_type, OSError) and not (self.path / "zarr.json").is_file():
+            # the folder written through was removed under the write: the store is gone, not the disk at fault
+            raise WriteRefusedError(_GONE.format(path=str(self.path))) from None
         if exc_type is not None and issubclass(exc_type, OSError):
             b = self.batches
             which = "" if b is None else f" of batch {int(b[0])}" if b.size == 1 else \
@@ -351,12 +385,17 @@ def write_inputs(path: str | os.PathLike, batch: int, *, labels: Any = None, ref
         if present:
             rows[name] = _rows(name, value, start, stop, k, shape_tail)
     for name, values in rows.items():
-        out = _array(_handles(path, token), INPUTS, name)  # the token checked right before each write
+        h = _handles(path, token)  # the token checked right before each write
+        out = _array(h, INPUTS, name)
         with _naming_failures(path, f"{INPUTS}/{name}", np.array([batch])):
-            out[start:stop] = values.astype(out.dtype, copy=False)
+            with np.errstate(over="ignore"):  # beyond float32: ±inf, said once by the run
+                out[start:stop] = values.astype(out.dtype, copy=False)
+        _still_there(h, path, INPUTS, (name,), batch)
     digests = _digests(_handles(path, token), INPUTS, batch, tuple(rows))
     if digests is not None:  # with the batch's chunks, before its status (one chunk per batch: workers write it)
         with _naming_failures(path, f"{INPUTS}/{DIGEST}", np.array([batch])):
             _array(_handles(path, token), INPUTS, DIGEST)[batch:batch + 1] = digests[None]
+    h = _handles(path, token)
     with _naming_failures(path, f"{INPUTS}/status", np.array([batch])):
-        _write_status(_array(_handles(path, token), INPUTS, "status"), batch, np.array([1], np.int8))
+        _write_status(_array(h, INPUTS, "status"), batch, np.array([1], np.int8))
+    _still_there(h, path, INPUTS, (DIGEST, "status") if digests is not None else ("status",), batch)

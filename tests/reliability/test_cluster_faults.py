@@ -425,3 +425,104 @@ def test_what_waits_for_a_quiet_worker_runs_again_elsewhere_and_the_run_ends_whi
     # evaluates whole batches at once: the last bits may differ)
     np.testing.assert_array_equal(speculative["decoded"], uncoded["decoded"])
     np.testing.assert_allclose(uncoded["decoded"], reference, rtol=1e-5, atol=1e-6)
+
+
+# ------------------------------------------------- issue 35, case 5: every worker lost while the samples are composed
+def _slow_window(item: int) -> int:
+    time.sleep(0.5)
+    return item
+
+
+@pytest.mark.parametrize("wait", ["map_on_cluster", "run_on_cluster"])
+def test_every_worker_closed_while_composing_ends_the_wait_with_one_line(wait):
+    """Every worker of a LocalCluster closed while the composition's windows (or its one task) are out: the
+    wait ends with one ClusterError line. It used to loop on ``distributed.wait`` for ever (no output after 150 s
+    of a 120,000-sample composition), the tasks waiting in the scheduler's ``no-worker`` state."""
+    import dask
+    from distributed import Client, LocalCluster
+
+    from gcc_dask.runtime.cluster import map_on_cluster, run_on_cluster
+
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0",
+                               silence_logs=50)
+    with cluster, Client(cluster) as client:
+        box: dict = {}
+
+        def composing() -> None:
+            try:
+                if wait == "map_on_cluster":
+                    box["out"] = map_on_cluster(client, _slow_window, list(range(40)), worker_timeout=1.0,
+                                                what="composing the samples")
+                else:
+                    box["out"] = run_on_cluster(client, time.sleep, 3, worker_timeout=1.0,
+                                                what="composing the samples")
+            except BaseException as e:  # noqa: BLE001 - what the driver would print
+                box["error"] = e
+
+        thread = threading.Thread(target=composing, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 30
+        while not client.processing() or not any(client.processing().values()):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        for worker in list(cluster.workers.values()):
+            cluster.sync(worker.close)  # closed, not retired: their tasks go back to the scheduler
+        thread.join(timeout=60)  # (it used to wait for ever)
+        assert not thread.is_alive()
+    error = box.get("error")
+    assert isinstance(error, gd.errors.ClusterError), box
+    line = str(error)
+    assert "\n" not in line and "composing the samples" in line, line
+    assert ("every Dask worker was lost" in line or "died" in line) and "run the same command again" in line, line
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("killed", ["workers", "scheduler"])
+def test_an_outside_cluster_lost_while_composing_is_one_line(tmp_path, killed):
+    """Issue 35, cases 5 and 7: every worker process of an outside cluster (``dask scheduler``, ``dask worker``)
+    SIGKILLed, or the scheduler, while ``gcc-dask run`` composes 120,000 samples in 120 windows. The run used to
+    hang (the workers) or end with a 75-line traceback, ``RuntimeError: ConnectionPool is closed``, status 1 (the
+    scheduler); now one line naming what was lost while composing, and status 2."""
+    env = {**subprocess_env(), "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0"}
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).random((120_000, 6)).astype("float32"))
+    file = tmp_path / "scheduler.json"
+    scheduler = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--no-dashboard",
+                                  "--scheduler-file", str(file), "--port", "0"], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, env=env)
+    workers = None
+    try:
+        deadline = time.monotonic() + 60
+        while not file.exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        workers = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", "--scheduler-file",
+                                    str(file), "--nworkers", "2", "--nthreads", "1", "--no-dashboard"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        cfg = synthetic_config(tmp_path / "run.zarr", batches=10, k=4, n=8, block=2, schemes=["gcc"],
+                               source={"kind": "npy", "path": str(tmp_path / "x.npy")}, composition="similarity",
+                               cluster={"scheduler_file": str(file), "n_workers": None, "threads_per_worker": None,
+                                        "processes": None, "connect_timeout": "5s"})
+        cfg["composition"]["window"] = 1000
+        (tmp_path / "pipe.yaml").write_text(yaml.safe_dump(cfg))
+        run = subprocess.Popen(cli("run", str(tmp_path / "pipe.yaml"), "--no-progress"), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=env)
+        for line in run.stdout:  # the composition has begun
+            if line.startswith("composing 120,000 samples"):
+                break
+        time.sleep(0.5)
+        _kill_tree(workers if killed == "workers" else scheduler)
+        try:
+            out, err = run.communicate(timeout=120)  # (the workers' case used to wait for ever)
+        except subprocess.TimeoutExpired:
+            run.kill()
+            pytest.fail("the run did not end once its cluster was lost")
+    finally:
+        for proc in (workers, scheduler):
+            if proc is not None:
+                _kill_tree(proc)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert run.returncode == 2 and len(lines) == 1, err[-3000:]
+    want = ("every Dask worker was lost while composing the samples" if killed == "workers"
+            else "lost the connection to the Dask scheduler")
+    assert want in lines[0] and "run the same command again" in lines[0], lines[0]

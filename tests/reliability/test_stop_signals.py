@@ -116,3 +116,23 @@ def test_a_signal_while_the_cluster_starts_stops_the_run(tmp_path, signum):
     assert [line for line in err.splitlines() if line.strip()] == [LINES[signum]], err
     assert not alive, alive
     assert not store.exists()  # stopped before anything was computed
+
+
+@pytest.mark.parametrize("where", ["_check_reachable", "RecordBuffer"])
+def test_a_signal_while_the_batches_are_set_up_marks_the_store_interrupted(tmp_path, monkeypatch, where):
+    """Issue 35, case 8: SIGTERM (a KeyboardInterrupt here, as the CLI raises it) that came after the store was
+    made but before the batches ran (the workers' check of the store, the records' buffer) left it
+    ``running`` (2 of 6 trials); it is marked ``interrupted`` wherever it comes."""
+    import gcc_dask as gd
+    from gcc_dask import pipeline
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    store, pipe = _pipeline(tmp_path, batches=4)
+    cfg = yaml.safe_load(pipe.read_text())
+    cfg["cluster"] = {"processes": False, "n_workers": 1, "threads_per_worker": 2}
+    monkeypatch.setattr(pipeline, where, stop)
+    with pytest.raises(KeyboardInterrupt):
+        gd.run_pipeline(cfg)
+    assert zarr.open_group(str(store), mode="r").attrs["status"] == "interrupted"
