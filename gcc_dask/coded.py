@@ -67,8 +67,16 @@ class CodedResult:
 
     @property
     def store(self) -> str:
-        """The run store's path (open it with :func:`gcc_dask.open_run` or ``xarray.open_zarr``)."""
+        """The run store's path (open it with :func:`gcc_dask.open_run`, a DataTree of one node per scheme, or
+        ``xarray.open_zarr(store, group="gcc")`` for one scheme: the store's root holds groups only)."""
         return self.run.path
+
+    def __repr__(self) -> str:  # the config (and an in-memory X in it) is not what a reader wants to see
+        config = getattr(self.run, "config", None)
+        data = getattr(getattr(config, "source", None), "array", None)
+        rows = f", {data.shape[0]} rows" if getattr(data, "shape", None) else ""
+        return (f"<CodedResult schemes={list(self.schemes)}{rows}, store={self.store!r}, "
+                f"status={getattr(self.run, 'status', '?')!r}, lazy={self.lazy}>")
 
     @property
     def summary(self):

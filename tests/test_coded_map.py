@@ -464,3 +464,12 @@ def test_a_closed_client_is_named_not_the_store_path(tmp_path):
                                                          r"\(status 'closed'\); expected a running one"):
             gd.coded_map(np.tanh, np.random.default_rng(0).random((64, 3)), client=c, out=tmp_path / "c.zarr")
     assert not (tmp_path / "c.zarr").exists()
+
+
+def test_a_result_prints_in_one_line_without_the_data(client, tmp_path):
+    """print(res) was the whole config, the input array in it; it is one line naming the schemes and the store."""
+    X = np.ones((64, 3), np.float32)
+    res = gd.coded_map(np.tanh, X, schemes=("uncoded",), client=client, out=tmp_path / "r.zarr")
+    text = repr(res)
+    assert text == (f"<CodedResult schemes=['uncoded'], 64 rows, store={str(tmp_path / 'r.zarr')!r}, "
+                    "status='complete', lazy=False>")
