@@ -53,7 +53,7 @@ def map_on_cluster(client, func, items, *shared, attempts: int = MAP_ATTEMPTS, s
     source) are scattered once per attempt, to every worker, and passed to every task by reference, never
     pickled per task.
 
-    A task late by Spark's rule (`speculation`, default :class:`~gcc_dask.runtime.cutoff.Speculation`: once
+    A task late by Spark's rule (`speculation`, default :class:`~gcc_dask.runtime.backups.Speculation`: once
     3/4 of the items have a result, an item out for 1.5 x their median time and 100 ms) gets a backup copy
     on another worker than the one running it; the first copy to return wins and the other is cancelled (the
     tasks are pure functions of their inputs, so either is the result). A frozen or overloaded worker then
@@ -136,7 +136,7 @@ def _small(shared: tuple) -> bool:
 def _map_with_backups(client, call, args: tuple, items: list, todo: list[int], results: list, rule,
                       watch: _WorkerWatch | None = None) -> list[int]:
     """Run ``call(*args, items[i])`` for each i in `todo` into ``results[i]``, with backup copies of the late
-    ones (:func:`~gcc_dask.runtime.cutoff.backups_due`) and of those whose every copy runs on a worker that has
+    ones (:func:`~gcc_dask.runtime.backups.backups_due`) and of those whose every copy runs on a worker that has
     missed :data:`~gcc_dask.runtime.liveness.MISSED_HEARTBEATS` heartbeats (a frozen worker may hold more than
     the quarter of the tasks Spark's rule lets wait); return the items whose every copy was lost with its
     worker. Every copy still out is cancelled on the way out.

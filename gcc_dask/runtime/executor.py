@@ -29,10 +29,10 @@ Spares (``cutoff.spares: lazy``, wall clock only): a batch runs the shards its c
 cluster computes them only when a thread is free. When a regular shard fails, or a batch submitted later
 reaches its cutoff first, the batch's spares are submitted again at its own priority (:meth:`_maybe_promote`).
 
-Backups (a plan with a :class:`~.cutoff.Speculation`, the ``speculative`` scheme): the batch runs its K
+Backups (a plan with a :class:`~.backups.Speculation`, the ``speculative`` scheme): the batch runs its K
 originals only; the next copy of an input is submitted, at the batch's priority and on another worker, when
 its copies so far failed or the latest is late by Spark's rule on the batch's own results
-(:func:`~.cutoff.backups_due`; :meth:`BatchRunner._speculate`), up to ``speculation.copies`` backups. The
+(:func:`~.backups.backups_due`; :meth:`BatchRunner._speculate`), up to ``speculation.copies`` backups. The
 cutoff waits for one copy of every input; the others are cancelled.
 """
 
@@ -51,10 +51,10 @@ from distributed import KilledWorker
 
 from gcc_dask import dashboard
 from gcc_dask.errors import ClusterError, GccDaskError
-from gcc_dask.runtime.cutoff import (
-    backup_schedule, backups_due, cutoff_time, decide, late_shards_due, needed_results,
-    spares_due,
-)
+from gcc_dask.runtime.backups import backup_schedule, backups_due
+from gcc_dask.runtime.cutoff import cutoff_time, decide, needed_results
+from gcc_dask.runtime.late_shards import late_shards_due
+from gcc_dask.runtime.spares import spares_due
 from gcc_dask.runtime.cluster import DebugOnly, past_frozen
 from gcc_dask.runtime.events import FutureEvents
 from gcc_dask.runtime.graph import GraphUpdate
@@ -75,6 +75,7 @@ def quiet_line(quiet, what: list[str], said: set[str]) -> str | None:
     return (f"Dask worker{'s' if len(new) > 1 else ''} {', '.join(new)} missed {MISSED_HEARTBEATS} heartbeats: "
             f"{'what batches' if len(what) > 1 else 'what batch'} {', '.join(what)} waited for there runs again "
             "on the other workers (said once a run)")
+from gcc_dask.runtime.placement import backup_worker, copy_slot, round_robin
 from gcc_dask.runtime.plans import INF, SchemePlan, _BatchState, _SchemeState
 from gcc_dask.runtime.signals import SignalFlag
 from gcc_dask.runtime.tasks import (
@@ -134,11 +135,6 @@ class _LostFetchLogFilter(DebugOnly):
         self.token = token
 
 
-def _round_robin(workers: list[str], batch: int, slot: int) -> str:
-    """The worker of round-robin `slot` of `batch` (:meth:`BatchRunner._placement`)."""
-    return workers[(batch + slot) % len(workers)]
-
-
 class BatchRunner:
     """Run batches of a coded pipeline on a Dask client.
 
@@ -181,7 +177,7 @@ class BatchRunner:
         ``"lazy"``: a batch's spares (the shards beyond what its cutoff needs, :meth:`SchemePlan.regular`)
         are submitted below the priority of every batch in flight, so a busy cluster runs them only when a
         thread is free and cancels them unstarted otherwise; when a regular shard fails, or a batch
-        submitted later reaches its cutoff first (:func:`~.cutoff.spares_due`), spares are submitted again
+        submitted later reaches its cutoff first (:func:`~.spares.spares_due`), spares are submitted again
         at the batch's own priority. ``"eager"``: every shard at the batch's priority.
     echo : callable, optional
         Where to say what the user should know while the run goes on (all workers lost, ...).
@@ -268,7 +264,7 @@ class BatchRunner:
         workers = self._workers.refresh()
         if len(workers) < 2:
             return {}
-        return {"workers": [_round_robin(workers, batch, w)], "allow_other_workers": True}
+        return {"workers": [round_robin(workers, batch, w)], "allow_other_workers": True}
 
     def _away_from_quiet(self) -> dict:
         """Where a task the scheduler places (an exact scheme's shards, as a plain map's tasks; a decode,
@@ -606,16 +602,13 @@ class BatchRunner:
 
     @staticmethod
     def _slot(plan: SchemePlan, w: int) -> int:
-        """The round-robin slot of shard `w` (:meth:`_placement`): itself, or for backup copy c of original k,
-        k + c, so that each copy runs on another worker than its original's and the copies before it (on a
-        cluster of more than c workers)."""
-        k = plan.num_inputs
-        return w % k + w // k if plan.speculation is not None and w >= k else w
+        """The round-robin slot of shard `w` (:func:`~.placement.copy_slot`)."""
+        return copy_slot(plan.num_inputs, w, plan.speculation is not None)
 
     @staticmethod
     def _launch_scheduled(s: _SchemeState) -> np.ndarray:
         """On the virtual clock every copy's latency is drawn, known at submission: mark launched the copies
-        :func:`~.cutoff.backup_schedule` launches on the draws and the failures known so far that are not
+        :func:`~.backups.backup_schedule` launches on the draws and the failures known so far that are not
         launched yet, with their virtual launch and arrival times (at submission: with the originals); return
         them."""
         k, rule = s.plan.num_inputs, s.plan.speculation
@@ -629,7 +622,7 @@ class BatchRunner:
         return np.flatnonzero(new)
 
     def _speculate(self, state: _BatchState, s: _SchemeState) -> float:
-        """Launch the backup copies now due (:func:`~.cutoff.backups_due`), at the batch's priority; return when
+        """Launch the backup copies now due (:func:`~.backups.backups_due`), at the batch's priority; return when
         to look again (monotonic; inf when no backup can come due without another result)."""
         plan = s.plan
         k, m = plan.num_inputs, plan.speculation.copies + 1
@@ -663,7 +656,7 @@ class BatchRunner:
         return s.start_mono + t_due
 
     def _back_up_late(self, state: _BatchState, s: _SchemeState) -> float:
-        """Launch a backup copy of each late shard the cutoff cannot do without (:func:`~.cutoff.late_shards_due`,
+        """Launch a backup copy of each late shard the cutoff cannot do without (:func:`~.late_shards.late_shards_due`,
         ``cutoff.backups``), at the batch's priority, on a worker that has sent a result of this batch (and is
         not the shard's own); return when to look again (monotonic; inf when no shard can become late without
         another result). A slow worker (one that still sends its heartbeats) may hold more of a batch's shards
@@ -708,11 +701,8 @@ class BatchRunner:
         workers = self._workers.refresh()
         if len(workers) < 2:
             return {}
-        own = _round_robin(workers, state.batch, w)
-        sent = [v for v in np.argsort(s.arrivals, kind="stable").tolist() if s.known[v] and not s.failed[v]]
-        fast = [x for x in dict.fromkeys(_round_robin(workers, state.batch, v) for v in sent) if x != own]
-        choices = fast[:(len(fast) + 1) // 2] or [x for x in workers if x != own]
-        return {"workers": [choices[nth % len(choices)]], "allow_other_workers": True}
+        where = backup_worker(workers, state.batch, w, nth, s.arrivals, s.known, s.failed)
+        return {"workers": [where], "allow_other_workers": True}
 
     def _cut_early(self, state: _BatchState, s: _SchemeState) -> None:
         """On the virtual clock the cutoff may be final before any shard reports (every injected latency
@@ -762,7 +752,7 @@ class BatchRunner:
 
     def _maybe_promote(self, state: _BatchState, s: _SchemeState) -> None:
         """Run spares at the batch's own priority when a regular shard failed, or when a batch submitted
-        later has reached its cutoff first (:func:`~.cutoff.spares_due`): submitted again under new keys,
+        later has reached its cutoff first (:func:`~.spares.spares_due`): submitted again under new keys,
         the low-priority copies cancelled (unstarted, or stopped between chunks of work)."""
         if s.decode is not None or s.done or s.plan.speculation is not None:
             return  # (a plan's backups are launched by _speculate)

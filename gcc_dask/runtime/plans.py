@@ -24,11 +24,11 @@ class SchemePlan:
 
     With ``speculation`` (the ``speculative`` scheme: N = (copies + 1)·K, ``policy.groups[n] = n mod K``)
     shards 0..K-1 are the originals, the only shards submitted with the batch, and shard c·K + k is backup
-    copy c of original k, submitted when :func:`~.cutoff.backups_due` says so.
+    copy c of original k, submitted when :func:`~.backups.backups_due` says so.
 
     With ``backups`` (``cutoff.backups``, a scheme that stops at a cutoff, on the wall clock), a shard the
     cutoff cannot do without that is late by that rule gets one backup copy on another worker
-    (:func:`~.cutoff.late_shards_due`); the first copy to arrive is the shard's result."""
+    (:func:`~.late_shards.late_shards_due`); the first copy to arrive is the shard's result."""
 
     name: str
     num_workers: int

@@ -1,5 +1,5 @@
 """``cutoff.backups``: a shard a cutoff scheme cannot do without, late by Spark's rule, gets one backup copy
-on another worker (gcc_dask.runtime.cutoff.late_shards_due; BatchRunner._back_up_late). The rule alone, then
+on another worker (gcc_dask.runtime.late_shards.late_shards_due; BatchRunner._back_up_late). The rule alone, then
 runs on a real LocalCluster with one persistently slow worker that holds more of a batch's shards than its
 spare covers."""
 
@@ -14,7 +14,8 @@ import zarr
 import gcc_dask as gd
 from gcc_dask.config import load_config
 from gcc_dask.pipeline import build_codes, build_plans
-from gcc_dask.runtime.cutoff import Speculation, late_shards_due
+from gcc_dask.runtime.backups import Speculation
+from gcc_dask.runtime.late_shards import late_shards_due
 
 INF = math.inf
 SLOW_S = 3.0  # the slow worker's delay on every shard
