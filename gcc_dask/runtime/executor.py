@@ -76,6 +76,7 @@ def quiet_line(quiet, what: list[str], said: set[str]) -> str | None:
             f"{'what batches' if len(what) > 1 else 'what batch'} {', '.join(what)} waited for there runs again "
             "on the other workers (said once a run)")
 from gcc_dask.runtime.placement import backup_worker, copy_slot, round_robin
+from gcc_dask.runtime.rescue import awaited, blocked, shortfall, spares_left
 from gcc_dask.runtime.plans import INF, SchemePlan, _BatchState, _SchemeState
 from gcc_dask.runtime.signals import SignalFlag
 from gcc_dask.runtime.tasks import (
@@ -398,36 +399,27 @@ class BatchRunner:
                 found.setdefault((state.batch, s.plan.name), (state, s, []))[2].append(w)
         short = {}
         for name, (state, s, ws) in found.items():
-            have = int((s.known & ~s.failed).sum()) + int(self._awaited(s).sum()) - len(ws) \
-                + int(self._spares_left(s).sum())
-            missing = needed_results(s.plan.policy) - have
-            if missing > 0:
-                short[name] = (state, s, sorted(ws)[:missing])
+            again_here = shortfall(needed_results(s.plan.policy), self._regular[s.plan.name], s.promoted, s.known,
+                                   s.failed, ws)
+            if again_here:
+                short[name] = (state, s, again_here)
         return short
 
     def _awaited(self, s: _SchemeState) -> np.ndarray:
-        """The shards a cutoff scheme's batch waits for: its regular and promoted ones without a result, bool (N,)."""
-        return (self._regular[s.plan.name] | s.promoted) & ~s.known & ~s.failed
+        """The shards a cutoff scheme's batch waits for (:func:`~.rescue.awaited`), bool (N,)."""
+        return awaited(self._regular[s.plan.name], s.promoted, s.known, s.failed)
 
     def _spares_left(self, s: _SchemeState) -> np.ndarray:
-        """A cutoff scheme's batch's spares not run at its priority, without a result and not failed (they may
-        still bring one), bool (N,)."""
-        return ~self._regular[s.plan.name] & ~s.promoted & ~s.known & ~s.failed
+        """A cutoff scheme's batch's spares left (:func:`~.rescue.spares_left`), bool (N,)."""
+        return spares_left(self._regular[s.plan.name], s.promoted, s.known, s.failed)
 
     @staticmethod
     def _blocked(s: _SchemeState, stuck: set[str]) -> bool:
-        """Whether an input of a speculative scheme's batch has no result yet and every copy of it launched so
-        far is one of the `stuck` keys (running on a quiet worker): then no copy can come, and Spark's rule
-        may never launch another (it waits for a quantile of the inputs, which that worker may hold)."""
-        k = s.plan.num_inputs
-        for i in range(k):
-            copies = list(range(i, s.plan.num_workers, k))
-            if any(s.known[w] and not s.failed[w] for w in copies):
-                continue
-            live = [w for w in copies if s.launched[w] and not s.failed[w] and s.shards[w] is not None]
-            if live and all(s.shards[w].key in stuck for w in live):
-                return True
-        return False
+        """Whether an input of a speculative scheme's batch can get no copy: :func:`~.rescue.blocked` on the keys
+        `stuck` on a quiet worker (a shard not submitted counts as not launched)."""
+        launched = np.array([bool(s.launched[w]) and s.shards[w] is not None for w in range(s.plan.num_workers)])
+        held = np.array([s.shards[w] is not None and s.shards[w].key in stuck for w in range(s.plan.num_workers)])
+        return blocked(s.plan.num_inputs, s.known, s.failed, launched, held)
 
     def _cancel(self, futures: list) -> None:
         """Cancel `futures` (stragglers past a cutoff, spares submitted again, a failed batch's shards) from a
