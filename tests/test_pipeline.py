@@ -109,8 +109,8 @@ def test_a_store_made_before_keys_were_added_resumes_while_they_are_at_their_def
     full = _run(client, tmp_path, "old.zarr")
     assert full.status == "complete"
     assert zarr.open_group(str(full.path), mode="r").attrs["config_fingerprint"] == old
-    with pytest.raises(gd.errors.StoreError, match=r"it differs in speculation\.copies \(None in the store, 2 now\)"):
-        _run(client, tmp_path, "old.zarr", overrides=["speculation.copies=2"])
+    with pytest.raises(gd.errors.StoreError, match=r"it differs in speculation\.copies \(None in the store, 3 now\)"):
+        _run(client, tmp_path, "old.zarr", overrides=["speculation.copies=3"])  # the default is 2
 
 
 def test_virtual_clock_is_deterministic_across_in_flight_bounds(client, tmp_path, smoke):

@@ -179,13 +179,17 @@ def test_a_death_erases_only_the_shards_placed_on_that_worker(killed_run):
     keeps every result gains nothing from it (any loss means a rerun), so the scheduler places them as a plain
     map's tasks (``BatchRunner._submit_scheme``), and all K = 4 of a batch on the worker killed next has been seen
     in CI (twice); their counts are printed, not bounded."""
+    held_gcc = 0
     for i, keys in enumerate(killed_run["assigned"]):
         per_batch = Counter(k.split("-w")[0] + "-" + k.split("-")[3] for k in map(str, keys))
         print(f"kill {i}: shards per (batch, scheme) on the dead worker:", dict(per_batch))
         gcc = {batch_scheme: count for batch_scheme, count in per_batch.items() if batch_scheme.endswith("gcc")}
-        assert gcc, (i, per_batch)  # the dead worker held gcc shards (the bound below is not vacuous)
+        held_gcc += bool(gcc)
         for batch_scheme, count in gcc.items():
             assert count < N, (i, batch_scheme, count)
+    # at least one kill hit a worker holding gcc shards, so the bound is not vacuous (which kill does depends on
+    # when it lands: on a busy machine a later kill may find only the last batches' uncoded shards there)
+    assert held_gcc >= 1, killed_run["assigned"]
     recomputed = sum(1 for key, runs in killed_run["runs"].items() if runs > 1 and key.startswith("eval-"))
     print(f"shards executed twice: {recomputed} (finished, kept, then lost with their worker before the "
           f"decode fetched them: Dask recomputes those from lineage)")
