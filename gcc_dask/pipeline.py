@@ -50,12 +50,11 @@ from gcc_dask.runtime.cutoff import CutoffPolicy, Speculation
 from gcc_dask.runtime.executor import BatchRunner, SchemePlan
 from gcc_dask.runtime.liveness import MISSED_HEARTBEATS
 from gcc_dask.runtime.tasks import RunPlugin
-from gcc_dask.sizing import BlockChoice, batches_in_flight, choose_block_size, time_f
-from gcc_dask.sources import make_source
+from gcc_dask.sizing import BlockChoice, batches_in_flight, choose_block_size
 from gcc_dask.store import StoreLock
 from gcc_dask.store.run_store import MODEL_SOURCES
 from gcc_dask.stragglers import latency_model_from_config
-from gcc_dask.workloads import load_workload, make_workload
+from gcc_dask.workloads import load_workload
 
 logger = logging.getLogger(__name__)
 
