@@ -22,8 +22,8 @@ from gcc_dask.errors import ClusterError
 from gcc_dask.limits import MAX_LOCAL_WORKERS
 from gcc_dask.runtime.signals import DeferredSignals
 from gcc_dask.runtime.cluster_calls import (  # noqa: F401  (importable from here, as before the split)
-    WORKER_TIMEOUT, _accepts_n_workers, allowed_failures, frozen_workers, past_frozen, remove_plugins, run_on_cluster,
-    scheduler_lost_error, thread_slots,
+    WORKER_TIMEOUT, DebugOnly, _accepts_n_workers, allowed_failures, frozen_workers, past_frozen, remove_plugins,
+    run_on_cluster, scheduler_lost_error, thread_slots,
 )
 from gcc_dask.runtime.cluster_gpu import check_gpu_workers, cluster_has_gpu, gpu_available
 from gcc_dask.runtime.cluster_map import (  # noqa: F401  (importable from here, as before the split)
@@ -82,25 +82,6 @@ def _default_threads() -> int:
     # Injected stragglers sleep cooperatively: many cheap threads per worker keep sleeping shards from
     # queueing behind each other, so the cluster sees the stragglers the latency model draws.
     return 16
-
-
-class DebugOnly(logging.Filter):
-    """A logging filter that drops the records whose message ``drop(text)`` picks, logging them at DEBUG level
-    instead: noise about events a run handles and reports itself, in its own line."""
-
-    def __init__(self, drop: Callable[[str], bool]) -> None:
-        super().__init__()
-        self.drop = drop
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        try:
-            text = record.getMessage()
-        except Exception:  # pragma: no cover - a record whose arguments do not format
-            return True
-        if self.drop(text):
-            logger.debug("%s", text)
-            return False
-        return True
 
 
 def _lost_comm(text: str) -> bool:

@@ -6,10 +6,30 @@ their heartbeats, a call made again without them, plugins removed, thread slots,
 from __future__ import annotations
 
 import logging
+from typing import Callable
 
 from gcc_dask.errors import ClusterError
 
 logger = logging.getLogger("gcc_dask.runtime.cluster")  # (the name its messages had before the split)
+
+
+class DebugOnly(logging.Filter):
+    """A logging filter that drops the records whose message ``drop(text)`` picks, logging them at DEBUG level
+    instead: noise about events a run handles and reports itself, in its own line."""
+
+    def __init__(self, drop: Callable[[str], bool]) -> None:
+        super().__init__()
+        self.drop = drop
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            text = record.getMessage()
+        except Exception:  # pragma: no cover - a record whose arguments do not format
+            return True
+        if self.drop(text):
+            logger.debug("%s", text)
+            return False
+        return True
 
 
 def _accepts_n_workers(client) -> bool:

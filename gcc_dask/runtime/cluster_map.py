@@ -10,7 +10,7 @@ from typing import Any
 
 from gcc_dask.errors import ClusterError
 from gcc_dask.runtime.cluster_calls import (
-    WORKER_TIMEOUT, _scheduler_gone, _WorkerWatch, frozen_workers, scheduler_lost_error,
+    WORKER_TIMEOUT, DebugOnly, _scheduler_gone, _WorkerWatch, frozen_workers, scheduler_lost_error,
 )
 
 logger = logging.getLogger("gcc_dask.runtime.cluster")  # (the name its messages had before the split)
@@ -72,6 +72,11 @@ def map_on_cluster(client, func, items, *shared, attempts: int = MAP_ATTEMPTS, s
     ClusterError
         If an item's tasks were lost with their workers `attempts` times, every worker is gone, or the scheduler.
     """
+    # results lost with a worker are this map's to submit again (or to end with one line when every worker is
+    # gone): the client's "Couldn't gather N keys, rescheduling" warning about them is logged at DEBUG level
+    quiet = DebugOnly(lambda text: text.startswith("Couldn't gather") and "_returning_errors" in text)
+    client_log = logging.getLogger("distributed.client")
+    client_log.addFilter(quiet)
     try:
         return _map_on_cluster(client, func, items, *shared, attempts=attempts, speculation=speculation,
                                watch=_WorkerWatch(client, worker_timeout, what))
@@ -81,6 +86,8 @@ def map_on_cluster(client, func, items, *shared, attempts: int = MAP_ATTEMPTS, s
         if _scheduler_gone(client, e):
             raise scheduler_lost_error(client, what, e) from None
         raise
+    finally:
+        client_log.removeFilter(quiet)
 
 
 def _map_on_cluster(client, func, items, *shared, attempts: int, speculation, watch: _WorkerWatch):
