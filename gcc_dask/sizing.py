@@ -33,11 +33,11 @@ TARGET_SHARD_S = 0.1
 #: batches a run keeps at least, where the source holds that many (each batch is one cutoff and one decode)
 MIN_BATCHES = 4
 #: bytes of samples one batch may hold (a batch's samples are read into memory by each worker that runs it)
-MAX_BATCH_BYTES = 64 * 2**20
+MAX_BATCH_BYTES = 128 * 2**20
 #: bytes of samples the batches in flight may hold together
 MAX_IN_FLIGHT_BYTES = 512 * 2**20
 #: the largest block size (``code.block_size``'s upper bound)
-MAX_BLOCK_SIZE = 65536
+MAX_BLOCK_SIZE = 262144
 #: :func:`time_f` doubles the samples of its call until one takes this long (seconds) ...
 PROBE_S = 0.02
 #: ... or holds this many samples
@@ -73,7 +73,8 @@ def time_f(fn: Callable[[np.ndarray], Any], read: Callable[[int, int], np.ndarra
     :data:`PROBE_S` seconds or holds ``min(num_samples, PROBE_MAX_ROWS)`` samples; the last call's cost.
 
     The first call (on :data:`PROBE_MIN_ROWS` samples) warms f up (a model's first call allocates) and is
-    timed again; each sample count is read once. About 2 × PROBE_S of f at most, plus the reads.
+    timed again. The samples are read once, all of them at first (a chunked, compressed source decompresses its
+    first chunk once, not once per call). About 2 × PROBE_S of f at most, plus the read.
 
     Parameters
     ----------
@@ -92,16 +93,16 @@ def time_f(fn: Callable[[np.ndarray], Any], read: Callable[[int, int], np.ndarra
     """
     limit = max(1, min(int(num_samples), PROBE_MAX_ROWS))
     rows = min(PROBE_MIN_ROWS, limit)
-    x = read(0, rows)
-    fn(x)  # warm-up
+    samples = read(0, limit)
+    fn(samples[:rows])  # warm-up
     while True:
+        x = np.ascontiguousarray(samples[:rows])
         t0 = clock()
         fn(x)
         spent = clock() - t0
         if spent >= PROBE_S or rows >= limit:
             return FCost(seconds=max(spent, 0.0), rows=rows)
         rows = min(2 * rows, limit)
-        x = read(0, rows)
 
 
 def _aligned(b: int, k: int, chunks: int | None, multiple: int, ceiling: int | None = None) -> int:

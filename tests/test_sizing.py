@@ -28,8 +28,8 @@ def test_a_slow_f_gets_smaller_blocks_than_a_fast_one():
 
 @pytest.mark.parametrize(("kw", "block", "bound"), [
     ({"n": 4096}, 128, "at least 4 batches"),  # 4096 / (8 * 4)
-    ({"row_bytes": 3136}, 2048, "MiB of samples per batch"),  # 64 MiB / (8 * 3136) = 2674 -> 2048
-    ({"cost": 0.0, "row_bytes": 64}, 65536, "the largest block size"),
+    ({"row_bytes": 3136}, 4096, "MiB of samples per batch"),  # 128 MiB / (8 * 3136) = 5349 -> 4096
+    ({"cost": 0.0, "row_bytes": 16}, 262144, "the largest block size"),
 ], ids=["data", "memory", "cap"])
 def test_the_bounds_of_the_choice(kw, block, bound):
     cost = kw.pop("cost", 1e-9)
@@ -43,17 +43,21 @@ def test_blocks_line_up_with_the_chunks():
     # each shard of uncoded or replication reads one whole chunk of its own (3 batches: 80,000, 80,000, 40,000)
     choice = _choose(5e-7, n=200_000, chunks=10_000)
     assert choice.block_size == 10_000 and "rounded up to whole chunks of 10000" in choice.reason
-    # 2,000,000 rows in chunks of 100,000: one chunk is over the largest block size, so half a chunk
+    # 2,000,000 rows in chunks of 100,000: one chunk a block, each chunk decompressed once (it was half a chunk
+    # when the largest block size was 65,536: every chunk read twice, by two shards)
     big = _choose(5.2e-7, n=2_000_000, chunks=100_000)
-    assert big.block_size == 50_000 and 100_000 % big.block_size == 0 and "aligned" in big.reason
+    assert big.block_size == 100_000 and "rounded up to whole chunks of 100000" in big.reason
+    # a chunk the bound cannot reach: a divisor of it (0.1 s of f is 192,307 rows: a quarter of the chunk)
+    part = _choose(5.2e-7, n=20_000_000, chunks=400_000, row_bytes=32)
+    assert part.block_size == 100_000 and "aligned with chunks of 400000" in part.reason
     # several chunks per shard: a whole number of them, rounded down
-    assert _choose(1.7e-5, n=100_000, chunks=512, row_bytes=3136).block_size == 2560  # 64 MiB bound: 2,674
+    assert _choose(1.7e-5, n=100_000, chunks=512, row_bytes=3136).block_size == 3072  # 4 batches: 3,125
     # a batch shorter than a chunk: a whole number of batches fills each chunk
     small = _choose(1e-3, n=200_000, chunks=1200)
     assert small.block_size == 75 and 1200 % (8 * small.block_size) == 0
-    # never rounded up past the memory bound: 8 x 60,000 rows of 256 bytes is over 64 MiB
-    mem = _choose(1e-9, n=10_000_000, chunks=60_000, row_bytes=256)
-    assert mem.block_size == 30_000 and 8 * mem.block_size * 256 <= 64 * 2**20
+    # never rounded up past the memory bound: 8 x 120,000 rows of 256 bytes is over 128 MiB
+    mem = _choose(1e-9, n=10_000_000, chunks=120_000, row_bytes=256)
+    assert mem.block_size == 60_000 and 8 * mem.block_size * 256 <= 128 * 2**20
     # a fixed batch dimension of the model: B is a multiple of it
     assert _choose(1e-3, multiple=24).block_size % 24 == 0
     odd = _choose(5e-7, n=200_000, chunks=10_000, multiple=3)
@@ -62,10 +66,10 @@ def test_blocks_line_up_with_the_chunks():
 
 def test_batches_in_flight_follow_the_batch_bytes():
     assert batches_in_flight(64, 8, 128, 16) == 16
-    assert batches_in_flight(65536, 8, 128, 16) == 8  # 64 MiB batches: 512 MiB in flight
+    assert batches_in_flight(65536, 8, 256, 16) == 4  # 128 MiB batches: 512 MiB in flight
     assert batches_in_flight(65536, 8, 4096, 16) == 2  # never below 2
     assert batches_in_flight(65536, 8, 4096, 1) == 1  # never above the configured number
-    assert _choose(0.0, row_bytes=128).max_in_flight == 8  # 64 MiB batches
+    assert _choose(0.0, row_bytes=128).max_in_flight == 4  # 128 MiB batches (B = 131,072 rows of 128 bytes)
 
 
 @pytest.mark.parametrize(("cost", "kw", "match"), [
@@ -138,3 +142,16 @@ def test_a_run_stores_the_block_size_it_chose_and_a_users_wins(tmp_path, client)
     assert again.run.wall_s == 0.0
     assert again.summary.attrs["block_size"] == attrs["slow"]["block_size"]
     assert again.summary.attrs["block_size_reason"] == attrs["slow"]["block_size_reason"]
+
+
+def test_time_f_reads_the_samples_once():
+    """A chunked, compressed source decompresses its first chunk once for the whole probe, not once per timed
+    call (at 2,000,000 rows in chunks of 100,000 the reads were most of a 0.24 s probe)."""
+    calls = []
+
+    def read(a, b):
+        calls.append((a, b))
+        return np.zeros((b - a, 3))
+
+    cost = time_f(lambda x: x.sum(axis=1), read, 1000)
+    assert calls == [(0, 1000)] and cost.rows == 1000

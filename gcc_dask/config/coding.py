@@ -10,19 +10,20 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field
 
+from ..sizing import MAX_BLOCK_SIZE
 from .fields import FitSamples, InputCount, Points, PosInt, WindowSize, WorkerCount, _Invalid, _Section
 
 
 def _block_size(value: Any) -> Any:
-    """an integer from 1 to 65,536, or 'auto'"""
+    """an integer from 1 to 262,144, or 'auto'"""
     if value == "auto" and isinstance(value, str):
         return value
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value.strip())
     if isinstance(value, (int, float)) and not isinstance(value, bool) and float(value).is_integer():
-        if 1 <= value <= 65536:
+        if 1 <= value <= MAX_BLOCK_SIZE:
             return int(value)
-    raise _Invalid(None, value, "an integer from 1 to 65,536, or 'auto' (chosen from f's cost)")
+    raise _Invalid(None, value, "an integer from 1 to 262,144, or 'auto' (chosen from f's cost)")
 
 
 class CodeConfig(_Section):
@@ -45,10 +46,10 @@ class CodeConfig(_Section):
         B, the groups of a batch: each shard evaluates f once on a block of B coded samples, so a batch is
         K·B samples, N shard tasks, one cutoff and one decode. ``auto`` (the default) times f on a sample of
         the source when the store is created and picks B so that a shard spends about 0.1 s in f, within
-        64 MiB of samples per batch, at least 4 batches, and aligned with the source's chunks; the batches in
+        128 MiB of samples per batch, at least 4 batches, and aligned with the source's chunks; the batches in
         flight follow (:mod:`gcc_dask.sizing`; docs/pipeline.rst, section 'Block size'). The choice and its
         reason are stored with the run (attrs ``block_size``, ``block_size_reason``) and reused on resume. A
-        number (1 to 65,536) gives the same layout on every machine.
+        number (1 to 262,144) gives the same layout on every machine.
     points
         Placement of the data points α and worker points β on [-1, 1]: ``systematic`` (the default for
         pipelines: α Chebyshev points of the first kind, and the data points among the worker points, the best

@@ -248,7 +248,8 @@ def test_speculative_with_a_slow_worker_backs_up_its_shards_only(tmp_path):
 def test_a_second_copy_backs_up_a_backup_that_lands_on_a_slow_worker(tmp_path):
     """copies = 2, four workers, two neighbours slow on every shard: an original on the first slow worker has
     its first backup on the second (late too) and its second backup on a fast worker, which wins; the
-    estimates are uncoded's, bit for bit."""
+    estimates are uncoded's, bit for bit. A shard is late after 1 s, a third of the slow workers' 3 s: a fast
+    worker's shard on a busy machine stays well under it (at 300 ms, CI once saw two of them backed up)."""
     from distributed import Client, LocalCluster
 
     with LocalCluster(n_workers=4, threads_per_worker=8, processes=False, dashboard_address=":0",
@@ -257,7 +258,7 @@ def test_a_second_copy_backs_up_a_backup_that_lands_on_a_slow_worker(tmp_path):
         workload = {"kind": "callable", "name": "run_helpers:slow_on",
                     "params": {"kwargs": {"address": workers[1:3], "seconds": 3.0}}}
         run = gd.run_pipeline(_run_cfg(tmp_path / "run.zarr", ["speculative", "uncoded"], workload,
-                                       speculation={"quantile": 0.5, "multiplier": 2.0, "min_runtime": "300ms",
+                                       speculation={"quantile": 0.5, "multiplier": 2.0, "min_runtime": "1s",
                                                     "copies": 2},
                                        run={"progress": False, "max_batches_in_flight": 1}), client=client)
     assert run.status == "complete"
