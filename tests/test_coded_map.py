@@ -473,3 +473,34 @@ def test_a_result_prints_in_one_line_without_the_data(client, tmp_path):
     text = repr(res)
     assert text == (f"<CodedResult schemes=['uncoded'], 64 rows, store={str(tmp_path / 'r.zarr')!r}, "
                     "status='complete', lazy=False>")
+
+
+@pytest.mark.parametrize("segment_bytes", [None, 0], ids=["by-store-chunks", "by-blocks"])
+def test_estimates_read_each_store_chunk_once(process_client, tmp_path, monkeypatch, segment_bytes):
+    """The lazy estimates of a composed run are the eager ones (rows in the dataset's order), read one store
+    chunk a task: each chunk (one batch) decompressed once, not once per block of X (a batch of 8 blocks of X
+    read it 8 times). Where a run of store chunks that holds its own samples is too long to reorder in one task
+    (a source without chunks, whose windows need not hold whole batches), each block of X reads its rows from
+    the chunks that hold them."""
+    import dask.array as da
+    import zarr
+
+    from gcc_dask.store import readers
+
+    if segment_bytes is not None:
+        monkeypatch.setattr(readers, "MAX_SEGMENT_BYTES", segment_bytes)
+    z = zarr.open_array(str(tmp_path / "x.zarr"), mode="w", shape=X.shape, chunks=(32, 4), dtype="float32")
+    z[:] = X
+    res = gd.coded_map(f, z, client=process_client, out=tmp_path / "z.zarr",
+                       composition={"policy": "similarity", "window": 128}, **CONFIG)
+    root = zarr.open_group(res.store, mode="r")
+    assert (root["inputs/sample"][:] != np.arange(600)).any()  # the composition moved samples
+    eager = readers.read_in_dataset_order(res.store, "gcc")
+    lazy = readers.read_in_dataset_order(res.store, "gcc", lazy=True, chunks=(100,) * 6)
+    assert isinstance(lazy, da.Array) and lazy.chunks[0] == (100,) * 6
+    np.testing.assert_array_equal(lazy.compute(scheduler="sync"), eager)
+    reads = [k for k in dict(lazy.__dask_graph__()) if isinstance(k, tuple) and k[0].startswith("from-zarr")]
+    if segment_bytes is None:
+        assert len(reads) == root["gcc/decoded"].nchunks == 10  # one per batch
+    else:
+        assert not reads  # blocks of X read their rows themselves

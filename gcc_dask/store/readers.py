@@ -122,11 +122,31 @@ def read_in_dataset_order(path: str | os.PathLike, group: str, name: str = "deco
     inverse = np.empty_like(order)
     inverse[order] = np.arange(order.size, dtype=order.dtype)
     if not (inverse != np.arange(order.size)).any():
-        # the store's rows are the dataset's: each block of the result reads its rows from the store (one task
-        # per block, no rechunk layer: a store chunk holds a batch, a few hundred KB to a few MB compressed)
-        return da.from_zarr(arr, chunks=(tuple(chunks) if chunks is not None else arr.chunks[0], *arr.shape[1:]))
-    # each output block reads its rows from the few store chunks that hold them (a composition moves a sample
-    # only within its window): one task per block, no shuffle of the whole array
+        # the store's rows are the dataset's: one task per store chunk (a batch) reads it once, and the rechunk
+        # cuts it into the blocks asked for. Blocks read straight from the store with chunks finer than its own
+        # decompressed each store chunk once per block (a batch of 8 input chunks: 8 times)
+        whole = da.from_zarr(arr)
+        if chunks is None or tuple(int(c) for c in chunks) == tuple(whole.chunks[0]):
+            return whole
+        return whole.rechunk((tuple(int(c) for c in chunks), *((n,) for n in arr.shape[1:])))
+    segments = _closed_segments(order, int(arr.chunks[0]))
+    row_bytes = arr.dtype.itemsize * int(np.prod(arr.shape[1:], dtype=np.int64))
+    if max(b - a for a, b in segments) * row_bytes <= MAX_SEGMENT_BYTES:
+        # a composition moves a sample only within its window, and a chunked source's windows hold whole batches
+        # (store chunks): each run of store chunks that holds its own samples is read once (one task per store
+        # chunk), put back in dataset order in memory, and cut into the blocks asked for
+        rest = tuple((n,) for n in arr.shape[1:])
+        seg_sizes = tuple(b - a for a, b in segments)
+        local = np.concatenate([order[a:b] - a for a, b in segments]).astype(np.int32 if order.size < 2**31 else np.int64)
+        whole = da.from_zarr(arr).rechunk((seg_sizes, *rest))
+        local = local.reshape(-1, *((1,) * (arr.ndim - 1)))  # one column, broadcast along the output axes
+        back = da.map_blocks(_unpermuted, whole, da.from_array(local, chunks=(seg_sizes, *(((1,),) * (arr.ndim - 1))),
+                                                               name=False),
+                             dtype=arr.dtype, meta=np.empty((0,) * arr.ndim, dtype=arr.dtype))
+        want = tuple(int(c) for c in chunks) if chunks is not None else whole.chunks[0]
+        return back if want == back.chunks[0] else back.rechunk((want, *rest))
+    # samples moved across long runs of the store (a source without chunks, whose windows need not hold whole
+    # batches): each output block reads its rows from the store chunks that hold them, one task per block
     sizes = tuple(int(c) for c in chunks) if chunks is not None else tuple(int(c) for c in arr.chunks[:1])
     if chunks is None:
         sizes = tuple(min(sizes[0], order.size - s) for s in range(0, order.size, sizes[0]))
@@ -134,6 +154,31 @@ def read_in_dataset_order(path: str | os.PathLike, group: str, name: str = "deco
     index = da.from_array(small, chunks=(sizes,), name=False)
     return da.map_blocks(_rows_at, index, arr, dtype=arr.dtype, chunks=(sizes, *((n,) for n in arr.shape[1:])),
                          new_axis=list(range(1, arr.ndim)), meta=np.empty((0,) * arr.ndim, dtype=arr.dtype))
+
+
+#: the largest run of store rows :func:`read_in_dataset_order` reorders in one task (bytes of the array's rows)
+MAX_SEGMENT_BYTES = 256 * 2**20
+
+
+def _closed_segments(order, step: int) -> list[tuple[int, int]]:
+    """The shortest runs ``[a, b)`` of store rows, cut at multiples of `step` (the store's chunk), that hold the
+    dataset rows ``a .. b - 1`` and no other: the store rows of each run can be put back in dataset order on
+    their own. `order` is the dataset index of each store row (a permutation)."""
+    import numpy as np
+
+    n = int(order.size)
+    top = np.maximum.accumulate(order)
+    cuts = [0] + [c for c in range(step, n, step) if top[c - 1] == c - 1] + [n]
+    return [(a, b) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
+
+
+def _unpermuted(rows, local):
+    """Store rows `rows` of one closed run in dataset order: row ``local[i]`` of the result is ``rows[i]``."""
+    import numpy as np
+
+    out = np.empty_like(rows)
+    out[np.asarray(local, dtype=np.int64).ravel()] = rows
+    return out
 
 
 def _rows_at(index, arr):
