@@ -54,7 +54,7 @@ from gcc_dask.runtime.executor import BatchRunner
 from gcc_dask.runtime.liveness import MISSED_HEARTBEATS
 from gcc_dask.runtime.tasks import RunPlugin
 from gcc_dask.store import StoreLock
-from gcc_dask.store.run_store import MODEL_SOURCES
+from gcc_dask.store.resume_checks import MODEL_SOURCES
 from gcc_dask.stragglers import latency_model_from_config
 from gcc_dask.workloads import load_workload
 
