@@ -43,7 +43,7 @@ class RunPlugin(WorkerPlugin):
     sink : callable
         ``sink(kind, batch, **arrays)`` writes a batch's arrays from a worker: ``kind="inputs"`` with
         ``labels`` and ``reference``, or a scheme name with ``decoded``.
-    layout : gcc_dask.composition.BatchLayout
+    layout : gcc_dask.batch_layout.BatchLayout
         Which samples each batch holds, in which groups and positions (K = ``layout.group_size``).
     use_gpu : bool
         Move inputs to CuPy before encoding.
@@ -184,7 +184,7 @@ class RunPlugin(WorkerPlugin):
     def blocks(self, batch: int) -> Any:
         """Batch ``batch``'s samples as the encoder's input: ``(K, G, *shape)``, CuPy when the run uses a GPU.
 
-        :meth:`load` laid out by :meth:`~gcc_dask.composition.BatchLayout.to_blocks` (G groups, position k of
+        :meth:`load` laid out by :meth:`~gcc_dask.batch_layout.BatchLayout.to_blocks` (G groups, position k of
         every group on α_k; no copy on the host), moved to the device once per worker (see :meth:`_memo`).
         """
         def build():
@@ -201,7 +201,7 @@ class RunPlugin(WorkerPlugin):
         """What shard `worker` of `batch` evaluates for `scheme`: its coded block, ``(G, *shape)``.
 
         For a selection scheme (uncoded, replication) that is one position of every group unchanged, read
-        from the source on its own (:meth:`~gcc_dask.composition.BatchLayout.position_samples`: G contiguous
+        from the source on its own (:meth:`~gcc_dask.batch_layout.BatchLayout.position_samples`: G contiguous
         slots), with no encode and without reading the rest of the batch (from a chunked source: only the
         chunks that hold those samples, through :meth:`chunk`, so the worker's other shards of the batch
         read none of them again). For the others, the shard's own coded block,
@@ -303,7 +303,7 @@ def _plugin(name: str) -> RunPlugin | None:
 
 @dataclass(frozen=True)
 class Loaded:
-    """A batch's samples read from the source, in slot order (see :class:`~gcc_dask.composition.BatchLayout`)."""
+    """A batch's samples read from the source, in slot order (see :class:`~gcc_dask.batch_layout.BatchLayout`)."""
 
     x: np.ndarray  # (n_real, *sample_shape)
     labels: np.ndarray | None  # (n_real,)
