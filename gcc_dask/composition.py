@@ -1,20 +1,9 @@
 """Which samples are coded together, and in which order: the composition of coding groups, and the batch layout.
 
-The batch model (docs/pipeline.rst, section 'Batches, groups and blocks'):
-
-* a **group** is K samples coded together; position k of the group sits on the data point α_k (α ascending);
-* a **block** stacks B groups: coded input n of a batch is the (B, ...) array of the n-th coded sample of
-  each of its groups, so one shard task evaluates f once on B samples;
-* a **batch** is one block: K·B samples, N shard tasks, one cutoff, one decode, one chunk of the store.
-
-The run's samples sit in *slots*: batch b owns slots ``[b·K·B, (b+1)·K·B)`` (one chunk of the store), and
-within a batch of G groups the slots are position-major: local slot ``j`` holds position ``k = j // G`` of
-group ``g = j % G``. So the batch's samples in slot order, reshaped to ``(K, G, ...)``, are the encoder's
-input as they are (no copy), and the G samples of one position are contiguous: an uncoded or replicated
-shard reads only its own block. A composition is the permutation ``order`` of the dataset's sample indices
-over the slots (slot s holds sample ``order[s]``; the store's ``sample`` coordinate). Only the last batch
-can hold fewer than K·B samples; its groups then lack their last positions, and the encode pads each short
-group by repeating the group's last sample (:meth:`BatchLayout.to_blocks`; the padded outputs are dropped).
+The batch model (groups, blocks, batches) and the slots the samples sit in are
+:class:`~gcc_dask.batch_layout.BatchLayout`'s (:mod:`gcc_dask.batch_layout`; docs/pipeline.rst, section 'Batches,
+groups and blocks'). A composition is the permutation ``order`` of the dataset's sample indices over the slots
+(slot s holds sample ``order[s]``; the store's ``sample`` coordinate).
 
 Policies (:func:`compose`), all deterministic for a seed and all blind to labels and to f:
 
@@ -35,30 +24,30 @@ Policies (:func:`compose`), all deterministic for a seed and all blind to labels
     batches and whole chunks (:func:`window_unit`), so a batch's samples come from the few chunks of its
     window.
 
-A policy's sequence (groups as consecutive runs) is put into slots by :meth:`BatchLayout.from_sequence`.
-Pure NumPy: nothing here imports Dask, Zarr or the coding schemes.
+A policy's sequence (groups as consecutive runs) is put into slots by
+:meth:`~gcc_dask.batch_layout.BatchLayout.from_sequence`. The features and the chain of ``pc1`` and ``similarity``
+are :mod:`gcc_dask.composition_similarity`'s. Pure NumPy: nothing here imports Dask, Zarr or the coding schemes.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from gcc_dask._blas import one_blas_thread
+from gcc_dask.batch_layout import BatchLayout, _positive, is_permutation, permutation_or_raise  # noqa: F401
 from gcc_dask.composition_cache import CompositionCache, cache_key, window_digest
+from gcc_dask.composition_similarity import DEFAULT_DIMS, Projection, chain_order, fit_projection  # noqa: F401
 from gcc_dask.errors import ConfigError, SourceError
 from gcc_dask.limits import MAX_FIT_SAMPLES, MAX_WINDOW
 
+# BatchLayout, is_permutation and permutation_or_raise (batch_layout), Projection, fit_projection, chain_order and
+# DEFAULT_DIMS (composition_similarity) are importable from here too
 __all__ = [
     "POLICIES",
-    "BatchLayout",
-    "Projection",
-    "chain_order",
     "compose",
-    "fit_projection",
     "serial_map",
     "window_bounds",
     "window_unit",
@@ -67,318 +56,8 @@ __all__ = [
 POLICIES = ("as_stored", "random", "pc1", "similarity")
 #: Samples per window of the ``similarity`` chain (rounded up to a multiple of K).
 DEFAULT_WINDOW = 8192
-#: Principal components the ``similarity`` and ``pc1`` policies compare samples on.
-DEFAULT_DIMS = 32
 #: Samples the principal components are fitted on (spread evenly over the dataset).
 DEFAULT_FIT_SAMPLES = 4096
-
-
-def _positive(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ConfigError(f"{name}: got {value!r}; expected an integer >= 1")
-    return int(value)
-
-
-# ------------------------------------------------------------------------------------------ the layout
-@dataclass(frozen=True)
-class BatchLayout:
-    """Where every sample of a run sits: slots, batches, groups and positions (see the module docs).
-
-    Parameters
-    ----------
-    num_samples : int
-        n, samples in the run (>= 1).
-    group_size : int
-        K, samples per coding group (the code's ``num_inputs``).
-    block_size : int
-        B, groups per batch (one shard evaluates f on B samples at once).
-    order : ndarray of int64, shape (n,), or None
-        ``order[s]`` is the dataset index of the sample in slot s (a permutation of ``range(n)``); None means
-        the identity (``as_stored``).
-
-    Raises
-    ------
-    ConfigError
-        A size below 1, or an ``order`` that is not a permutation of ``range(num_samples)``.
-    """
-
-    num_samples: int
-    group_size: int
-    block_size: int = 1
-    order: np.ndarray | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("num_samples", "group_size", "block_size"):
-            object.__setattr__(self, name, _positive(name, getattr(self, name)))
-        if self.order is not None:
-            order = permutation_or_raise("order", self.order, self.num_samples, ConfigError)
-            order.setflags(write=False)
-            object.__setattr__(self, "order", order)
-
-    @classmethod
-    def from_sequence(cls, sequence: np.ndarray | None, group_size: int, block_size: int,
-                      num_samples: int | None = None) -> BatchLayout:
-        """The layout whose groups are consecutive runs of `sequence` (a composition policy's output).
-
-        Batch b takes the ``b``-th run of K·B samples of the sequence; its G groups take consecutive runs of
-        it, group g as many samples as it has slots (K, or fewer in a short last batch), in position order.
-        ``sequence=None`` is the identity *sequence* (consecutive K samples form a group).
-        """
-        n = int(num_samples if sequence is None else len(sequence))
-        seq = np.arange(n, dtype=np.int64) if sequence is None else np.asarray(sequence, dtype=np.int64)
-        shell = cls(n, group_size, block_size)
-        order = np.empty(n, dtype=np.int64)
-        for b in range(shell.num_batches):
-            start, stop = shell.batch_slots(b)
-            g = shell.batch_groups(b)
-            local = np.arange(stop - start)
-            # slot j is position j // g of group j % g; within the batch, group-major order of the slots
-            slot_of_rank = np.lexsort((local // g, local % g))
-            order[start + slot_of_rank] = seq[start:stop]
-        return cls(n, group_size, block_size, order)
-
-    @property
-    def batch_samples(self) -> int:
-        """K·B, the slots of a full batch."""
-        return self.group_size * self.block_size
-
-    @property
-    def num_batches(self) -> int:
-        return -(-self.num_samples // self.batch_samples)
-
-    @property
-    def num_groups(self) -> int:
-        return sum(self.batch_groups(b) for b in range(self.num_batches)) if self.num_batches else 0
-
-    def batch_slots(self, batch: int) -> tuple[int, int]:
-        """``[start, stop)`` slots of `batch` (``stop - start`` <= K·B; the last batch may be short)."""
-        if not 0 <= batch < self.num_batches:
-            raise ConfigError(f"batch: got {batch!r}; expected an integer in [0, {self.num_batches})")
-        start = batch * self.batch_samples
-        return start, min(start + self.batch_samples, self.num_samples)
-
-    def batch_groups(self, batch: int) -> int:
-        """G, the groups in `batch`: B, or fewer in a short last batch."""
-        start, stop = self.batch_slots(batch)
-        return -(-(stop - start) // self.group_size)
-
-    def samples(self, batch: int) -> np.ndarray:
-        """Dataset indices of the samples of `batch`, in slot order, int64 of shape (stop - start,)."""
-        start, stop = self.batch_slots(batch)
-        if self.order is None:
-            return np.arange(start, stop, dtype=np.int64)
-        return self.order[start:stop]
-
-    def position_samples(self, batch: int, position: int) -> np.ndarray:
-        """Dataset indices of position `position` of every group of `batch`, int64 of shape (G,): the block
-        that an uncoded (or replicated) shard evaluates. A group without that position repeats its last one."""
-        if not 0 <= position < self.group_size:
-            raise ConfigError(f"position: got {position!r}; expected an integer in [0, {self.group_size})")
-        samples = self.samples(batch)
-        g = self.batch_groups(batch)
-        local = _block_rows(samples.size, self.group_size)[position * g:(position + 1) * g]
-        return samples[local]
-
-    def sample_index(self) -> np.ndarray:
-        """The dataset index of every slot, int64 of shape (n,) (the store's ``sample`` coordinate)."""
-        return np.arange(self.num_samples, dtype=np.int64) if self.order is None else self.order
-
-    def group_of_slot(self) -> tuple[np.ndarray, np.ndarray]:
-        """(group, position) of every slot: int64 and int32 arrays of shape (n,); groups numbered over the run."""
-        group = np.empty(self.num_samples, dtype=np.int64)
-        position = np.empty(self.num_samples, dtype=np.int32)
-        first = 0
-        for b in range(self.num_batches):
-            start, stop = self.batch_slots(b)
-            g = self.batch_groups(b)
-            local = np.arange(stop - start)
-            group[start:stop] = first + local % g
-            position[start:stop] = local // g
-            first += g
-        return group, position
-
-    def to_blocks(self, x: np.ndarray) -> np.ndarray:
-        """A batch's samples in slot order, ``(n_b, *shape)``, as the encoder's input ``(K, G, *shape)``.
-
-        ``blocks[k, g]`` is position k of group g: a reshape (a view) for a full batch. In a short batch
-        (`n_b` < K·B, G = ceil(n_b / K)) a group's missing positions repeat its last sample;
-        :meth:`from_blocks` drops their outputs.
-        """
-        k, n_b = self.group_size, x.shape[0]
-        if n_b % k:
-            x = x[_block_rows(n_b, k)]
-        return x.reshape((k, -(-n_b // k), *x.shape[1:]))
-
-    @staticmethod
-    def from_blocks(y: Any, n_real: int) -> Any:
-        """The inverse of :meth:`to_blocks` on outputs: ``(K, G, *out)`` -> ``(n_real, *out)`` in slot order.
-
-        Works on NumPy and CuPy arrays alike (``reshape`` only).
-        """
-        k, g = y.shape[0], y.shape[1]
-        return y.reshape((k * g, *y.shape[2:]))[:n_real]
-
-
-def _block_rows(n_b: int, k: int) -> np.ndarray:
-    """For a batch of `n_b` samples in slot order, the row read for each of the K·G entries of its blocks:
-    the identity for a full batch; in a short one a missing position repeats the group's previous one."""
-    g = -(-n_b // k)
-    rows = np.arange(k * g)
-    for j in range(n_b, rows.size):
-        rows[j] = rows[j - g]
-    return rows
-
-
-def is_permutation(order: Any) -> bool:
-    """True if `order` is a 1-D integer array holding each of 0..n-1 exactly once (n = its length): one bool
-    per entry, no sorted copy (a million-sample layout is checked without two more 8 MB arrays)."""
-    order = np.asarray(order)
-    if order.ndim != 1 or order.dtype.kind not in "iu":
-        return False
-    n = order.size
-    if n and (order.min() < 0 or order.max() >= n):
-        return False
-    seen = np.zeros(n, dtype=bool)
-    seen[order] = True
-    return bool(seen.all())
-
-
-def permutation_or_raise(name: str, values: Any, n: int, error: type[Exception]) -> np.ndarray:
-    """`values` as an int64 array if it is a permutation of ``range(n)``, else `error` with one line that names
-    `name`, what is wrong (the shape, a non-integer dtype, the first value out of range or repeated) and what
-    is valid."""
-    want = f"expected a permutation of range({n}) (integers, each once)"
-    arr = np.asarray(values)
-    if arr.shape != (n,):
-        raise error(f"{name}: {want}; got an array of shape {arr.shape}")
-    if arr.dtype.kind not in "iu":
-        raise error(f"{name}: {want}; got dtype {arr.dtype} (cast integral values with .astype('int64'))")
-    arr = arr.astype(np.int64, copy=False)
-    if not is_permutation(arr):
-        bad = np.flatnonzero((arr < 0) | (arr >= n))
-        if bad.size:
-            raise error(f"{name}: {want}; got {int(arr[bad[0]])} at position {int(bad[0])}")
-        _, first, counts = np.unique(arr, return_index=True, return_counts=True)
-        dup = int(np.flatnonzero(counts > 1)[0])
-        raise error(f"{name}: {want}; got {int(arr[first[dup]])} more than once (first at position "
-                    f"{int(first[dup])})")
-    return arr
-
-
-# ----------------------------------------------------------------------------------- features (PCA)
-@dataclass(frozen=True)
-class Projection:
-    """A linear projection of flattened samples onto their leading principal components.
-
-    ``features(x) = (x.reshape(n, -1) - mean) @ components.T``, computed in float32 (grouping needs no more):
-    shape (n, dims).
-    """
-
-    mean: np.ndarray  # (d,) float64
-    components: np.ndarray  # (dims, d) float64, orthonormal rows, by decreasing variance
-
-    def features(self, x: np.ndarray) -> np.ndarray:
-        """The projection of samples `x` of shape ``(n, *shape)``: float32 of shape (n, dims)."""
-        flat = _finite_flat(x, np.float32)
-        return (flat - self.mean.astype(np.float32)) @ self.components.T.astype(np.float32)
-
-
-def _finite_flat(x: np.ndarray, dtype: Any = np.float64) -> np.ndarray:
-    """Samples flattened to rows of `dtype`, NaN/Inf read as 0: a non-finite input is grouped anyhow, and the
-    encode of its batch reports it (``run.nan_policy``)."""
-    flat = np.asarray(x, dtype=dtype).reshape(x.shape[0], -1)
-    return flat if np.isfinite(flat).all() else np.nan_to_num(flat, nan=0.0, posinf=0.0, neginf=0.0)
-
-
-def fit_projection(x: np.ndarray, dims: int = DEFAULT_DIMS, seed: int = 0) -> Projection:
-    """Principal components of `x` (m samples, any shape) by a randomized SVD.
-
-    The range of the centred data is found with a seeded Gaussian test matrix, two power iterations and
-    oversampling by 10 (Halko, Martinsson, Tropp, SIAM Review 53(2), 2011, Algorithms 4.4 and 5.1): exact
-    up to rounding when ``dims + 10 >= min(m, d)``, and O(m·d·dims) instead of an SVD's O(m·d·min(m, d)).
-
-    Parameters
-    ----------
-    x : ndarray of shape ``(m, *shape)``
-        The samples to fit on (m >= 1), any real dtype.
-    dims : int
-        Components to keep (fewer when ``min(m, d)`` is smaller).
-    seed : int
-        Seeds the test matrix.
-
-    Returns
-    -------
-    Projection
-    """
-    flat = _finite_flat(x)
-    mean = flat.mean(axis=0)
-    a = flat - mean
-    m, d = a.shape
-    r = max(1, min(int(dims), m, d))
-    p = min(r + 10, m, d)
-    g = np.random.default_rng([int(seed), 0xC0DE]).standard_normal((d, p))
-    q, _ = np.linalg.qr(a @ g)
-    for _ in range(2):  # power iterations sharpen the spectrum's decay
-        q, _ = np.linalg.qr(a.T @ q)
-        q, _ = np.linalg.qr(a @ q)
-    _, _, vt = np.linalg.svd(q.T @ a, full_matrices=False)
-    comps = vt[:r]
-    # a sign convention, so that the same data give the same components on every machine
-    signs = np.sign(comps[np.arange(r), np.argmax(np.abs(comps), axis=1)])
-    comps = comps * np.where(signs == 0, 1.0, signs)[:, None]
-    return Projection(mean=mean, components=np.ascontiguousarray(comps))
-
-
-# ---------------------------------------------------------------------------------------- the chain
-def chain_order(features: np.ndarray) -> np.ndarray:
-    """A greedy nearest-neighbour chain through `features`: a permutation of ``range(len(features))``.
-
-    Starts at the sample with the smallest first feature (an extreme of the first principal component) and
-    repeatedly steps to the nearest sample not visited yet (squared Euclidean distance; ties to the lowest
-    index). O(n² · dims) time, O(n · dims) memory: the visited samples are dropped from the search whenever
-    they make up a quarter of it, which saves about 40% of the work of searching all n at every step.
-
-    A step is one pass over the features stored dimension by dimension (dims, n), into a buffer kept for the
-    whole chain: 1.5x faster than the same step over rows of samples with a new array each time (8,192 MNIST
-    features: 0.16 s against 0.25 s on one core), and the same chains on MNIST's and Fashion-MNIST's splits
-    (data with exact duplicates can break their ties otherwise: 10 of 100,000 slots of the tiled bench data).
-
-    Parameters
-    ----------
-    features : ndarray of shape (n, dims), float (compared in float32)
-
-    Returns
-    -------
-    ndarray of int64, shape (n,)
-    """
-    f = np.ascontiguousarray(features, dtype=np.float32)  # float32 halves the memory traffic of each step
-    n = f.shape[0]
-    order = np.empty(n, dtype=np.int64)
-    if n == 0:
-        return order
-    ids = np.arange(n, dtype=np.int64)  # the sample of each column still searched (ascending: ties stay lowest)
-    left = np.einsum("ij,ij->i", f, f)  # ||f_i||²; inf once visited
-    cur = int(np.argmin(f[:, 0])) if f.shape[1] else 0  # a column of the arrays searched
-    two_ft = np.ascontiguousarray((2.0 * f).T)  # (dims, n)
-    dist = np.empty(n, dtype=np.float32)
-    visited = 0  # columns of the arrays searched that are visited already
-    for i in range(n):
-        order[i] = ids[cur]
-        left[cur] = np.inf
-        visited += 1
-        if i + 1 == n:
-            break
-        here = two_ft[:, cur] * np.float32(0.5)  # f_cur exactly (halving is exact in binary floating point)
-        if 4 * visited >= ids.size and ids.size > 64:
-            keep = np.isfinite(left)
-            ids, left, two_ft = ids[keep], left[keep], np.ascontiguousarray(two_ft[:, keep])
-            dist = dist[:ids.size]
-            visited = 0
-        # ||f_j - f_cur||² - ||f_cur||² = ||f_j||² - 2 f_j·f_cur: the same argmin
-        np.dot(here, two_ft, out=dist)
-        np.subtract(left, dist, out=dist)
-        cur = int(dist.argmin())
-    return order
 
 
 def window_unit(group_size: int, block_size: int = 1, chunks: int | None = None, window: int = 0) -> int:

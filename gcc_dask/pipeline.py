@@ -7,13 +7,17 @@ recomputed, but failed ones are retried; the stored composition is reused), or c
 coding groups and creates the store; then it runs the batches on Dask and returns a :class:`RunResult`
 with the per-scheme summary read back from the store. One driver at a time holds a store
 (:class:`~gcc_dask.store.StoreLock`).
+
+Its parts live beside it, one concern each: :mod:`~gcc_dask.pipeline_plans` (the codes and the cutoff plan of each
+scheme), :mod:`~gcc_dask.pipeline_layout` (block size and composition), :mod:`~gcc_dask.pipeline_resume` (what a
+resume finds in the store), :mod:`~gcc_dask.pipeline_cluster` (the cluster's checks before the batches) and
+:mod:`~gcc_dask.pipeline_records` (the workers' store writer and the driver's record buffer).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import logging
 import os
 import sys
@@ -28,38 +32,37 @@ import pandas as pd
 
 from gcc_dask import dashboard
 from gcc_dask import store as store_mod
-from gcc_dask._digest import files_digest
 from gcc_dask._paths import writable_file
 from gcc_dask.analysis.summary import summarize_run
-from gcc_dask.coding import make_code
-from gcc_dask.coding.points import spread_order
-from gcc_dask.composition import BatchLayout, compose, composition_items, window_unit
-from gcc_dask.composition_cache import CompositionCache
 from gcc_dask.config import FINGERPRINT_IGNORED, PipelineConfig, load_config
 from gcc_dask.inputs import _check_model_fits, _probe_model, _resolve_path, build_source_and_workload  # noqa: F401
 from gcc_dask.limits import MAX_SAMPLES
 from gcc_dask.phases import PhaseTimer
-from gcc_dask.errors import (
-    ClusterError, ConfigError, GccDaskError, InvalidInputError, SourceError, StoreError, WorkloadError,
+from gcc_dask.errors import ClusterError, ConfigError, GccDaskError, SourceError
+from gcc_dask.pipeline_cluster import _check_reachable, _wait_for_workers
+from gcc_dask.pipeline_layout import _block_choice, _compose, _layout, composition_blind, composition_policy  # noqa: F401
+from gcc_dask.pipeline_plans import build_codes, build_plans
+from gcc_dask.pipeline_records import RecordBuffer, StoreSink
+from gcc_dask.pipeline_resume import (
+    _inputs_digest, _inputs_pending, _limit_note, _limited, _pending, _tell_misplaced,
 )
 from gcc_dask.runtime.cluster import (
-    ClusterSpec, allowed_failures, check_gpu_workers, cluster_has_gpu, connect, map_on_cluster,
-    past_frozen, performance_report as perf_report, remove_plugins, run_on_cluster, thread_slots,
+    ClusterSpec, allowed_failures, check_gpu_workers, cluster_has_gpu, connect, performance_report as perf_report,
+    remove_plugins, run_on_cluster, thread_slots,
 )
-from gcc_dask.runtime.cutoff import CutoffPolicy, Speculation
-from gcc_dask.runtime.executor import BatchRunner, SchemePlan
+from gcc_dask.runtime.executor import BatchRunner
 from gcc_dask.runtime.liveness import MISSED_HEARTBEATS
 from gcc_dask.runtime.tasks import RunPlugin
-from gcc_dask.sizing import BlockChoice, batches_in_flight, choose_block_size
 from gcc_dask.store import StoreLock
-from gcc_dask.store.run_store import MODEL_SOURCES
+from gcc_dask.store.resume_checks import MODEL_SOURCES
 from gcc_dask.stragglers import latency_model_from_config
 from gcc_dask.workloads import load_workload
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RunResult", "run_pipeline", "build_codes", "build_plans", "build_source_and_workload", "StoreSink",
-           "RecordBuffer"]
+# build_codes and build_plans (pipeline_plans), StoreSink and RecordBuffer (pipeline_records), composition_blind
+# and composition_policy (pipeline_layout) are importable from here too
+__all__ = ["RunResult", "run_pipeline", "build_source_and_workload"]
 
 @dataclass(frozen=True)
 class RunResult:
@@ -108,341 +111,6 @@ class RunResult:
     def block_size_reason(self) -> str | None:
         """Why the run has that block size (``"code.block_size"``, or ``auto``'s measurement and bound)."""
         return store_mod.RunStore(self.path).attrs.get("block_size_reason")
-
-
-class StoreSink:
-    """Picklable writer the worker tasks call: ``sink(kind, batch, **arrays)`` with kind "inputs" or a scheme.
-
-    With `token` (the run's :attr:`~gcc_dask.store.RunStore.token`) every write is refused unless the store
-    still carries it (:class:`~gcc_dask.errors.WriteRefusedError`)."""
-
-    def __init__(self, path: str, token: str | None = None) -> None:
-        self.path = path
-        self.token = token
-
-    def __call__(self, kind: str, batch: int, **arrays: Any) -> Any:
-        """Write; for a scheme, return what :func:`~gcc_dask.store.write_decoded` returns (the batch's
-        ``chunk_digest``, for its record)."""
-        token = getattr(self, "token", None)
-        if kind == "inputs":
-            store_mod.write_inputs(self.path, batch, labels=arrays.get("labels"), reference=arrays.get("reference"),
-                                   token=token)
-            return None
-        return store_mod.write_decoded(self.path, kind, batch, arrays["decoded"], filled=arrays.get("filled"),
-                                       token=token)
-
-
-class RecordBuffer:
-    """Collects finished batches' records on the driver and writes them in few, large flushes.
-
-    Flushes every ``max_batches`` batches or ``max_age_s`` seconds, and on :meth:`flush`. The writes run in
-    a thread of their own, one flush after another (each writes its batches' ``status`` last), so that the
-    driver's loop goes on submitting and deciding meanwhile (bench: a flush blocked it for about 0.1 s).
-    A write that failed raises its error from the next :meth:`add` or :meth:`flush`. A batch whose record
-    is lost with the driver (SIGKILL between two flushes) is still pending in the store and is recomputed
-    on resume: its ``decoded`` rows are rewritten with the same values.
-    """
-
-    def __init__(self, store, max_batches: int = 64, max_age_s: float = 2.0) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        self.store = store
-        self.max_batches = max_batches
-        self.max_age_s = max_age_s
-        self._records: dict[str, list[dict]] = {}
-        self._batches = 0
-        self._since = time.monotonic()
-        self._writer = ThreadPoolExecutor(1, thread_name_prefix="gcc-dask-records-writer")
-        self._writes: list = []
-        self._closed = False
-
-    def add(self, records: list[dict]) -> None:
-        for r in records:
-            self._records.setdefault(r["scheme"], []).append(r)
-        self._batches += 1
-        if self._batches >= self.max_batches or time.monotonic() - self._since >= self.max_age_s:
-            self._start_flush()
-
-    def _start_flush(self) -> None:
-        self._raise_failed()
-        if self._records:
-            batch, self._records = self._records, {}
-            self._writes.append(self._writer.submit(self._write, batch))
-        self._batches = 0
-        self._since = time.monotonic()
-
-    def _write(self, records: dict[str, list[dict]]) -> None:
-        for scheme, rs in records.items():
-            self.store.write_records(scheme, rs)
-
-    def _raise_failed(self, wait: bool = False) -> None:
-        finished = [f for f in self._writes if wait or f.done()]
-        self._writes = [f for f in self._writes if f not in finished]
-        for fut in finished:
-            fut.result()  # raises the write's error (once)
-
-    def flush(self) -> None:
-        """Write every record collected so far and wait until it is written (raising a write's error)."""
-        self._start_flush()
-        self._raise_failed(wait=True)
-
-    def close(self) -> None:
-        """Flush, then stop the writing thread (a second call does nothing)."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self.flush()
-        finally:
-            self._writer.shutdown(wait=True)
-
-
-def build_codes(cfg: PipelineConfig) -> dict:
-    """One coding scheme per configured scheme label (``make_code`` with the entry's code and parameters)."""
-    k = cfg.code.num_inputs
-    return {s: make_code(cfg.code_of(s), num_inputs=k, num_workers=cfg.workers_for(s), **cfg.code_params(s))
-            for s in cfg.schemes}
-
-
-def build_plans(cfg: PipelineConfig, codes: Mapping[str, Any]) -> list[SchemePlan]:
-    """The cutoff policy of each scheme (:meth:`~gcc_dask.config.PipelineConfig.stop_of`).
-
-    Schemes that stop at the cutoff (the approximate codes; ``replication`` with ``stop: cutoff``, the default;
-    ``uncoded`` with ``stop: cutoff``) use the configured cutoff (``wait_for`` N-S by default, the deadline,
-    the adaptive rule): every such scheme stops at the same rule. The others wait for their recovery
-    condition, as users run them today: ``uncoded`` (``stop: all``, the default) for all K results,
-    ``replication`` with ``stop: recovery`` for one copy of every input, ``lcc`` for its recovery threshold;
-    a failed shard still ends the wait (its output is then missing, or filled). ``speculative`` waits for one
-    copy of every input too, and its plan carries the ``speculation`` rule for its backup copies (in index
-    order: the K originals first). The schemes that stop at the cutoff carry the same rule for one backup
-    copy of a late shard they cannot do without (``cutoff.backups``, wall clock only).
-    """
-    c = cfg.cutoff
-    plans = []
-    for name, code in codes.items():
-        n = code.num_workers
-        if cfg.stop_of(name) != "cutoff":
-            groups = None
-            if code.selection:
-                groups = tuple(int(code.selected_input(w)) for w in range(n))
-            wait_for = code.recovery_threshold if cfg.code_of(name) == "lcc" else n
-            policy = CutoffPolicy(num_workers=n, wait_for=wait_for, min_results=code.min_received,
-                                  on_shortfall="wait", groups=groups)
-        else:
-            policy = CutoffPolicy(
-                num_workers=n, wait_for=cfg.wait_for_count(name), min_results=code.min_received,
-                deadline=c.deadline, quantile=c.quantile, multiplier=c.multiplier, min_runtime=c.min_runtime,
-                on_shortfall=c.on_shortfall,
-            )
-        order = speculation = backups = None
-        wall = cfg.stragglers.model == "none" or cfg.stragglers.clock == "wall"
-        if cfg.code_of(name) == "speculative":
-            rule = cfg.section_for(name)
-            speculation = Speculation(quantile=rule.quantile, multiplier=rule.multiplier,
-                                      min_runtime=rule.min_runtime, copies=rule.copies)
-        else:
-            if cfg.cutoff.spares == "lazy" and wall:
-                order = tuple(int(w) for w in spread_order(code.data_points, code.worker_points))
-            if cfg.stop_of(name) == "cutoff" and c.backups and wall:  # one copy per late shard (cutoff.backups)
-                rule = cfg.speculation
-                backups = Speculation(quantile=c.backup_quantile, multiplier=rule.multiplier,
-                                      min_runtime=rule.min_runtime)
-        plans.append(SchemePlan(name=name, num_workers=n, policy=policy, order=order, speculation=speculation,
-                                backups=backups))
-    return plans
-
-
-def _wait_for_workers(client, timeout: float) -> None:
-    """At least one worker must be there, or join within `timeout` s: a run on none would wait forever."""
-    try:
-        client.wait_for_workers(1, timeout=timeout)
-    except TimeoutError:
-        raise ClusterError(
-            f"cluster: got a Dask scheduler at {client.scheduler.address!r} that has no workers, and none joined "
-            f"within {timeout:g} s (cluster.connect_timeout); expected at least one: start some with "
-            f"`dask worker ADDRESS`, or raise cluster.connect_timeout"
-        ) from None
-
-
-def _check_reachable(client, path: str) -> set[str]:
-    """Every worker must see the driver's store (it writes its batches there itself); returns the workers not
-    checked because they are frozen (:func:`~gcc_dask.runtime.cluster.past_frozen`: they get no shards until
-    they answer, and are ended if they stay silent).
-
-    The driver has created the store: it leaves a token file in it, and each worker must read that
-    token back and write a file of its own there. A worker on a machine without the shared file system
-    fails the read (creating the directory on its own disk would pass a write-only probe).
-    """
-    token = uuid.uuid4().hex
-    mark = os.path.join(path, f".reachable-{token[:8]}")
-    try:
-        with open(mark, "w") as fh:
-            fh.write(token)
-    except OSError as e:  # a read-only or full file system: the run could not write its store either
-        raise StoreError(f"store.path: got {path!r}, which this driver cannot write into ({type(e).__name__}: "
-                         f"{e.strerror or e}); fix the file system (space, permissions, a read-only mount) and "
-                         "run the same command again") from None
-
-    def _probe(mark=mark, token=token):
-        try:
-            with open(mark) as fh:
-                if fh.read() != token:
-                    return f"{mark} holds another run's token"
-            mine = f"{mark}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-            with open(mine, "w") as fh:
-                fh.write("ok")
-            os.remove(mine)
-        except OSError as e:
-            return f"{type(e).__name__}: {e.strerror or e}"
-        return None
-
-    frozen: set[str] = set()
-    try:
-        outcome, frozen = past_frozen(client, lambda workers: client.run(_probe, workers=workers))
-    except Exception as e:
-        outcome = {"?": f"{type(e).__name__}: {e}"}
-    finally:
-        try:
-            os.remove(mark)
-        except OSError:
-            pass
-    bad = {w: why for w, why in outcome.items() if why}
-    if bad:
-        worker, why = next(iter(bad.items()))
-        raise StoreError(
-            f"store.path: got {path!r}, which {len(bad)} of {len(outcome)} Dask workers cannot see or write "
-            f"(worker {worker}: {why}); use a path on a file system that the driver and every worker mount"
-        )
-    return frozen
-
-
-def _inputs_digest(source, workload, sources: bool = True) -> str:
-    """A digest of the model and data files the run reads (see :mod:`gcc_dask._digest`), of the source file of a
-    model's module (an import path ``module:function``: ``workload.sources()``; not with ``sources=False``, the
-    digest of the stores made before it counted), and of an in-memory f (its cloudpickle bytes:
-    ``workload.params["token"]``)."""
-    modules = list(getattr(workload, "sources", list)()) if sources else []
-    try:
-        digest = files_digest([*workload.files(), *modules, *source.files()])
-    except OSError as e:
-        raise SourceError(f"source: got model or data files that cannot be read to fingerprint them ({e}); "
-                          "expected readable files") from None
-    token = getattr(workload, "params", {}).get("token")
-    return digest if token is None else hashlib.sha256(f"{digest}\n{token}".encode()).hexdigest()
-
-
-def _block_choice(cfg: PipelineConfig, source, cost, fixed: int | None, store=None) -> BlockChoice:
-    """The run's block size B and batches in flight: ``code.block_size`` when it is a number; with ``auto``, the
-    one a resumed `store` was made with, else :func:`~gcc_dask.sizing.choose_block_size` for f's `cost`."""
-    configured = cfg.run.max_batches_in_flight
-    if cfg.code.block_size != "auto":
-        return BlockChoice(int(cfg.code.block_size), configured, "code.block_size")
-    row_bytes = int(np.prod(source.sample_shape, dtype=np.int64)) * source.dtype.itemsize
-    if store is not None:
-        block = int(store.attrs["block_size"])
-        return BlockChoice(block, batches_in_flight(block, cfg.code.num_inputs, max(1, row_bytes), configured),
-                           store.attrs.get("block_size_reason") or "stored")
-    return choose_block_size(cost.seconds_per_row, num_samples=source.num_samples, group_size=cfg.code.num_inputs,
-                             row_bytes=max(1, row_bytes), chunks=source.chunks, max_in_flight=configured,
-                             multiple=fixed or 1)
-
-
-def _layout(cfg: PipelineConfig, block: int, num_samples: int, order) -> BatchLayout:
-    return BatchLayout(num_samples, cfg.code.num_inputs, block, order)
-
-
-def composition_blind(cfg: PipelineConfig, scheme: str) -> bool:
-    """True when the estimates of the scheme labelled `scheme` do not depend on which samples are coded
-    together: ``speculative``, and a selection scheme (``uncoded``, ``replication``, full or partial) that
-    fills nothing (its ``fill: none``). Its shards evaluate f on the samples themselves, so any composition
-    gives the same estimates."""
-    code = cfg.code_of(scheme)
-    if code == "speculative":
-        return True
-    if code not in ("uncoded", "replication"):
-        return False
-    return cfg.section_for(scheme).fill == "none"
-
-
-def composition_policy(cfg: PipelineConfig) -> str:
-    """The composition the run uses: ``composition.policy``, or ``as_stored`` when every scheme of the run is
-    :func:`composition_blind` (composing would cost a pass over the data, and, from a chunked source, reads of
-    a batch's samples spread over its window's chunks, for the same estimates; docs/pipeline.rst, section
-    'Reads that follow the chunks')."""
-    if all(composition_blind(cfg, s) for s in cfg.schemes):
-        return "as_stored"
-    return cfg.composition.policy
-
-
-def _compose(cfg: PipelineConfig, block: int, source, client, say) -> BatchLayout:
-    """The run's composition and batch layout (blocks of `block` groups), with the windows of a large source as
-    Dask tasks."""
-    comp = cfg.composition
-    policy = composition_policy(cfg)
-    unit = window_unit(cfg.code.num_inputs, block, source.chunks, comp.window)
-    windows = len(composition_items(source.num_samples, comp.window, cfg.code.num_inputs, unit, policy,
-                                    source.chunks)) \
-        if policy in ("similarity", "pc1") else 1
-    if policy in ("similarity", "pc1"):
-        say(f"composing {source.num_samples:,} samples into groups of {cfg.code.num_inputs} ({policy}, "
-            f"{windows} window{'s' if windows != 1 else ''})")
-    elif policy != comp.policy:
-        say(f"composition: as_stored (the estimates of {', '.join(cfg.schemes)} do not depend on it; "
-            f"composition.policy {comp.policy} applies to the approximate schemes and fills)")
-    mapper = run_task = None
-    remote = getattr(source, "remote", False)  # a dask array: read on the workers only
-    if windows > 1 or remote:
-        def mapper(func, items, *shared):
-            return map_on_cluster(client, func, items, *shared, worker_timeout=cfg.cluster.connect_timeout,
-                                  what="composing the samples")
-    if remote:
-        def run_task(func, *args):
-            return run_on_cluster(client, func, *args, worker_timeout=cfg.cluster.connect_timeout,
-                                  what="composing the samples")
-    return compose(source, group_size=cfg.code.num_inputs, block_size=block, policy=policy,
-                   seed=comp.seed, window=comp.window, dims=comp.dims, fit_samples=comp.fit_samples,
-                   map_windows=mapper, run_task=run_task, cache=CompositionCache.default(), say=say)
-
-
-def _tell_misplaced(store, schemes: Sequence[str], warn: Callable[[str], None], shown: int = 4) -> None:
-    """One warning naming the chunks of done batches that are not the ones written there (moved or swapped
-    within the store, or copied from another run: :meth:`~gcc_dask.store.RunStore.misplaced_chunks`), which the
-    resume runs again; nothing when there are none."""
-    found = [(name, b) for group in (store_mod.INPUTS, *schemes)
-             for b, names in store.misplaced_chunks(group).items() for name in names]
-    if not found:
-        return
-    listed = ", ".join(f"{name} (batch {b})" for name, b in found[:shown])
-    more = f" and {len(found) - shown} more" if len(found) > shown else ""
-    warn(f"store: {len(found)} chunk{'s' if len(found) > 1 else ''} of {store.path} "
-         f"{'are' if len(found) > 1 else 'is'} not the one{'s' if len(found) > 1 else ''} this store wrote there "
-         f"(moved or swapped within it, or copied from another run): {listed}{more}; running "
-         f"{'those batches' if len(found) > 1 else 'that batch'} again")
-
-
-def _inputs_pending(store) -> np.ndarray:
-    """The batches whose ``inputs`` (the reference, the labels) were never written, when the store records
-    any: bool (num_batches,). Such a batch is not done, whatever its schemes' status says: without its
-    reference its MSE and RelAcc are unknown (docs/pipeline.rst, section 'Resuming')."""
-    attrs = store.attrs
-    if not (attrs.get("has_reference") or attrs.get("has_labels")):
-        return np.zeros(store.num_batches, dtype=bool)
-    return store.batch_status(store_mod.INPUTS) == 0
-
-
-def _pending(store, schemes: Sequence[str], num_batches: int) -> list[tuple[int, list[str]]]:
-    """(batch, schemes) still to run: pending batches, those failed by the environment (retried on resume, see
-    :meth:`~gcc_dask.store.RunStore.pending_batches`), and, for every scheme, the batches whose reference or
-    labels were never written or whose chunk of them is missing (:meth:`~gcc_dask.store.RunStore.missing_batches`)
-    or misplaced (:meth:`~gcc_dask.store.RunStore.misplaced_chunks`;
-    their records are rewritten with the metrics)."""
-    todo = {s: set(store.pending_batches(s, retry_failed=True).tolist()) for s in schemes}
-    lost_inputs = set(np.flatnonzero(_inputs_pending(store)).tolist())
-    lost_inputs |= set(store.missing_batches(store_mod.INPUTS).tolist())  # their labels/reference chunk is gone
-    lost_inputs |= set(store.misplaced_chunks(store_mod.INPUTS))  # or is not the one written there
-    todo = {s: batches | lost_inputs for s, batches in todo.items()}
-    work = [(b, [s for s in schemes if b in todo[s]]) for b in range(num_batches)]
-    return [(b, ss) for b, ss in work if ss]
 
 
 def run_pipeline(
@@ -658,27 +326,12 @@ def _run_stored(cfg, path, source, workload, output_shape, connected, say, warn,
     return RunResult(path=path, status=run_status, config=cfg, wall_s=wall, phases_s=phases.seconds)
 
 
-def _limit_note(cfg: PipelineConfig, store, num_batches: int) -> str:
-    """The line that says a run stopped on purpose at ``run.limit_batches``, and what is left."""
-    pending = {s: int((store.batch_status(s) == 0).sum()) for s in cfg.schemes}
-    counts = set(pending.values())
-    left = (f"{counts.pop()} of {store.num_batches} batches still pending per scheme" if len(counts) == 1 else
-            "batches still pending: " + ", ".join(f"{s} {n} of {store.num_batches}" for s, n in pending.items()))
-    return (f"stopped at run.limit_batches = {cfg.run.limit_batches} (the first {num_batches} of "
-            f"{store.num_batches} batches); {left}, so the store is 'incomplete': run the same command without "
-            "run.limit_batches, or with a larger one, to go on")
-
-
 def _plugin_prefix(path: str) -> str:
     """``gcc-dask-<8 hex digits of the store's path>-``: the start of the worker plugin names of every run of the
     store at `path` (a run's plugin adds its token: ``gcc-dask-1a2b3c4d-<token>``)."""
     import hashlib
 
     return f"gcc-dask-{hashlib.sha256(os.path.abspath(path).encode()).hexdigest()[:8]}-"
-
-
-def _limited(cfg: PipelineConfig, num_batches: int) -> int:
-    return num_batches if cfg.run.limit_batches is None else min(num_batches, cfg.run.limit_batches)
 
 
 #: the scheduler addresses whose re-runs of lost tasks (allowed-failures) were warned of in this process

@@ -121,7 +121,7 @@ def test_resume_reuses_the_stored_composition(client, tmp_path, monkeypatch):
     def no_compose(*args, **kwargs):
         raise AssertionError("a resume must reuse the stored composition, not compose again")
 
-    monkeypatch.setattr("gcc_dask.pipeline.compose", no_compose)
+    monkeypatch.setattr("gcc_dask.pipeline_layout.compose", no_compose)  # where _compose looks it up
     full = gd.run_pipeline(_cfg(path), client=client)
     assert full.status == "complete"
     np.testing.assert_array_equal(zarr.open_group(str(path), mode="r")["inputs/sample"][:], order)

@@ -6,7 +6,7 @@ samples. A scheme at a cutoff of N − S results (lazy spares: the S spares run 
 result is missing) costs at least:
 
 - N − S evaluations of f on B coded samples, and N − S encodes of one coded input (``code.encode(blocks,
-  workers=(n,))``, as :meth:`gcc_dask.runtime.tasks.RunPlugin.shard_input` does);
+  workers=(n,))``, as :meth:`gcc_dask.runtime.plugin.RunPlugin.shard_input` does);
 - the batch's chunks read once by every worker process that runs one of its shards (a coded shard needs the whole
   batch; a batch's shards go round-robin, so each of P processes runs some when N − S >= P). A process keeps a
   window's chunks while its batches run, so over a job it reads each chunk once: K·B / c chunk reads a batch per

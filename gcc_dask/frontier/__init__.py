@@ -8,6 +8,8 @@ frontier measures them all on the same groups and the same received sets (docs/f
 * :mod:`.evaluate` — f on every coded input once, then every group decoded under every set (pure NumPy);
 * :mod:`.config` — the frontier file (``kind: frontier``) and the default estimators;
 * :mod:`.run` — the Dask job and the store (:func:`run_frontier`);
+* :mod:`.advise` — ``gcc-dask advise`` and ``schemes: [auto]``, with :mod:`.choose` (which candidate it
+  recommends) and :mod:`.recommendation` (what it says and writes);
 
 and :mod:`gcc_dask.analysis.frontier` turns a store into the table of cells and the figure.
 """

@@ -18,6 +18,10 @@ best estimator that copies at the same N only when it gains more than 2 paired s
 than that, measured on one sample, did not carry over to held-out data (docs/frontier.rst, section 'Advice').
 The coded outputs are stored with the advice, so a second call with another target or straggler budget does
 not evaluate f again.
+
+The choice itself is :mod:`gcc_dask.frontier.choose`'s (:func:`~gcc_dask.frontier.choose.choose`), what the advice
+says and writes :mod:`gcc_dask.frontier.recommendation`'s (:class:`~gcc_dask.frontier.recommendation.Advice`); both
+are importable from here too. :func:`resolve_auto` makes ``schemes: [auto]`` concrete for a pipeline.
 """
 
 from __future__ import annotations
@@ -28,18 +32,19 @@ import math
 import numbers
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
-import pandas as pd
 
 from gcc_dask._paths import writable_dir
-from gcc_dask.config import AdviseConfig
 from gcc_dask.errors import ConfigError
 
+from .choose import COPYING, DEFAULT_MARGIN, TIE_SE, _cheapest_tied, _reached, _set_aside, _within, choose  # noqa: F401
 from .config import CandidateSpec, default_candidates
+from .recommendation import (  # noqa: F401
+    Advice, _advice, _entry_label, _entry_params, _exact_sentence, _files, _sentence, _store_for,
+)
 from .reuse import expected_time, load_scores, save_scores, score_key
 from .run import (REFERENCE_KEY, _build, _cached_outputs, _dataset, _encoder_digest, _write, candidates_for_specs,
                   groups_of, measure)
@@ -54,58 +59,6 @@ DEFAULT_SAMPLES = 2000
 LATENCY_DRAWS = 2000
 #: the random pattern enumerates every set of S stragglers up to this many sets (else LATENCY_DRAWS draws)
 EXHAUSTIVE_LIMIT = 20_000
-TIE_SE = 2.0
-#: the codes that copy f's outputs (no encoder, no decoder to fit): what a code must beat by the margin
-COPYING = ("replication", "uncoded")
-#: the RelAcc (for the MSE: the fraction of the copying estimator's MSE) a code must gain over copying at the
-#: same N, beyond TIE_SE paired standard errors, to be recommended: ``advise.margin``'s default
-DEFAULT_MARGIN = AdviseConfig.model_fields["margin"].default
-
-
-@dataclass
-class Advice:
-    """What :func:`advise` found.
-
-    Attributes
-    ----------
-    table : pandas.DataFrame
-        One row per candidate (its N): ``estimator``, ``code``, ``N``, ``ratio`` (N/K, the compute per sample
-        relative to uncoded), the decision pattern's ``value`` ± ``se`` and ``decodable`` fraction, the paired
-        difference to the best ``vs_best`` ± ``vs_best_se``, and the ``worst`` case ± ``worst_se`` when it was
-        measured. With the MSE (an f with one output) a candidate that leaves outputs without an estimate is
-        never recommended.
-    choice : dict
-        The recommended scheme entry ``{"label", "code", "params"}`` (``params`` holds ``num_workers``).
-    text : str
-        The recommendation, with the ties it resolved.
-    set_lines : list of str
-        ``--set`` options that apply it to the pipeline: the scheme entry, and a store of its own
-        (``store.path`` with ``-<label>`` before ``.zarr``: the pipeline's own store holds another
-        configuration's run).
-    pattern : str
-        The received sets the choice was made on: ``latency`` (the pipeline's latency model and cutoff),
-        ``random`` (S random stragglers) or ``bernoulli`` (each worker lost with probability p).
-    metric : str
-        ``rel_acc`` or ``mse``.
-    path : str
-        The advice's frontier store (``gcc-dask report`` reads it).
-    wall_s : float
-    """
-
-    table: pd.DataFrame
-    choice: dict
-    text: str
-    set_lines: list[str]
-    pattern: str
-    metric: str
-    path: str
-    wall_s: float = 0.0
-    files: list[Path] = field(default_factory=list)
-
-    def to_attrs(self) -> dict:
-        """JSON-able summary of the advice (what a pipeline with ``schemes: [auto]`` records in its store)."""
-        return {"choice": self.choice, "text": self.text, "pattern": self.pattern, "metric": self.metric,
-                "table": json.loads(self.table.to_json(orient="records"))}
 
 
 def _specs(cfg) -> list[CandidateSpec]:
@@ -150,111 +103,6 @@ def _policy(cfg, n: int, s: int):
     wait_for = n - s if c.wait_for == "N-S" else (n if c.wait_for == "all" else min(int(c.wait_for), n))
     return CutoffPolicy(num_workers=n, wait_for=max(1, wait_for), min_results=0, deadline=c.deadline,
                         quantile=c.quantile, multiplier=c.multiplier, min_runtime=c.min_runtime, on_shortfall="decode")
-
-
-def choose(table: pd.DataFrame, values: Mapping[str, np.ndarray], metric: str, *,
-           target: float | None = None, margin: float = DEFAULT_MARGIN) -> tuple[str, list[str], str]:
-    """The recommended candidate of `table` (the decision pattern's rows), the candidates tied with it, and why.
-
-    Parameters
-    ----------
-    table : DataFrame
-        One row per candidate, with ``candidate``, ``code``, ``N``, ``value``.
-    values : mapping
-        Per-group scores of each candidate (pairs the comparisons).
-    metric : {"rel_acc", "mse"}
-    target : float, optional
-        With a target: the fewest workers N whose best candidate reaches it; without: the best overall.
-    margin : float
-        In [0, 1]. What a coded candidate must gain over the best copying one (:data:`COPYING`) at its N,
-        beyond ``TIE_SE`` paired standard errors: RelAcc, or for the MSE a fraction of the copying one's MSE. A
-        code that gains less is set aside before the target and the ties are looked at (the copying one stands
-        for it), and `reason` says so when it would have looked better than the pick.
-
-    Returns
-    -------
-    (candidate, tied, reason)
-        ``tied``: the others within 2 paired standard errors of the best, and the codes set aside that looked
-        better than the pick.
-
-    Raises
-    ------
-    ConfigError
-        For a margin outside [0, 1] or not a number.
-    """
-    if isinstance(margin, bool) or not isinstance(margin, numbers.Real) or not 0 <= float(margin) <= 1:
-        raise ConfigError(f"margin: got {margin!r}; expected a number in [0, 1]")
-    sign = 1.0 if metric == "rel_acc" else -1.0
-    rows = table.dropna(subset=["value"])
-    if metric == "mse" and "decodable" in rows:  # an MSE over the outputs it kept says nothing of those it lost
-        rows = rows[rows["decodable"] >= 1.0 - 1e-12]
-    set_aside = _set_aside(rows, values, metric, float(margin))
-    pick, best, tied, reason = _cheapest_tied(rows[~rows["candidate"].isin(list(set_aside))], values, metric,
-                                              target)
-    # the codes set aside that would have been chosen, or looked better than the pick: say why they were not
-    naive = str(_cheapest_tied(rows, values, metric, target)[0]["candidate"]) if set_aside else ""
-    better = [c for c in set_aside if c == naive
-              or sign * float(rows.loc[rows["candidate"] == c, "value"].iloc[0]) > sign * float(pick["value"])]
-    reason = "; ".join([*([reason] if reason else []), *(set_aside[c] for c in better)])
-    others = [c for c in dict.fromkeys([best, *tied, *better]) if c != pick["candidate"]]
-    return str(pick["candidate"]), others, reason
-
-
-def _within(d: float, se: float, sign: float, extra: float = 0.0) -> bool:
-    """Whether a paired difference ``d ± se`` (in the metric's direction `sign`) is at most ``TIE_SE`` standard
-    errors plus `extra`: a NaN difference never is, a NaN SE counts as 0."""
-    return bool(np.isfinite(d) and sign * d <= TIE_SE * (se if np.isfinite(se) else 0.0) + extra)
-
-
-def _set_aside(rows: pd.DataFrame, values: Mapping[str, np.ndarray], metric: str, margin: float) -> dict[str, str]:
-    """The coded candidates whose gain over the best copying one at their N is within ``TIE_SE`` paired SE plus
-    `margin` (:func:`choose`): candidate -> the line that says so. The copying one stands for each of them."""
-    from gcc_dask.analysis.frontier import paired_difference
-
-    sign = 1.0 if metric == "rel_acc" else -1.0
-    copies = rows["code"].isin(COPYING)
-    out: dict[str, str] = {}
-    for _, r in rows[~copies].iterrows():
-        copying = rows[copies & (rows["N"] == r["N"])]
-        if copying.empty:
-            continue
-        alt = copying.loc[(sign * copying["value"]).idxmax()]
-        d, se = paired_difference(values[r["candidate"]], values[alt["candidate"]])
-        scale = 1.0 if metric == "rel_acc" else abs(float(alt["value"]))
-        if _within(d, se, sign, margin * scale):
-            fmt = ".4f" if metric == "rel_acc" else ".3g"
-            out[str(r["candidate"])] = (
-                f"{r['candidate']} gains {sign * d:+{fmt}} ± {se:{fmt}} {metric} over {alt['candidate']} at N = "
-                f"{int(r['N'])}, within 2 paired standard errors plus the margin {margin:g}: copying is "
-                "recommended over it")
-    return out
-
-
-def _cheapest_tied(rows: pd.DataFrame, values: Mapping[str, np.ndarray], metric: str, target: float | None):
-    """The tie rule of :func:`choose` on `rows`: (the pick's row, the best, the others tied with it, why)."""
-    from gcc_dask.analysis.frontier import MSE_ROUNDING, paired_difference
-
-    sign = 1.0 if metric == "rel_acc" else -1.0
-    reason = ""
-    if target is not None:
-        ok = rows[(sign * rows["value"]) >= sign * target]
-        if ok.empty:
-            reason = (f"no candidate reaches {metric} {target:g} at N <= {int(rows['N'].max())}; the best one is "
-                      "recommended instead")
-        else:
-            rows = ok[ok["N"] == ok["N"].min()]
-    best = rows.loc[(sign * rows["value"]).idxmax()]
-    rounding = MSE_ROUNDING if metric == "mse" else 0.0
-    tied = []
-    for _, r in rows.iterrows():
-        d, se = paired_difference(values[best["candidate"]], values[r["candidate"]])
-        if r["candidate"] != best["candidate"] and _within(d, se, sign, rounding):
-            tied.append(r["candidate"])
-    pool = rows[rows["candidate"].isin([best["candidate"], *tied])].copy()
-    # the cheapest of the tied: fewest workers, then copying over coding, then the better value
-    pool["coded"] = ~pool["code"].isin(COPYING)
-    pool = pool.assign(_v=-sign * pool["value"]).sort_values(["N", "coded", "_v"])
-    return pool.iloc[0], str(best["candidate"]), tied, reason
 
 
 def advise(pipeline: Any, *, samples: int = DEFAULT_SAMPLES, target: float | None = None,
@@ -422,138 +270,6 @@ def _num_sets(N: int, s: int, patterns: Sequence[str], p: float | None, latency)
     if patterns:
         m += math.comb(N, s) if math.comb(N, s) <= EXHAUSTIVE_LIMIT else LATENCY_DRAWS
     return m
-
-
-def _advice(ds, pattern: str, target: float | None, cfg, path: Path, wall: float, margin: float) -> Advice:
-    from gcc_dask.analysis.frontier import cluster_mean, paired_difference
-
-    metric = ds.attrs.get("metric", "rel_acc")
-    pidx = list(ds["pattern"].values).index(pattern)
-    values, rows = {}, []
-    for i, cand in enumerate(ds["candidate"].values):
-        v = ds[metric].values[i, 0, pidx]
-        mean, se, _ = cluster_mean(v)
-        row = {"candidate": str(cand), "estimator": str(ds["estimator"].values[i]), "code": str(ds["code"].values[i]),
-               "N": int(ds["num_workers"].values[i]), "ratio": float(ds["ratio"].values[i]), "value": mean, "se": se,
-               "decodable": cluster_mean(ds["decodable_frac"].values[i, 0, pidx])[0]}
-        if "worst" in ds["pattern"].values:
-            row["worst"], row["worst_se"], _ = cluster_mean(ds[metric].values[i, 0, list(ds["pattern"].values).index("worst")])
-        values[str(cand)] = v
-        rows.append(row)
-    table = pd.DataFrame(rows)
-    pick, tied, reason = choose(table, values, metric, target=target, margin=margin)
-    sign = 1.0 if metric == "rel_acc" else -1.0
-    best = table.loc[(sign * table["value"]).idxmax(), "candidate"]
-    table["vs_best"], table["vs_best_se"] = zip(*(paired_difference(values[c], values[best]) for c in table["candidate"]))
-    ref_ms = float(ds.attrs.get("reference_mean_square", np.nan))
-    if metric == "mse" and ref_ms > 0:  # one output: its error relative to f's own size, as the run summary
-        table["rel_rmse"] = np.sqrt(table["value"] / ref_ms)
-    table = table.sort_values(["N", "value"], ascending=[True, metric != "rel_acc"]).reset_index(drop=True)
-    chosen = table[table["candidate"] == pick].iloc[0]
-    spec_params = json.loads(json.dumps(ds.attrs["params"][pick]))
-    label = _entry_label(str(chosen["estimator"]))
-    choice = {"label": label, "code": str(chosen["code"]),
-              "params": _entry_params(str(chosen["code"]), int(chosen["N"]), spec_params)}
-    what = {"latency": "the pipeline's latency model and cutoff", "random": "S random stragglers (every set)",
-            "bernoulli": "independent stragglers"}[pattern]
-    lines = [_sentence(chosen, metric, what)]
-    if target is not None and not _reached(table, metric, target):  # exact: f itself, at the cost of waiting
-        lines = [_exact_sentence(metric, target, int(table["N"].max()), chosen)]
-        label, choice = "speculative", {"label": "speculative", "code": "speculative", "params": {}}
-        reason = ""
-    if not math.isfinite(float(chosen["se"])):  # one group: no spread, no paired difference, nothing told apart
-        lines.append(f"warning: the sample holds one group of K = {int(round(chosen['N'] / chosen['ratio']))} "
-                     "only, so no standard error can be given and no two "
-                     "estimators told apart: this advice is a guess; measure at least 2 groups (--samples of 2·K "
-                     "or more, from a dataset that has them)")
-    if tied:
-        lines.append(f"As good within 2 standard errors, or a code gaining less than the margin {margin:g} over "
-                     f"copying: {', '.join(tied)}; the cheapest was taken.")
-    if reason:
-        lines.append(f"Why: {reason}.")
-    set_lines = [f"--set \"schemes=[{{label: {label}, code: {choice['code']}, params: "
-                 f"{json.dumps(choice['params']).replace(chr(34), '')}}}]\"",
-                 f"--set store.path={_store_for(cfg, label)}"]
-    return Advice(table=table, choice=choice, text="\n".join(lines), set_lines=set_lines, pattern=pattern,
-                  metric=metric, path=str(path), wall_s=wall)
-
-
-def _sentence(chosen, metric: str, what: str) -> str:
-    """The recommendation in one plain sentence."""
-    head = (f"Use {chosen['estimator']} with N = {int(chosen['N'])} workers per {int(round(chosen['N'] / chosen['ratio']))} "
-            f"inputs ({chosen['ratio']:g}x the uncoded cost)")
-    se = float(chosen["se"])  # NaN from one group: no spread is given
-    if metric == "rel_acc":
-        spread = f" (± {100 * se:.2f}%)" if math.isfinite(se) else ""
-        return (f"{head}: its decoded argmax agrees with the uncoded model's on {100 * chosen['value']:.2f}%"
-                f"{spread} of the samples under {what}.")
-    pm = f" ± {se:.2g}" if math.isfinite(se) else ""
-    rel = chosen.get("rel_rmse", np.nan)
-    rel_text = f"its relative RMSE is {rel:.3g} (MSE {chosen['value']:.3g}{pm})" if np.isfinite(rel) \
-        else f"its mean squared error is {chosen['value']:.3g}" + (f" ({pm.strip()})" if pm else "")
-    return f"{head}: {rel_text} under {what}."
-
-
-def _reached(table: pd.DataFrame, metric: str, target: float) -> bool:
-    """Whether a candidate reaches `target` (with the MSE: one that estimates every output, as :func:`choose`)."""
-    sign = 1.0 if metric == "rel_acc" else -1.0
-    rows = table.dropna(subset=["value"])
-    if metric == "mse" and "decodable" in rows:
-        rows = rows[rows["decodable"] >= 1.0 - 1e-12]
-    return bool(((sign * rows["value"]) >= sign * target).any())
-
-
-def _exact_sentence(metric: str, target: float, n_max: int, chosen) -> str:
-    """No estimator reaches the target: the exact schemes, in one sentence, and the best approximate one."""
-    return (f"No approximate estimator reaches {metric} {target:g} at N <= {n_max}, so use an exact scheme: "
-            f"speculative (uncoded with backup copies of late shards) or uncoded (wait for every result); "
-            f"the best approximate one is {chosen['estimator']} at N = {int(chosen['N'])}, with {metric} "
-            f"{chosen['value']:.4g}" + (f" (± {float(chosen['se']):.2g})." if math.isfinite(float(chosen['se'])) else "."))
-
-
-def _store_for(cfg, label: str) -> str:
-    """A store path of its own for the pipeline run with the chosen entry: the pipeline's store, ``-<label>``
-    before ``.zarr`` (its own store would refuse a run of another configuration)."""
-    import shlex
-
-    store = str(cfg.store.path)
-    stem = store[:-5] if store.endswith(".zarr") else store
-    path = f"{stem}-{label}.zarr"
-    if os.path.isabs(path) and not os.path.relpath(path).startswith(".."):  # under the working directory
-        path = os.path.relpath(path)
-    return shlex.quote(path)
-
-
-def _entry_label(estimator: str) -> str:
-    """A scheme-entry label from a frontier estimator name ("replication/linear" -> "replication-linear")."""
-    out = "".join(ch if ch.isalnum() or ch in "_-" else "-" for ch in estimator).strip("-")
-    while "--" in out:
-        out = out.replace("--", "-")
-    return out or "auto"
-
-
-def _entry_params(code: str, n: int, params: Mapping[str, Any]) -> dict:
-    """The pipeline scheme entry's params for a frontier candidate (``num_workers`` set, uncoded stops at the
-    cutoff)."""
-    out = {k: v for k, v in params.items() if k not in ("on_coincidence", "nan_policy")}
-    if code == "uncoded":
-        out["stop"] = "cutoff"
-    else:
-        out["num_workers"] = n
-    if code == "replication":
-        out.setdefault("fill", "none")
-    return out
-
-
-def _files(advice: Advice, ds, out_dir: Path, plot_frontier, frontier_table) -> list[Path]:
-    csv, md, png = out_dir / "advice.csv", out_dir / "advice.md", out_dir / "advice.png"
-    advice.table.to_csv(csv, index=False)
-    plot_frontier(ds, png, pattern=advice.pattern)
-    cols = [c for c in ("estimator", "N", "ratio", "value", "se", "rel_rmse", "vs_best", "vs_best_se", "worst",
-                        "worst_se") if c in advice.table]
-    md.write_text(f"# gcc-dask advice\n\n{advice.text}\n\n" + "\n".join(advice.set_lines) + "\n\n"
-                  + advice.table[cols].to_markdown(index=False, floatfmt=".4f") + f"\n\n![frontier]({png.name})\n")
-    return [md, csv, png, Path(advice.path)]
 
 
 def _check_options(samples, target, max_redundancy, stragglers, K: int) -> None:

@@ -44,8 +44,10 @@ killed driver never write into the store that replaced it, and a store moved awa
 a skeleton. ``--overwrite`` builds the new store aside and swaps it in with two renames.
 
 Modules, imported one way: :mod:`.layout` (format, statuses, array creation, codecs) ← :mod:`.integrity`
-(structure and chunk checks), :mod:`.writes` (worker writes, the driver's records) ← :mod:`.run_store`
-(:class:`RunStore`); :mod:`.readers` (xarray views) needs only :mod:`.layout`.
+(structure and chunk checks), :mod:`.writes` (worker writes, the driver's records), :mod:`.target` (what may
+stand at a store's path, leftovers, the swap of a new store into place), :mod:`.resume_checks` (whether a run
+may resume a store) ← :mod:`.run_store` (:class:`RunStore`); :mod:`.readers` (xarray views) needs only
+:mod:`.layout`.
 """
 
 from gcc_dask.errors import WriteRefusedError
@@ -54,7 +56,8 @@ from .integrity import check_structure
 from .layout import BATCH_CHUNK, DONE_STATUSES, INPUTS, STORE_FORMAT, BatchStatus
 from .lock import StoreLock
 from .readers import check_writable, open_run, open_scheme, read_in_dataset_order, store_path
-from .run_store import RunStore, SampleIndex, check_target, remove_leftovers
+from .run_store import RunStore, SampleIndex
+from .target import check_target, remove_leftovers
 from .writes import write_batch, write_decoded, write_inputs
 
 __all__ = [

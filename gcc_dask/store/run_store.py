@@ -1,15 +1,17 @@
-"""The driver's handle on a run store: :class:`RunStore` (create, resume, inspect, finish)."""
+"""The driver's handle on a run store: :class:`RunStore` (create, resume, inspect, finish).
+
+Where a store may go and what an interrupted run left beside it are :mod:`.target`'s (:func:`check_target`,
+:func:`remove_leftovers`, importable from here too); whether a run may resume a store is :mod:`.resume_checks`'s.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
-import re
 import shutil
 import uuid
 import warnings
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -39,151 +41,14 @@ from .layout import (
     _versions,
     _zarr,
 )
+from .resume_checks import MODEL_SOURCES, _config_diff, _user_key, check_resumable  # noqa: F401
+from .target import _aside, _check_replaceable, _swap_in, check_target, remove_leftovers, store_remains  # noqa: F401
 from .writes import (TOKEN_ATTR, _array, _handles, _naming_failures, _write_records, _write_status, write_batch,
                      write_inputs)
 
 logger = logging.getLogger(__name__)
 
-#: root attribute: the Python source files of the model's module that the store's ``inputs_digest`` covers (an
-#: import path ``module:function``); absent in stores made before they counted
-MODEL_SOURCES = "model_sources"
-
-#: hidden folders next to a store ``NAME``: a new store being built (``.NAME.creating-*``) and an old one being
-#: removed after ``--overwrite`` replaced it (``.NAME.replaced-*``); what a killed driver leaves of them is
-#: removed by the next :meth:`RunStore.create` or :meth:`RunStore.resume` of that store
-_ASIDE = ("creating", "replaced")
-
-
-def _aside(path, what: str):
-    return path.parent / f".{path.name}.{what}-{uuid.uuid4().hex[:8]}"
-
-
-#: a chunk file of a run store's layout, relative to the store (``gcc/decoded/c/3/0``, ``inputs/status/c/3``), and
-#: the probe files a run leaves in its store (``.reachable-*``)
-_CHUNK_FILE = re.compile(r"[^/]+/[^/]+/c(/\d+)+|\.reachable-[0-9a-f]+(\.[^/]*)?")
-
-
-def store_remains(path: str | os.PathLike) -> int | None:
-    """The number of files (0 for empty folders only) at `path` when it holds the remains of a run store removed while a run still wrote it
-    (chunk files that a late write put back, ``gcc/decoded/c/30/0``, and no ``zarr.json`` anywhere); None for
-    anything else (a store, an empty or missing folder, a folder with any other file). Such remains are no store:
-    every reader refused them as "not a Zarr v3 store" until they were removed by hand."""
-    path = _local(path)
-    if not path.is_dir() or (path / "zarr.json").exists():
-        return None
-    if not any(path.iterdir()):
-        return None
-    count = 0
-    for folder, _, files in os.walk(path):
-        for name in files:
-            rel = (Path(folder) / name).relative_to(path).as_posix()
-            if name == "zarr.json" or not _CHUNK_FILE.fullmatch(rel):
-                return None
-            count += 1
-    return count
-
-
-def remove_leftovers(path: str | os.PathLike) -> list[str]:
-    """Remove the hidden folders that an interrupted creation or replacement of the store at `path` left next
-    to it (``.NAME.creating-*``, ``.NAME.replaced-*``), and the remains of a store removed while a run wrote it
-    (:func:`store_remains`: a new store then takes its place, as if it had never been there; one warning says
-    so); the names removed. Call it while holding the store's :class:`~gcc_dask.store.StoreLock` (the pipeline
-    does): another driver's store being built is one of them.
-    """
-    path = _local(path)
-    removed = []
-    remains = store_remains(path)
-    if remains is not None:
-        shutil.rmtree(path, ignore_errors=True)
-        logger.warning("store: %s held %d chunk file(s) and no zarr.json, what late writes left of a store removed "
-                       "while a run wrote it; removed them, a new store starts there", path, remains)
-        removed.append(path.name)
-    try:
-        siblings = list(path.parent.iterdir())
-    except OSError:
-        return removed
-    for p in siblings:
-        if p.is_dir() and not p.is_symlink() and any(p.name.startswith(f".{path.name}.{w}-") for w in _ASIDE):
-            shutil.rmtree(p, ignore_errors=True)
-            removed.append(p.name)
-    return removed
-
-
-def check_target(path: str | os.PathLike, overwrite: bool) -> None:
-    """Refuse, before any work, a store path that neither a new store nor a resume could use: a file, or (with
-    `overwrite`) a folder that holds something other than a gcc-dask store (such folders are never deleted).
-
-    Raises
-    ------
-    StoreError
-        One line naming the path and what is there.
-    """
-    target = Path(path)
-    if target.exists() and not target.is_dir():
-        raise StoreError(f"store path: got {str(target)!r}, which is a file; expected a folder: a new store, or a "
-                         "run store to resume")
-    if overwrite and target.is_dir() and store_remains(target) is None:
-        if any(target.iterdir()) and not (target / "zarr.json").is_file():
-            raise StoreError(f"store path: got {str(target)!r}, a folder of other files; expected a run store or an "
-                             "empty folder to overwrite (no other folder is ever deleted): choose another store path")
-        _check_replaceable(target)
-
-
-def _check_replaceable(path) -> None:
-    """`path` may be replaced: an empty directory or a gcc-dask store (other directories are never deleted)."""
-    if path.is_dir() and not any(path.iterdir()):
-        return
-    _open_root(path)  # raises StoreError for anything that is not ours
-
-
-def _swap_in(tmp, path) -> None:
-    """Put the complete store `tmp` at `path`, replacing what is there: the old store is renamed aside first,
-    then `tmp` renamed into place (two renames: at every instant `path` holds the old store, nothing, or the
-    new one, never a half-deleted one), then the old one removed."""
-    old = None
-    if path.exists():
-        old = _aside(path, "replaced")
-        os.rename(path, old)
-    try:
-        os.rename(tmp, path)
-    except BaseException:
-        if old is not None and not path.exists():
-            os.rename(old, path)  # put the old store back
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 # ----------------------------------------------------------------------------------------- RunStore
-def _user_key(key: str) -> str:
-    """A resolved config's dotted key as the user writes it: a scheme entry's ``scheme_entries.<label>.params.x``
-    (where the resolved config keeps it) is ``schemes.<label>.params.x``, as in the config errors."""
-    return "schemes." + key[len("scheme_entries."):] if key.startswith("scheme_entries.") else key
-
-
-def _config_diff(stored: Mapping[str, Any], now: Mapping[str, Any], ignore: tuple[str, ...] = (),
-                 limit: int = 4) -> str:
-    """``"; it differs in code.block_size (256 in the store, 512 now), ..."``: the first `limit` dotted keys
-    whose values differ between two resolved configs (a default that changed between versions shows here
-    too), leaving out the keys under an `ignore` prefix; empty when no key differs."""
-    def flat(d: Any, prefix: str = "") -> dict[str, Any]:
-        if not isinstance(d, Mapping):
-            return {prefix: d}
-        out: dict[str, Any] = {}
-        for k, v in d.items():
-            out.update(flat(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out
-
-    a, b = flat(stored), flat(now)
-    keys = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)
-            and not any(k == p or k.startswith(p + ".") for p in ignore)]
-    if not keys:
-        return ""
-    shown = ", ".join(f"{_user_key(k)} ({a.get(k)!r} in the store, {b.get(k)!r} now)" for k in keys[:limit])
-    more = f" and {len(keys) - limit} more" if len(keys) > limit else ""
-    return f"; it differs in {shown}{more}"
-
-
 class RunStore:
     """The driver's handle on a run store: create, resume, inspect and finish it.
 
@@ -366,38 +231,8 @@ class RunStore:
         if overwrite or not path.exists() or (path.is_dir() and not any(path.iterdir())):
             return None
         store = cls(path)
-        attrs = store.attrs
-        old, stored = attrs.get("config_fingerprint"), attrs.get("config") or {}
-        if old != fingerprint and fingerprint_for is not None and old == fingerprint_for(stored):
-            old = fingerprint  # made before keys this config leaves at their defaults existed
-        if old != fingerprint:
-            now = config_for(stored) if config_for is not None else expected.get("config_resolved") or {}
-            diff = _config_diff(stored, now, ignore=tuple(expected.get("config_ignore", ())))
-            raise StoreError(f"store path: got {str(path)!r}, a run made by a different configuration "
-                             f"(fingerprint {str(old)[:12]}, this config {fingerprint[:12]}{diff}); pass "
-                             "--overwrite (store.overwrite: true) to replace it, set those keys back to resume "
-                             "it, or choose another --out")
-        old_inputs = store.attrs.get("inputs_digest")
-        if legacy_inputs_digest is not None and MODEL_SOURCES not in store.attrs:
-            inputs_digest = legacy_inputs_digest
-        if inputs_digest is not None and old_inputs is not None and old_inputs != inputs_digest:
-            modules = [str(m) for m in store.attrs.get(MODEL_SOURCES) or []]
-            also = f", or another source of the model's module {', '.join(modules)}" if modules else ""
-            raise StoreError(f"store path: got {str(path)!r}, a run made with other model or data files{also} (their "
-                             f"content changed since: digest {str(old_inputs)[:12]}, now {inputs_digest[:12]}); "
-                             "pass --overwrite (store.overwrite: true) to start over, or choose another --out")
-        want = {"num_samples": int(expected.get("num_samples", store.num_samples)),
-                "batch_size": int(expected.get("batch_size", store.batch_size)),
-                "output_shape": [int(s) for s in expected.get("output_shape", store.output_shape)],
-                "schemes": {str(s): int(w) for s, w in expected.get("schemes", store.schemes).items()},
-                "has_labels": bool(expected.get("has_labels", store.attrs["has_labels"])),
-                "has_reference": bool(expected.get("has_reference", store.attrs["has_reference"])),
-                "dtype": np.dtype(expected.get("dtype", store.attrs["dtype"])).name}
-        for key, value in want.items():
-            if store.attrs.get(key) != value:
-                raise StoreError(f"store path: got {str(path)!r} with {key}={store.attrs.get(key)!r}; this "
-                                 f"run needs {key}={value!r} (the input data changed?); pass --overwrite "
-                                 "to replace it")
+        check_resumable(store, fingerprint, inputs_digest=inputs_digest, fingerprint_for=fingerprint_for,
+                        config_for=config_for, legacy_inputs_digest=legacy_inputs_digest, **expected)
         check_structure(path, store.attrs)
         store._token = None  # the update below is this run's first write: it takes the store over
         store.update_attrs(status="running", finished=None, **{TOKEN_ATTR: uuid.uuid4().hex},

@@ -42,9 +42,9 @@ def one_slot_client():
 @pytest.mark.parametrize("poll_s", [0.1, 30.0], ids=["default-poll", "hook-only"])
 def test_cancelled_straggler_frees_its_slot_quickly(one_slot_client, monkeypatch, poll_s):
     """With a 30 s poll only the plugin's transition hook can wake the straggler: it must."""
-    from gcc_dask.runtime import tasks
+    from gcc_dask.runtime import cancel
 
-    monkeypatch.setattr(tasks, "POLL_INTERVAL_S", poll_s)
+    monkeypatch.setattr(cancel, "POLL_INTERVAL_S", poll_s)  # where cooperative_sleep reads it
     c = one_slot_client
     plugin = _plugin("cancel-test")
     c.register_plugin(plugin, name=plugin.name)

@@ -1,0 +1,132 @@
+"""What the ``pc1`` and ``similarity`` compositions compare samples on, and the chain that orders them.
+
+:func:`fit_projection` fits a :class:`Projection` onto the samples' leading principal components (a randomized
+SVD); :func:`chain_order` is the greedy nearest-neighbour chain through their features that the ``similarity``
+policy cuts into groups (:func:`gcc_dask.composition.compose`). Pure NumPy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["DEFAULT_DIMS", "Projection", "chain_order", "fit_projection"]
+
+#: Principal components the ``similarity`` and ``pc1`` policies compare samples on.
+DEFAULT_DIMS = 32
+
+
+@dataclass(frozen=True)
+class Projection:
+    """A linear projection of flattened samples onto their leading principal components.
+
+    ``features(x) = (x.reshape(n, -1) - mean) @ components.T``, computed in float32 (grouping needs no more):
+    shape (n, dims).
+    """
+
+    mean: np.ndarray  # (d,) float64
+    components: np.ndarray  # (dims, d) float64, orthonormal rows, by decreasing variance
+
+    def features(self, x: np.ndarray) -> np.ndarray:
+        """The projection of samples `x` of shape ``(n, *shape)``: float32 of shape (n, dims)."""
+        flat = _finite_flat(x, np.float32)
+        return (flat - self.mean.astype(np.float32)) @ self.components.T.astype(np.float32)
+
+
+def _finite_flat(x: np.ndarray, dtype: Any = np.float64) -> np.ndarray:
+    """Samples flattened to rows of `dtype`, NaN/Inf read as 0: a non-finite input is grouped anyhow, and the
+    encode of its batch reports it (``run.nan_policy``)."""
+    flat = np.asarray(x, dtype=dtype).reshape(x.shape[0], -1)
+    return flat if np.isfinite(flat).all() else np.nan_to_num(flat, nan=0.0, posinf=0.0, neginf=0.0)
+
+
+def fit_projection(x: np.ndarray, dims: int = DEFAULT_DIMS, seed: int = 0) -> Projection:
+    """Principal components of `x` (m samples, any shape) by a randomized SVD.
+
+    The range of the centred data is found with a seeded Gaussian test matrix, two power iterations and
+    oversampling by 10 (Halko, Martinsson, Tropp, SIAM Review 53(2), 2011, Algorithms 4.4 and 5.1): exact
+    up to rounding when ``dims + 10 >= min(m, d)``, and O(m·d·dims) instead of an SVD's O(m·d·min(m, d)).
+
+    Parameters
+    ----------
+    x : ndarray of shape ``(m, *shape)``
+        The samples to fit on (m >= 1), any real dtype.
+    dims : int
+        Components to keep (fewer when ``min(m, d)`` is smaller).
+    seed : int
+        Seeds the test matrix.
+
+    Returns
+    -------
+    Projection
+    """
+    flat = _finite_flat(x)
+    mean = flat.mean(axis=0)
+    a = flat - mean
+    m, d = a.shape
+    r = max(1, min(int(dims), m, d))
+    p = min(r + 10, m, d)
+    g = np.random.default_rng([int(seed), 0xC0DE]).standard_normal((d, p))
+    q, _ = np.linalg.qr(a @ g)
+    for _ in range(2):  # power iterations sharpen the spectrum's decay
+        q, _ = np.linalg.qr(a.T @ q)
+        q, _ = np.linalg.qr(a @ q)
+    _, _, vt = np.linalg.svd(q.T @ a, full_matrices=False)
+    comps = vt[:r]
+    # a sign convention, so that the same data give the same components on every machine
+    signs = np.sign(comps[np.arange(r), np.argmax(np.abs(comps), axis=1)])
+    comps = comps * np.where(signs == 0, 1.0, signs)[:, None]
+    return Projection(mean=mean, components=np.ascontiguousarray(comps))
+
+
+def chain_order(features: np.ndarray) -> np.ndarray:
+    """A greedy nearest-neighbour chain through `features`: a permutation of ``range(len(features))``.
+
+    Starts at the sample with the smallest first feature (an extreme of the first principal component) and
+    repeatedly steps to the nearest sample not visited yet (squared Euclidean distance; ties to the lowest
+    index). O(n² · dims) time, O(n · dims) memory: the visited samples are dropped from the search whenever
+    they make up a quarter of it, which saves about 40% of the work of searching all n at every step.
+
+    A step is one pass over the features stored dimension by dimension (dims, n), into a buffer kept for the
+    whole chain: 1.5x faster than the same step over rows of samples with a new array each time (8,192 MNIST
+    features: 0.16 s against 0.25 s on one core), and the same chains on MNIST's and Fashion-MNIST's splits
+    (data with exact duplicates can break their ties otherwise: 10 of 100,000 slots of the tiled bench data).
+
+    Parameters
+    ----------
+    features : ndarray of shape (n, dims), float (compared in float32)
+
+    Returns
+    -------
+    ndarray of int64, shape (n,)
+    """
+    f = np.ascontiguousarray(features, dtype=np.float32)  # float32 halves the memory traffic of each step
+    n = f.shape[0]
+    order = np.empty(n, dtype=np.int64)
+    if n == 0:
+        return order
+    ids = np.arange(n, dtype=np.int64)  # the sample of each column still searched (ascending: ties stay lowest)
+    left = np.einsum("ij,ij->i", f, f)  # ||f_i||²; inf once visited
+    cur = int(np.argmin(f[:, 0])) if f.shape[1] else 0  # a column of the arrays searched
+    two_ft = np.ascontiguousarray((2.0 * f).T)  # (dims, n)
+    dist = np.empty(n, dtype=np.float32)
+    visited = 0  # columns of the arrays searched that are visited already
+    for i in range(n):
+        order[i] = ids[cur]
+        left[cur] = np.inf
+        visited += 1
+        if i + 1 == n:
+            break
+        here = two_ft[:, cur] * np.float32(0.5)  # f_cur exactly (halving is exact in binary floating point)
+        if 4 * visited >= ids.size and ids.size > 64:
+            keep = np.isfinite(left)
+            ids, left, two_ft = ids[keep], left[keep], np.ascontiguousarray(two_ft[:, keep])
+            dist = dist[:ids.size]
+            visited = 0
+        # ||f_j - f_cur||² - ||f_cur||² = ||f_j||² - 2 f_j·f_cur: the same argmin
+        np.dot(here, two_ft, out=dist)
+        np.subtract(left, dist, out=dist)
+        cur = int(dist.argmin())
+    return order

@@ -1,0 +1,317 @@
+"""The run's state on each Dask worker: :class:`RunPlugin`, shipped once per worker, never once per task.
+
+It holds the workload (loaded once per worker), the codes, the source, the store sink and the batch layout, and
+keeps what a worker's tasks share: a batch's samples, its encoder input and the chunks it read, built once by the
+first task that asks (:meth:`RunPlugin.load`, :meth:`RunPlugin.blocks`, :meth:`RunPlugin.shard_input`). The tasks
+(:mod:`gcc_dask.runtime.tasks`) find it by name (:func:`_plugin`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import threading
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+from distributed import WorkerPlugin, get_worker
+
+from gcc_dask.errors import GccDaskError
+from gcc_dask.runtime.cancel import _GONE
+from gcc_dask.workloads import load_workload
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Loaded", "RunPlugin"]
+
+
+class RunPlugin(WorkerPlugin):
+    """Per-run worker state: the workload (loaded once per worker), the codes, the source, the sink.
+
+    Parameters
+    ----------
+    name : str
+        Unique per run; tasks find the plugin as ``get_worker().plugins[name]``.
+    workload : gcc_dask.workloads.Workload
+        Picklable description of f; ``workload.load()`` is called once, in :meth:`setup`.
+    codes : dict of str to CodingScheme
+    source : gcc_dask.sources.Source
+    sink : callable
+        ``sink(kind, batch, **arrays)`` writes a batch's arrays from a worker: ``kind="inputs"`` with
+        ``labels`` and ``reference``, or a scheme name with ``decoded``.
+    layout : gcc_dask.batch_layout.BatchLayout
+        Which samples each batch holds, in which groups and positions (K = ``layout.group_size``).
+    use_gpu : bool
+        Move inputs to CuPy before encoding.
+    cache_batches : int
+        Batches kept per worker, read (:meth:`load`, :meth:`blocks`); the run's batches in
+        flight.
+    order_from : callable, optional
+        ``order_from()`` returns ``layout.order`` (int64, shape (num_samples,)), e.g. a
+        :class:`gcc_dask.store.SampleIndex` of the run's store. When given, the plugin is pickled without
+        the order (O(num_samples) bytes that would pass through the scheduler) and each worker reads it in
+        :meth:`setup`.
+    output_shape : tuple of int, optional
+        f's output shape for one sample, as its probe on the driver gave it: every output of f on n rows
+        (a shard's block, a batch's reference) must then have shape ``(n, *output_shape)``
+        (:func:`check_output`). None checks nothing.
+    """
+
+    def __init__(self, name, workload, codes, source, sink, layout, use_gpu=False, cache_batches=4,
+                 order_from: Callable[[], np.ndarray] | None = None,
+                 output_shape: tuple[int, ...] | None = None):
+        self.name = name
+        self.workload = workload
+        self.codes = codes
+        self.source = source
+        self.sink = sink
+        self.layout = layout
+        self.order_from = order_from if layout.order is not None else None
+        self.use_gpu = use_gpu
+        self.output_shape = None if output_shape is None else tuple(int(d) for d in output_shape)
+        self.cache_batches = max(1, int(cache_batches))
+        self.fn: Callable | None = None
+        self.closed = False
+        self._sleepers: dict[str, threading.Event] = {}
+        self._batches: OrderedDict[int, dict[str, _Slot]] = OrderedDict()
+        self._batches_lock = threading.Lock()
+        self._chunk_pool: weakref.WeakValueDictionary[int, _Slot] = weakref.WeakValueDictionary()
+
+    def setup(self, worker) -> None:
+        if self.order_from is not None and self.layout.order is None:
+            self.layout = dataclasses.replace(self.layout, order=self.order_from())
+        self.fn = load_workload(self.workload)
+        self._quiet = _ErasureLogFilter(self.name_token)
+        logging.getLogger("distributed.worker").addFilter(self._quiet)
+
+    def teardown(self, worker) -> None:
+        """Unregistered (the run ended, or a new run on the same store removed it): from now on the run's tasks
+        still running on this worker write nothing (:func:`gcc_dask.runtime.tasks._write`)."""
+        self.closed = True
+        quiet = getattr(self, "_quiet", None)
+        if quiet is not None:
+            logging.getLogger("distributed.worker").removeFilter(quiet)
+
+    @property
+    def name_token(self) -> str:
+        """The run's token, the last part of its task keys (``eval-b3-w7-gcc-<token>``)."""
+        return self.name.rsplit("-", 1)[-1]
+
+    def transition(self, key, start, finish, **kwargs) -> None:
+        """Wake a sleeping straggler the moment the client cancels it (WorkerPlugin hook)."""
+        if finish in _GONE:
+            event = self._sleepers.get(key)
+            if event is not None:
+                event.set()
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["fn"] = None  # never ship a loaded model
+        state["closed"] = False
+        state.pop("_quiet", None)
+        state["_sleepers"] = {}
+        state["_batches"] = OrderedDict()
+        del state["_batches_lock"]
+        del state["_chunk_pool"]
+        if self.order_from is not None:  # read back by setup on the worker
+            state["layout"] = dataclasses.replace(self.layout, order=None)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._sleepers = {}
+        self._batches_lock = threading.Lock()
+        self._chunk_pool = weakref.WeakValueDictionary()
+
+    def _memo(self, batch: int, what: str, build: Callable[[], Any]) -> Any:
+        """``build()`` once per (batch, what) on this worker, whatever the number of threads asking.
+
+        The last ``cache_batches`` batches are kept. A build that raises is not kept: the next task asks
+        again (and, for bad data, raises the same error).
+        """
+        with self._batches_lock:
+            slots = self._batches.get(batch)
+            if slots is None:
+                slots = self._batches[batch] = {}
+                while len(self._batches) > self.cache_batches:
+                    self._batches.popitem(last=False)
+            else:
+                self._batches.move_to_end(batch)
+            slot = slots.get(what)
+            if slot is None:
+                slot = slots[what] = _Slot()
+        return slot.get(build)
+
+    def chunk(self, batch: int, index: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """Chunk `index` of a chunked source (:meth:`~gcc_dask.sources.Source.read_chunk`), as `batch` reads it.
+
+        Read once per worker while any batch that holds it is kept (:meth:`_memo`): the batch keeps the
+        chunks it read, and a batch of the same window asking for one of them gets the same arrays (a pool of
+        weak references), so a worker decodes each chunk of a batch's samples at most once per batch, and
+        usually once for all the batches in flight (docs/pipeline.rst, section 'Reads that follow the chunks').
+        """
+        held = self._memo(batch, "chunks", _HeldChunks)
+        slot = held.get(index)
+        if slot is None:
+            with self._batches_lock:
+                slot = self._chunk_pool.get(index)
+                if slot is None:
+                    slot = self._chunk_pool[index] = _Slot()
+            slot = held.setdefault(index, slot)
+        return slot.get(lambda: self.source.read_chunk(index))
+
+    def _chunk_reader(self, batch: int) -> Callable[[int], Any] | None:
+        """``chunk(i)`` for :meth:`~gcc_dask.sources.Source.take` of `batch`; None for a source without chunks."""
+        if getattr(self.source, "chunks", None) is None:
+            return None
+        return functools.partial(self.chunk, batch)
+
+    def load(self, batch: int) -> Loaded:
+        """Batch ``batch``'s samples read from the source, in slot order (once per worker, see :meth:`_memo`;
+        a chunked source's chunks through :meth:`chunk`).
+
+        A :class:`~gcc_dask.errors.GccDaskError` raised here (or in :meth:`blocks` and the encode of
+        :meth:`shard_input`) is marked as the batch's own (:func:`~gcc_dask.runtime.tasks.is_bad_batch`): the
+        driver stops the run on it, where an error of f is an erasure.
+        """
+        return self._memo(batch, "", _marking(
+            lambda: _read_batch(self.source, self.layout, batch, self._chunk_reader(batch))))
+
+    def blocks(self, batch: int) -> Any:
+        """Batch ``batch``'s samples as the encoder's input: ``(K, G, *shape)``, CuPy when the run uses a GPU.
+
+        :meth:`load` laid out by :meth:`~gcc_dask.batch_layout.BatchLayout.to_blocks` (G groups, position k of
+        every group on α_k; no copy on the host), moved to the device once per worker (see :meth:`_memo`).
+        """
+        def build():
+            x = self.layout.to_blocks(self.load(batch).x)
+            if self.use_gpu:
+                import cupy
+
+                x = cupy.asarray(x)
+            return x
+
+        return self._memo(batch, "blocks", _marking(build))
+
+    def shard_input(self, batch: int, scheme: str, worker: int) -> Any:
+        """What shard `worker` of `batch` evaluates for `scheme`: its coded block, ``(G, *shape)``.
+
+        For a selection scheme (uncoded, replication) that is one position of every group unchanged, read
+        from the source on its own (:meth:`~gcc_dask.batch_layout.BatchLayout.position_samples`: G contiguous
+        slots), with no encode and without reading the rest of the batch (from a chunked source: only the
+        chunks that hold those samples, through :meth:`chunk`, so the worker's other shards of the batch
+        read none of them again). For the others, the shard's own coded block,
+        ``code.encode(blocks, workers=[worker])`` of :meth:`blocks`: each worker reads the batch once and
+        encodes only the rows of the shards it runs, so a batch costs N rows of encoding in all and no coded
+        input moves between workers. It is the same encode of the same data on every worker, so a copy of a
+        shard run elsewhere holds the same bits.
+        """
+        code = self.codes[scheme]
+        k = code.selected_input(worker)
+        if k is None:
+            x = self.blocks(batch)
+            return _marking(lambda: code.encode(x, workers=(worker,))[0])()
+
+        def build():
+            x, _ = self.source.take(self.layout.position_samples(batch, k), self._chunk_reader(batch))
+            code.check_input(x)
+            if self.use_gpu:
+                import cupy
+
+                x = cupy.asarray(x)
+            return x
+
+        return self._memo(batch, f"position-{k}", _marking(build))
+
+
+#: attribute set on a GccDaskError raised while reading or encoding a batch (it survives pickling: exceptions
+#: pickle their ``__dict__``)
+_BAD_BATCH = "gcc_dask_bad_batch"
+
+
+def _marking(build: Callable[[], Any]) -> Callable[[], Any]:
+    def run():
+        try:
+            return build()
+        except GccDaskError as exc:
+            setattr(exc, _BAD_BATCH, True)
+            raise
+
+    return run
+
+
+class _Slot:
+    """A value built once by the first thread that asks; the others wait for it."""
+
+    __slots__ = ("lock", "done", "value", "__weakref__")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.done = False
+        self.value: Any = None
+
+    def get(self, build: Callable[[], Any]) -> Any:
+        with self.lock:
+            if not self.done:
+                self.value = build()
+                self.done = True
+            return self.value
+
+
+class _HeldChunks(dict):
+    """The chunk slots a batch has read (chunk index -> :class:`_Slot`), kept while the batch is: the strong
+    references that keep them in :attr:`RunPlugin._chunk_pool`. ``setdefault`` is atomic under the GIL."""
+
+    __slots__ = ()
+
+
+class _ErasureLogFilter(logging.Filter):
+    """Drop the worker's "Compute Failed" record of one of this run's shards (an erasure the run records in the
+    store, ``<scheme>/failed``) and log it at DEBUG level instead: a failing shard is decoded around, and a
+    terminal full of worker tracebacks buries the one line that matters. Errors of other tasks pass."""
+
+    def __init__(self, token: str) -> None:
+        super().__init__()
+        self.token = token
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.ERROR:
+            return True
+        try:
+            text = record.getMessage()
+        except Exception:  # pragma: no cover - a record whose arguments do not format
+            return True
+        key = text.split("Key:", 1)[1].split(None, 1)[0] if "Key:" in text else ""
+        if text.startswith("Compute Failed") and key.startswith("eval-b") and key.endswith(self.token):
+            logger.debug("shard failed (an erasure): %s", text.splitlines()[1:2])
+            return False
+        return True
+
+
+def _plugin(name: str) -> RunPlugin | None:
+    """The run's plugin on this worker; None once the run has ended (its plugin unregistered): a task still
+    running then returns None quietly, nobody waits for its result."""
+    plugin = get_worker().plugins.get(name)
+    if plugin is not None and plugin.fn is None:  # setup() not run on this worker yet (it joined mid-run)
+        plugin.setup(get_worker())
+    return plugin
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A batch's samples read from the source, in slot order (see :class:`~gcc_dask.batch_layout.BatchLayout`)."""
+
+    x: np.ndarray  # (n_real, *sample_shape)
+    labels: np.ndarray | None  # (n_real,)
+    n_real: int
+
+
+def _read_batch(source, layout, batch: int, chunk: Callable[[int], Any] | None = None) -> Loaded:
+    """Read the samples of ``batch`` (``layout.samples(batch)``, dataset indices in slot order), a chunked
+    source's chunks through `chunk` (see :meth:`RunPlugin.chunk`)."""
+    x, labels = source.take(layout.samples(batch), chunk)
+    return Loaded(x=x, labels=None if labels is None else np.asarray(labels), n_real=x.shape[0])
