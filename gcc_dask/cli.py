@@ -14,10 +14,11 @@ import shlex
 import signal
 import sys
 import threading
+import warnings
 
 import click
 
-from gcc_dask.errors import GccDaskError, Terminated
+from gcc_dask.errors import GccDaskError, PoorEstimatesWarning, Terminated
 
 
 #: exit status of a command stopped by Ctrl-C (128 + SIGINT) and by SIGTERM (128 + SIGTERM)
@@ -140,7 +141,10 @@ def run(pipeline, out, scheduler, overrides, overwrite, no_progress, performance
                           performance_report=performance_report)
     click.echo(f"\nstore: {result.path}  ({result.status})")
     click.echo(format_phases(result.phases_s))
-    click.echo(format_summary(result.summary))
+    with warnings.catch_warnings():  # the table says the same under it
+        warnings.simplefilter("ignore", PoorEstimatesWarning)
+        summary = result.summary
+    click.echo(format_summary(summary))
 
 
 @main.command()

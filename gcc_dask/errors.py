@@ -17,6 +17,7 @@ __all__ = [
     "SourceError",
     "WorkloadError",
     "Terminated",
+    "PoorEstimatesWarning",
 ]
 
 
@@ -65,3 +66,9 @@ class Terminated(KeyboardInterrupt):
     stops, the store is marked ``interrupted`` and the cluster is closed; the CLI exits with status 143
     (128 + 15) instead of 130 (docs/cli.rst, section 'Exit status').
     """
+
+
+class PoorEstimatesWarning(RuntimeWarning):
+    """A run's summary flags a scheme's estimates as poor (its ``poor`` column; docs/concepts.rst, section 'When
+    estimates are poor'). Given once per run result, when its ``summary`` is first read; the CLI prints the same
+    words as a line under its table instead."""

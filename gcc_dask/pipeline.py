@@ -38,7 +38,7 @@ from gcc_dask.config import FINGERPRINT_IGNORED, PipelineConfig, load_config
 from gcc_dask.inputs import _check_model_fits, _probe_model, _resolve_path, build_source_and_workload  # noqa: F401
 from gcc_dask.limits import MAX_SAMPLES
 from gcc_dask.phases import PhaseTimer
-from gcc_dask.errors import ClusterError, ConfigError, GccDaskError, SourceError
+from gcc_dask.errors import ClusterError, ConfigError, GccDaskError, PoorEstimatesWarning, SourceError
 from gcc_dask.pipeline_cluster import _check_reachable, _wait_for_workers
 from gcc_dask.pipeline_layout import _block_choice, _compose, _layout, composition_blind, composition_policy  # noqa: F401
 from gcc_dask.pipeline_plans import build_codes, build_plans
@@ -96,10 +96,19 @@ class RunResult:
     wall_s: float
     phases_s: dict = field(default_factory=dict, compare=False)
 
-    @functools.cached_property
+    @property
     def summary(self) -> pd.DataFrame:
+        """One row per scheme (:func:`gcc_dask.analysis.summary.summarize_run`). A scheme whose estimates are
+        poor (its ``poor`` column) is also said once, as a :class:`~gcc_dask.errors.PoorEstimatesWarning`: a
+        selection of columns that leaves ``poor`` out does not hide it."""
+        if "_summary" in self.__dict__:  # read once (a property, not functools' cached_property, so that the
+            return self.__dict__["_summary"]  # warning below points at the user's line)
         df = summarize_run(self.path)
         df.attrs.update(block_size=self.block_size, block_size_reason=self.block_size_reason)
+        self.__dict__["_summary"] = df
+        for name, why in (df.attrs.get("poor") or {}).items():
+            _warn_caller(f"poor estimates: {name}: {why} (an exact scheme, speculative or uncoded, gives f itself; "
+                         "docs/concepts.rst, section 'When estimates are poor')", PoorEstimatesWarning)
         return df
 
     @property
@@ -225,13 +234,14 @@ def run_pipeline(
     return result
 
 
-def _warn_caller(message: str) -> None:
-    """A :class:`RuntimeWarning` attributed to the first caller outside gcc-dask (the user's line)."""
+def _warn_caller(message: str, category: type[Warning] = RuntimeWarning) -> None:
+    """A :class:`RuntimeWarning` (or `category`) attributed to the first caller outside gcc-dask (the user's
+    line)."""
     package = os.path.dirname(os.path.abspath(__file__))
     frame, level = sys._getframe(0), 1
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
         frame, level = frame.f_back, level + 1
-    warnings.warn(message, RuntimeWarning, stacklevel=level)
+    warnings.warn(message, category, stacklevel=level)
 
 
 #: said after the dashboard link of an embedded cluster, which lives only while the run does

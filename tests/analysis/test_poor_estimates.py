@@ -3,12 +3,15 @@ are poor'): from the reference when the run has one, else from gcc's leave-one-o
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
 import gcc_dask as gd
 from gcc_dask.analysis.summary import (POOR_DISAGREEMENT, POOR_EST_REL_RMSE, POOR_LOST, POOR_REL_RMSE,
                                        format_summary, poor_reason)
+from gcc_dask.errors import PoorEstimatesWarning
 
 RNG = np.random.default_rng(0)
 W = (RNG.normal(size=32) / np.sqrt(32)).astype(np.float32)
@@ -38,12 +41,21 @@ def test_thresholds_and_reasons():
 def test_a_regressor_on_rows_without_near_neighbours_is_flagged(process_client):
     """i.i.d. rows in R³²: gcc's relative RMSE is far above 0.1, and the summary and the printed table say so;
     on rows with near neighbours the same f is not flagged."""
-    poor = gd.coded_map(smooth, IID, client=process_client, run={"reference": True}, stragglers=STRAGGLERS).summary
+    res = gd.coded_map(smooth, IID, client=process_client, run={"reference": True}, stragglers=STRAGGLERS)
+    with pytest.warns(PoorEstimatesWarning, match=r"^poor estimates: gcc: relative RMSE ") as said:
+        poor = res.summary  # said from Python too: a selection of columns without 'poor' does not hide it
+    assert len(said) == 1 and said[0].filename == __file__  # once, at the user's line
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res.summary  # read again: not said again
     assert poor.at["gcc", "rel_rmse"] > POOR_REL_RMSE
     assert poor.at["gcc", "poor"].startswith("relative RMSE ") and poor.attrs["poor"] == {"gcc": poor.at["gcc", "poor"]}
     assert "poor estimates: gcc: relative RMSE" in format_summary(poor)
     assert "rel_acc" not in poor.columns  # one output: never a RelAcc
-    good = gd.coded_map(smooth, NEAR, client=process_client, run={"reference": True}, stragglers=STRAGGLERS).summary
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PoorEstimatesWarning)
+        good = gd.coded_map(smooth, NEAR, client=process_client, run={"reference": True},
+                            stragglers=STRAGGLERS).summary
     assert good.at["gcc", "rel_rmse"] < POOR_REL_RMSE and good.at["gcc", "poor"] == "" and good.attrs["poor"] == {}
     assert "poor estimates" not in format_summary(good)
 
