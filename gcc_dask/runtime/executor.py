@@ -51,10 +51,7 @@ from distributed import KilledWorker
 
 from gcc_dask import dashboard
 from gcc_dask.errors import ClusterError, GccDaskError
-from gcc_dask.runtime.backups import backup_schedule, backups_due
-from gcc_dask.runtime.cutoff import cutoff_time, decide, needed_results
-from gcc_dask.runtime.late_shards import late_shards_due
-from gcc_dask.runtime.spares import spares_due
+from gcc_dask.runtime.batch_machine import BackUp, Copy, Cut, Fail, Promote, Redecode, Restart, WatchShards
 from gcc_dask.runtime.cluster import DebugOnly, past_frozen
 from gcc_dask.runtime.events import FutureEvents
 from gcc_dask.runtime.graph import GraphUpdate
@@ -76,8 +73,8 @@ def quiet_line(quiet, what: list[str], said: set[str]) -> str | None:
             f"{'what batches' if len(what) > 1 else 'what batch'} {', '.join(what)} waited for there runs again "
             "on the other workers (said once a run)")
 from gcc_dask.runtime.placement import backup_worker, copy_slot, round_robin
-from gcc_dask.runtime.rescue import awaited, blocked, shortfall, spares_left
-from gcc_dask.runtime.plans import INF, SchemePlan, _BatchState, _SchemeState
+from gcc_dask.runtime.rescue import blocked
+from gcc_dask.runtime.plans import INF, MAX_ATTEMPTS, SchemePlan, _BatchState, _SchemeState
 from gcc_dask.runtime.signals import SignalFlag
 from gcc_dask.runtime.tasks import (
     RunPlugin,
@@ -96,8 +93,6 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["SchemePlan", "BatchRunner"]
 
-#: submissions of a batch's reference or decode task, in all, when they die with a worker
-MAX_ATTEMPTS = 3
 #: the loop wakes at least this often (seconds) to check the workers and to stay responsive to Ctrl-C
 MAX_WAIT_S = 0.5
 
@@ -370,9 +365,7 @@ class BatchRunner:
         if short:  # the shards a cutoff cannot do without: the same shards again, elsewhere, at the batch's priority
             update = self._update()
             for state, s, ws in short.values():
-                s.rescues += 1
                 old += [s.shards[w] for w in ws]
-                s.launch_s[ws] = time.monotonic() - s.start_mono
                 self._map_placed(state, s, ws, update, sfx=f"-q{s.rescues}")
             update.send()
         self._cancel(old)
@@ -399,19 +392,15 @@ class BatchRunner:
                 found.setdefault((state.batch, s.plan.name), (state, s, []))[2].append(w)
         short = {}
         for name, (state, s, ws) in found.items():
-            again_here = shortfall(needed_results(s.plan.policy), self._regular[s.plan.name], s.promoted, s.known,
-                                   s.failed, ws)
-            if again_here:
-                short[name] = (state, s, again_here)
+            rescue = s.machine.short_of(ws, time.monotonic() - s.start_mono)
+            if rescue:
+                short[name] = (state, s, list(rescue[0].shards))
         return short
 
-    def _awaited(self, s: _SchemeState) -> np.ndarray:
-        """The shards a cutoff scheme's batch waits for (:func:`~.rescue.awaited`), bool (N,)."""
-        return awaited(self._regular[s.plan.name], s.promoted, s.known, s.failed)
-
-    def _spares_left(self, s: _SchemeState) -> np.ndarray:
-        """A cutoff scheme's batch's spares left (:func:`~.rescue.spares_left`), bool (N,)."""
-        return spares_left(self._regular[s.plan.name], s.promoted, s.known, s.failed)
+    @staticmethod
+    def _awaited(s: _SchemeState) -> np.ndarray:
+        """The shards a cutoff scheme's batch waits for (:meth:`~.batch_machine.BatchMachine.awaited`), bool (N,)."""
+        return s.machine.awaited()
 
     @staticmethod
     def _blocked(s: _SchemeState, stuck: set[str]) -> bool:
@@ -542,7 +531,8 @@ class BatchRunner:
 
     def _submit_scheme(self, state: _BatchState, plan: SchemePlan, restarts: int = 0,
                        update: GraphUpdate | None = None) -> None:
-        """Submit one scheme of a batch: its N shards (each encodes its batch on its worker).
+        """Submit one scheme of a batch: the shards its machine starts with (each encodes its batch on its
+        worker), and its decode with them when it keeps every result (:meth:`_submit_direct`).
 
         ``restarts > 0`` runs the scheme's batch again (its kept shards were lost): new keys, same draws.
         The tasks are added to `update` when given (the caller sends it), else sent at once.
@@ -554,7 +544,7 @@ class BatchRunner:
             delays = np.asarray(self.latency_model.latencies(self.seed, batch, plan.num_workers, work=work),
                                 dtype=float)
         s = _SchemeState(plan=plan, start_wall=time.time(), start_mono=time.monotonic(), delays=delays,
-                         virtual=self.virtual_clock, restarts=restarts)
+                         virtual=self.virtual_clock, restarts=restarts, regular=self._regular[plan.name])
         s.sfx = f"-r{restarts}" if restarts else ""
         # one layer per target worker (and priority) of one graph update, not one submit per shard: each
         # update costs the scheduler a round of its own (bench: 3.6 vs 6.3 ms of driver+scheduler CPU per
@@ -563,21 +553,17 @@ class BatchRunner:
         # submits them again.
         own = update is None
         update = self._update() if own else update
-        regular = self._regular[plan.name]
+        start, *decode = s.machine.start()
         # a scheme that keeps every result gains nothing from spreading its shards (any loss means a rerun,
         # which Dask does): the scheduler places them as a plain map's tasks, queued until a thread is free
         # and next to their decode (bench: 0.82 vs 0.71 of the plain map's throughput, placed)
-        direct = plan.waits_for_all
+        direct = bool(decode)
+        regular = set(start.regular)
         groups: dict[tuple[str, bool], tuple[dict, list[int]]] = {}
-        if plan.speculation is not None:
-            s.launched = regular.copy()  # the originals; backups when due
-            s.launch_s = np.where(regular, 0.0, INF)
-            if s.virtual:
-                self._launch_scheduled(s)
         away = self._away_from_quiet() if direct else {}
-        for w in np.flatnonzero(s.launched).tolist():
+        for w in start.shards:
             place = away if direct else self._placement(batch, self._slot(plan, w))
-            groups.setdefault((repr(place), bool(regular[w])), (place, []))[1].append(w)
+            groups.setdefault((repr(place), w in regular), (place, []))[1].append(w)
         s.shards = [None] * plan.num_workers
         # regular shards first: an idle worker starts whatever reaches it first
         for (_, is_regular), (place, ws) in sorted(groups.items(), key=lambda g: not g[0][1]):
@@ -585,7 +571,7 @@ class BatchRunner:
                              priority=-state.seq if is_regular else -state.seq - self.max_in_flight)
         state.schemes[plan.name] = s
         if direct:
-            self._submit_direct(state, s, update)
+            self._submit_direct(state, s, decode[0], update)
         if own:
             update.send()
             self._cut_early(state, s)
@@ -597,92 +583,20 @@ class BatchRunner:
         """The round-robin slot of shard `w` (:func:`~.placement.copy_slot`)."""
         return copy_slot(plan.num_inputs, w, plan.speculation is not None)
 
-    @staticmethod
-    def _launch_scheduled(s: _SchemeState) -> np.ndarray:
-        """On the virtual clock every copy's latency is drawn, known at submission: mark launched the copies
-        :func:`~.backups.backup_schedule` launches on the draws and the failures known so far that are not
-        launched yet, with their virtual launch and arrival times (at submission: with the originals); return
-        them."""
-        k, rule = s.plan.num_inputs, s.plan.speculation
-        m = rule.copies + 1
-        launch, arrival = backup_schedule(np.asarray(s.delays, dtype=float).reshape(m, k), rule,
-                                          failed=s.failed.reshape(m, k))
-        new = np.isfinite(launch.ravel()) & ~s.launched
-        s.launched[new] = True
-        s.launch_s[new] = launch.ravel()[new]
-        s.vtimes[new] = arrival.ravel()[new]
-        return np.flatnonzero(new)
-
-    def _speculate(self, state: _BatchState, s: _SchemeState) -> float:
-        """Launch the backup copies now due (:func:`~.backups.backups_due`), at the batch's priority; return when
-        to look again (monotonic; inf when no backup can come due without another result)."""
-        plan = s.plan
-        k, m = plan.num_inputs, plan.speculation.copies + 1
-        arrived = np.where(s.failed, INF, s.arrivals).reshape(m, k)
-        first = arrived.min(axis=0)
-        launch = s.launch_s.reshape(m, k)
-        failed = s.failed.reshape(m, k)
-        if s.virtual:  # the schedule again, with the failures reported so far: the copies they call for
-            ws = self._launch_scheduled(s).tolist()
-            t_due = INF
-        else:
-            now = time.monotonic() - s.start_mono
-            due, t_due = backups_due(first, launch, failed, now, plan.speculation)
-            copy = np.isfinite(launch[:, due]).sum(axis=0)  # the next copy of each input due
-            ws = (copy * k + due).tolist()
-            if ws:
-                s.launched[ws] = True
-                s.launch_s[ws] = now
-                _, t_due = backups_due(first, launch, failed, now, plan.speculation)  # with the new copies' turn
-        if ws:
-            groups: dict[str, tuple[dict, list[int]]] = {}
-            for w in ws:
-                place = self._placement(state.batch, self._slot(plan, w))
-                groups.setdefault(repr(place), (place, []))[1].append(w)
-            update = self._update()
-            for place, batch_ws in groups.values():
-                self._map_shards(state, s, batch_ws, place, update, priority=-state.seq)
-            update.send()
-        if s.virtual or not math.isfinite(t_due):
-            return INF
-        return s.start_mono + t_due
-
-    def _back_up_late(self, state: _BatchState, s: _SchemeState) -> float:
-        """Launch a backup copy of each late shard the cutoff cannot do without (:func:`~.late_shards.late_shards_due`,
-        ``cutoff.backups``), at the batch's priority, on a worker that has sent a result of this batch (and is
-        not the shard's own); return when to look again (monotonic; inf when no shard can become late without
-        another result). A slow worker (one that still sends its heartbeats) may hold more of a batch's shards
-        than its spares cover: without this the batch waited for it, or for its deadline."""
-        if s.virtual or s.direct or s.decode is not None or s.done or s.turn_s is None:
-            return INF
-        now = time.monotonic() - s.start_mono
-        due, t_due = late_shards_due(np.where(s.failed, INF, s.arrivals), np.maximum(s.launch_s, s.turn_s),
-                                     self._awaited(s), s.backed, self._spares_left(s),
-                                     needed_results(s.plan.policy), now, s.plan.backups)
-        if due.size:
-            before = int(s.backed.sum())
-            s.backed[due] = True
-            update = self._update()
-            for i, w in enumerate(due.tolist()):
-                self._map_shards(state, s, [w], self._backup_place(state, s, w, before + i), update,
-                                 priority=-state.seq, sfx="-b", backup=True)
-            update.send()
-        return s.start_mono + t_due if math.isfinite(t_due) else INF
-
     def _give_turn(self, name: str, older_than: int | None = None) -> None:
         """Give the oldest batch of scheme `name` still waiting (with `older_than`: every waiting batch submitted
         before that seq, which a later one has overtaken) its turn for backups of its late shards, from now on
-        (``turn_s``, seconds since its start; the loop looks at its cutoff again at once). Only a batch whose
-        turn has come launches backups, and its shards count as launched no earlier than that: the shards of
-        the batches behind the oldest may wait for a thread, behind its own, so their time since the batch's
-        start is no sign of a slow worker (on 2 cores with 16 batches in flight it made many of them late)."""
+        (:meth:`~.batch_machine.BatchMachine.take_turn`; the loop looks at its cutoff again at once). Only a
+        batch whose turn has come launches backups, and its shards count as launched no earlier than that: the
+        shards of the batches behind the oldest may wait for a thread, behind its own, so their time since the
+        batch's start is no sign of a slow worker (on 2 cores with 16 batches in flight it made many of them
+        late)."""
         waiting = [(other.seq, o) for other in self._inflight.values() if (o := other.schemes.get(name)) is not None
-                   and o.plan.backups is not None and o.decode is None and not o.done]
+                   and o.machine.wants_turn]
         if older_than is None:
             waiting = [min(waiting, key=lambda x: x[0])] if waiting else []
         for seq, o in waiting:
-            if o.turn_s is None and (older_than is None or seq < older_than):
-                o.turn_s = time.monotonic() - o.start_mono
+            if (older_than is None or seq < older_than) and o.machine.take_turn(time.monotonic() - o.start_mono):
                 o.wake = None
 
     def _backup_place(self, state: _BatchState, s: _SchemeState, w: int, nth: int) -> dict:
@@ -724,55 +638,24 @@ class BatchRunner:
                    [(name, plan.name, batch, w, 0.0 if s.delays is None else float(s.delays[w])) for w in ws],
                    keys=[self._shard_key(batch, w, s, sfx) for w in ws], priority=priority, then=bind, **place)
 
-    def _submit_direct(self, state: _BatchState, s: _SchemeState, update: GraphUpdate) -> None:
-        """A scheme whose cutoff keeps every result (``uncoded``): submit its decode now, over all N shards,
-        and watch only the decode. No shard event reaches the driver (bench: a tenth of its CPU for
-        uncoded); the decode times the shards itself (``latency_s`` from each result's end, on the wall
-        clock). If any shard fails, the decode fails with it and :meth:`_on_decode` goes back to watching
-        the shards, so the cutoff decides as for any other scheme."""
-        plan, n = s.plan, s.plan.num_workers
-        s.direct = True
-        s.received = list(range(n))
-        if s.virtual:
-            c = cutoff_time(s.delays, plan.policy)
-            cutoff, latency = float(c.time), s.delays.copy()
-        else:
-            cutoff, latency = math.nan, None  # the decode measures them
-        s.meta = {"status": 1, "cutoff_s": cutoff, "latency_s": latency, "failed": np.zeros(n, dtype=bool),
-                  "batch_start": s.start_wall, "output_size": self.output_size, "score": self.reference}
+    def _submit_direct(self, state: _BatchState, s: _SchemeState, decode, update: GraphUpdate) -> None:
+        """A scheme whose cutoff keeps every result (``uncoded``; the machine's :class:`~.batch_machine.Decode`):
+        submit its decode now, over all N shards, and watch only the decode. No shard event reaches the driver
+        (bench: a tenth of its CPU for uncoded); the decode times the shards itself (``latency_s`` from each
+        result's end, on the wall clock). If any shard fails, the decode fails with it and :meth:`_on_decode`
+        goes back to watching the shards, so the cutoff decides as for any other scheme."""
+        n = s.plan.num_workers
+        latency = s.delays.copy() if s.virtual else None  # (on the wall clock the decode measures them)
+        s.meta = {"status": decode.status, "cutoff_s": decode.cutoff_s, "latency_s": latency,
+                  "failed": np.zeros(n, dtype=bool), "batch_start": s.start_wall, "output_size": self.output_size,
+                  "score": self.reference}
         self._submit_decode(state, s, update)
 
     def _maybe_promote(self, state: _BatchState, s: _SchemeState) -> None:
         """Run spares at the batch's own priority when a regular shard failed, or when a batch submitted
-        later has reached its cutoff first (:func:`~.spares.spares_due`): submitted again under new keys,
-        the low-priority copies cancelled (unstarted, or stopped between chunks of work)."""
-        if s.decode is not None or s.done or s.plan.speculation is not None:
-            return  # (a plan's backups are launched by _speculate)
-        regular = self._regular[s.plan.name]
-        waiting = np.flatnonzero(~regular & ~s.promoted & ~s.known)
-        if waiting.size == 0:
-            return
+        later has reached its cutoff first (:meth:`~.batch_machine.BatchMachine.promote`)."""
         overtaken = self._decided.get(s.plan.name, -1) > state.seq
-        due = spares_due(s.known, s.failed, regular, s.promoted, overtaken)
-        if not due:
-            return
-        rank = {w: i for i, w in enumerate(s.plan.order or range(s.plan.num_workers))}
-        groups = s.plan.policy.groups
-        if groups is None:
-            picked = sorted(waiting.tolist(), key=rank.__getitem__)[:due]
-        else:
-            # one result per group ends the wait: take the spares of the groups still in need first, those
-            # without a result and (unless the batch is overtaken: then its running shards are the late ones)
-            # without a shard still running for them
-            hope = s.known & ~s.failed if overtaken else (regular | s.promoted) & ~s.failed
-            covered = {groups[w] for w in np.flatnonzero(hope)}
-            picked = sorted(waiting.tolist(), key=lambda w: (groups[w] in covered, rank[w]))[:due]
-        self._cancel([s.shards[w] for w in picked])
-        s.promoted[picked] = True
-        s.launch_s[picked] = time.monotonic() - s.start_mono
-        update = self._update()
-        self._map_placed(state, s, picked, update, sfx="-p")
-        update.send()
+        self._act(state, s, s.machine.promote(overtaken, time.monotonic() - s.start_mono))
 
     def _map_placed(self, state: _BatchState, s: _SchemeState, ws: list[int], update: GraphUpdate, sfx: str) -> None:
         """Add shards ``ws`` again, each at its :meth:`_placement` (away from quiet workers), at the batch's
@@ -833,49 +716,54 @@ class BatchRunner:
                 return  # (the other's own report may still be on its way: it decides)
             if status == "finished":
                 self._cancel([other])
-        s.known[w] = True
         if status == "finished":
-            s.arrivals[w] = s.vtimes[w] if s.virtual else t - s.start_mono
+            s.machine.arrive(w, t - s.start_mono)
         else:  # erred, or lost with its worker: an erasure, never retried
-            s.failed[w] = True
+            s.machine.erase(w)
         s.wake = self._maybe_cut(state, s)
         if s.failed[w]:
             self._maybe_promote(state, s)
 
     def _maybe_cut(self, state: _BatchState, s: _SchemeState) -> float:
-        """Decode if the cutoff is final; else return the wall time (monotonic) to look again, or inf."""
-        if s.decode is not None or s.done:
-            return INF
-        if s.plan.speculation is not None:
-            spec_wake = self._speculate(state, s)
-        else:
-            spec_wake = self._back_up_late(state, s) if s.plan.backups is not None else INF
-        outstanding = int((~s.known & s.launched).sum())
-        c = cutoff_time(s.arrivals, s.plan.policy)
-        if s.virtual:
-            unknown = s.vtimes[~s.known & s.launched]
-            horizon = float(unknown.min()) if unknown.size else INF
-            d = decide(s.arrivals, s.plan.policy, horizon=horizon, outstanding=outstanding, cutoff=c)
-        else:
-            d = decide(s.arrivals, s.plan.policy, now=time.monotonic() - s.start_mono, outstanding=outstanding,
-                       cutoff=c)
-        if d is None:
-            if not s.virtual:
-                return min(s.start_mono + c.time if math.isfinite(c.time) else INF, spec_wake)
-            return INF
-        self._decode(state, s, d)
-        return INF
+        """Act on the machine's :meth:`~.batch_machine.BatchMachine.tick` (backups due, the cutoff once final);
+        return the wall time (monotonic) to look again, or inf."""
+        actions, wake = s.machine.tick(time.monotonic() - s.start_mono)
+        self._act(state, s, actions)
+        return s.start_mono + wake if math.isfinite(wake) else INF
 
-    def _decode(self, state: _BatchState, s: _SchemeState, d) -> None:
+    def _act(self, state: _BatchState, s: _SchemeState, actions: list) -> None:
+        """Turn the machine's actions into tasks: backup copies, spares promoted, the cutoff's decode."""
         plan = s.plan
-        received = [w for w in range(plan.num_workers) if s.arrivals[w] <= d.time and not s.failed[w]]
-        if plan.speculation is not None:  # the first copy of each input wins (copy c of input k is shard k + c·K)
-            first: dict[int, int] = {}
-            for w in received:
-                k = w % plan.num_inputs
-                if k not in first or s.arrivals[w] < s.arrivals[first[k]]:
-                    first[k] = w
-            received = sorted(first.values())
+        for a in actions:
+            if isinstance(a, Copy):  # a speculative plan's next copies, each at its round-robin slot
+                groups: dict[str, tuple[dict, list[int]]] = {}
+                for w in a.shards:
+                    place = self._placement(state.batch, self._slot(plan, w))
+                    groups.setdefault(repr(place), (place, []))[1].append(w)
+                update = self._update()
+                for place, batch_ws in groups.values():
+                    self._map_shards(state, s, batch_ws, place, update, priority=-state.seq)
+                update.send()
+            elif isinstance(a, BackUp):  # a copy of each late shard, on a worker that sent a result of the batch
+                update = self._update()
+                for i, w in enumerate(a.shards):
+                    self._map_shards(state, s, [w], self._backup_place(state, s, w, a.first + i), update,
+                                     priority=-state.seq, sfx="-b", backup=True)
+                update.send()
+            elif isinstance(a, Promote):  # again under new keys; the low-priority copies cancelled
+                picked = list(a.shards)
+                self._cancel([s.shards[w] for w in picked])
+                update = self._update()
+                self._map_placed(state, s, picked, update, sfx="-p")
+                update.send()
+            elif isinstance(a, Cut):
+                self._decode(state, s, a)
+
+    def _decode(self, state: _BatchState, s: _SchemeState, cut: Cut) -> None:
+        """The machine's :class:`~.batch_machine.Cut`: cancel the shards not kept, submit the decode of the kept
+        ones."""
+        plan = s.plan
+        received = s.received
         if not received and s.failed.any():
             self._raise_if_bad_data(state, s)
         keep = set(received)
@@ -883,26 +771,13 @@ class BatchRunner:
         s.backup.clear()
         if drop:
             self._cancel(drop)
-        if s.virtual:
-            latency = np.where(np.isin(np.arange(plan.num_workers), received), s.arrivals, np.nan)
-        else:
-            latency = np.where(np.isfinite(s.arrivals), s.arrivals, np.nan)
-        if d.failed:
-            status = 4
-        elif d.reason in ("wait_for",) and not d.shortfall:
-            status = 1
-        elif d.reason == "exhausted" and len(received) >= plan.policy.wait_for:
-            status = 1
-        else:
-            status = 2
-        s.received = received
         dashboard.publish(self.client, {"kind": "cutoff", "run": self.token, "batch": state.batch, "scheme": plan.name,
-                                        "kept": received, "cutoff_s": float(d.time), "status": status})
+                                        "kept": received, "cutoff_s": cut.cutoff_s, "status": cut.status})
         self._overtake(plan.name, state.seq)
         s.meta = {
-            "status": status,
-            "cutoff_s": float(d.time),
-            "latency_s": latency,
+            "status": cut.status,
+            "cutoff_s": cut.cutoff_s,
+            "latency_s": s.machine.latency(),
             "failed": s.failed.copy(),
             "batch_start": s.start_wall,
             "output_size": self.output_size,
@@ -1000,7 +875,7 @@ class BatchRunner:
         self._cancel([f for f in s.shards if f is not None])
         s.result = failed_record(s.plan.name, state.batch, s.plan.num_workers, s.start_wall)
         s.result["error"] = reason
-        s.done = True
+        s.machine.fail(reason)
 
     def _on_decode(self, batch: int, scheme: str, fut) -> None:
         state = self._inflight.get(batch)
@@ -1016,28 +891,27 @@ class BatchRunner:
         exc = _error_of(fut)
         if is_storage_error(exc):  # the store cannot be written: stop the run with that one line
             raise exc
-        if s.direct:
-            # a shard failed (or was lost): watch the shards and let the cutoff decide, as for other schemes
-            s.direct, s.decode, s.received = False, None, None
-            self._events.watch([(f, ("shard", batch, scheme, w)) for w, f in enumerate(s.shards)])
-            return
-        if isinstance(exc, KilledWorker):
-            lost = [w for w in s.received if s.shards[w].status in ("error", "lost", "cancelled")]
-            if lost and s.restarts + 1 < MAX_ATTEMPTS:
+        killed = isinstance(exc, KilledWorker)
+        lost = [w for w in s.received if s.shards[w].status in ("error", "lost", "cancelled")] \
+            if killed and not s.direct else []
+        for a in s.machine.decode_failed(repr(exc), killed, lost):
+            if isinstance(a, WatchShards):
+                # a shard failed (or was lost): watch the shards and let the cutoff decide, as for other schemes
+                s.decode = None
+                self._events.watch([(f, ("shard", batch, scheme, w)) for w, f in enumerate(s.shards)])
+            elif isinstance(a, Restart):
                 # kept shards were lost with their workers: run this scheme's batch again
                 logger.warning("batch %d (%s): kept shards %s were lost; running the batch again", batch,
                                scheme, lost)
                 self._cancel([f for f in s.shards if f is not None])
                 self._submit_scheme(state, s.plan, restarts=s.restarts + 1)
-                return
-            if s.attempt + 1 < MAX_ATTEMPTS:
+            elif isinstance(a, Redecode):
                 # the decode died with its worker: decode the same shards again
                 logger.warning("decode of batch %d (%s): %r; submitting it again", batch, scheme, exc)
-                s.attempt += 1
                 self._submit_decode(state, s)
-                return
-        self._fail(state, s, f"decode failed: {exc!r}")
-        self._tell_failure(s, batch, f"its decode failed: {exc!r}")
+            elif isinstance(a, Fail):
+                self._fail(state, s, a.reason)
+                self._tell_failure(s, batch, f"its decode failed: {exc!r}")
 
     def _on_score(self, batch: int, scheme: str, fut) -> None:
         state = self._inflight.get(batch)
