@@ -1,5 +1,6 @@
 """What a run plans for each scheme (:class:`SchemePlan`) and where each batch in flight stands (its state per
-scheme), as the driver loop (:mod:`gcc_dask.runtime.executor`) keeps them. Pure data: no Dask call here."""
+scheme, with the :class:`~.batch_machine.BatchMachine` that takes its straggler decisions), as the driver loop
+(:mod:`gcc_dask.runtime.executor`) keeps them. Pure data: no Dask call here."""
 
 from __future__ import annotations
 
