@@ -190,8 +190,6 @@ class BatchRunner(MachineRunner, SubmitRunner, QuietRunner, FailuresRunner, Reco
         self._signals = SignalFlag()
         self._scheduler_address = getattr(getattr(client, "scheduler", None), "address", None)
 
-    # -- submission -------------------------------------------------------------------------------
-    # -- events -----------------------------------------------------------------------------------
     # -- the loop ---------------------------------------------------------------------------------
     @property
     def refill_size(self) -> int:
