@@ -1,19 +1,18 @@
 """What a run plans for each scheme (:class:`SchemePlan`) and where each batch in flight stands (its state per
-scheme), as the driver loop (:mod:`gcc_dask.runtime.executor`) keeps them. Pure data: no Dask call here."""
+scheme, with the :class:`~.batch_machine.BatchMachine` that takes its straggler decisions), as the driver loop
+(:mod:`gcc_dask.runtime.executor`) keeps them. Pure data: no Dask call here."""
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from gcc_dask.runtime.batch_machine import DONE, FAILED, INF, MAX_ATTEMPTS, BatchMachine
 from gcc_dask.runtime.cutoff import CutoffPolicy, Speculation, needed_results
 
-__all__ = ["SchemePlan"]
-
-INF = math.inf
+__all__ = ["SchemePlan", "INF", "MAX_ATTEMPTS"]
 
 
 @dataclass(frozen=True)
@@ -73,55 +72,53 @@ class SchemePlan:
         return mask
 
 
-@dataclass
 class _SchemeState:
-    plan: SchemePlan
-    start_wall: float
-    start_mono: float
-    delays: np.ndarray | None  # injected latencies (slept by the shards), or None
-    virtual: bool = False  # the cutoff runs on the virtual clock of ``delays``
-    shards: list = field(default_factory=list)
-    arrivals: np.ndarray = None  # type: ignore[assignment]
-    known: np.ndarray = None  # type: ignore[assignment]
-    failed: np.ndarray = None  # type: ignore[assignment]
-    decode: Any = None
-    score: Any = None  # the score task joining the decode with the reference (runs with a reference only)
-    done: bool = False
-    result: dict | None = None
-    attempt: int = 0  # submissions of this scheme's decode (and score) lost with a worker so far
-    restarts: int = 0  # times this scheme's shards were run again because the kept ones were lost
-    rescues: int = 0  # times some of its shards were run again off a quiet worker (_rerun_quiet)
-    received: list | None = None  # the kept shards, once the cutoff is final
-    meta: dict | None = None
-    wake: float | None = None  # wall clock: when to look at the cutoff again (monotonic); None: now
-    promoted: np.ndarray = None  # type: ignore[assignment]  # spares resubmitted at the batch's priority
-    direct: bool = False  # decode submitted with the shards, which are not watched (_submit_direct)
-    sfx: str = ""  # key suffix of this submission of the scheme's shards
-    launched: np.ndarray = None  # type: ignore[assignment]  # shards submitted (a plan's backups: when due)
-    launch_s: np.ndarray = None  # type: ignore[assignment]  # when each shard was submitted (s since the start)
-    vtimes: np.ndarray | None = None  # virtual clock: each shard's arrival (its delay; a backup's launch + delay)
-    backup: dict = field(default_factory=dict)  # a cutoff's late shard -> its backup copy still running
-    backed: np.ndarray = None  # type: ignore[assignment]  # shards given a backup copy (plan.backups)
-    turn_s: float | None = None  # when its turn for backups came (s since the start; BatchRunner._give_turn)
+    """One scheme's batch in flight, as the driver keeps it: its futures (``shards``, ``backup``, ``decode``,
+    ``score``), its record, and its :class:`~.batch_machine.BatchMachine` (``machine``), which takes every
+    straggler decision. The machine's state (``arrivals``, ``known``, ``failed``, ``promoted``, ``launched``,
+    ``launch_s``, ``vtimes``, ``backed``, ``turn_s``, ``received``, ``direct``, ``attempt``, ``restarts``,
+    ``rescues``, ...) reads and writes through to it."""
 
-    def __post_init__(self) -> None:
-        n = self.plan.num_workers
-        self.arrivals = np.full(n, INF)
-        self.known = np.zeros(n, dtype=bool)
-        self.failed = np.zeros(n, dtype=bool)
-        self.promoted = np.zeros(n, dtype=bool)
-        self.launched = np.ones(n, dtype=bool)
-        self.launch_s = np.zeros(n)
-        self.backed = np.zeros(n, dtype=bool)
-        if self.delays is not None:
-            self.vtimes = np.asarray(self.delays, dtype=float).copy()
+    def __init__(self, plan: SchemePlan, start_wall: float, start_mono: float, delays: np.ndarray | None,
+                 virtual: bool = False, restarts: int = 0, regular: np.ndarray | None = None) -> None:
+        self.plan = plan
+        self.start_wall = start_wall
+        self.start_mono = start_mono
+        self.machine = BatchMachine(plan, regular=regular, delays=delays, virtual=virtual, restarts=restarts)
+        self.shards: list = []
+        self.decode: Any = None
+        self.score: Any = None  # the score task joining the decode with the reference (runs with a reference only)
+        self.result: dict | None = None
+        self.meta: dict | None = None
+        self.wake: float | None = None  # wall clock: when to look at the cutoff again (monotonic); None: now
+        self.sfx = ""  # key suffix of this submission of the scheme's shards
+        self.backup: dict = {}  # a cutoff's late shard -> its backup copy still running
+
+    @property
+    def done(self) -> bool:
+        """The scheme's record is made (or it failed)."""
+        return self.machine.phase in (DONE, FAILED)
+
+    @done.setter
+    def done(self, value: bool) -> None:
+        if value:
+            self.machine.decode_finished()
 
     @property
     def backups(self) -> int:
         """Backup copies launched so far: a speculative plan's, or a cutoff's of its late shards."""
-        if self.plan.speculation is None:
-            return int(self.backed.sum())
-        return int(self.launched[self.plan.num_inputs:].sum())
+        return self.machine.backups
+
+
+def _through(name: str) -> property:
+    return property(lambda self: getattr(self.machine, name), lambda self, v: setattr(self.machine, name, v),
+                    doc=f"The machine's ``{name}``.")
+
+
+for _name in ("delays", "virtual", "arrivals", "known", "failed", "promoted", "launched", "launch_s", "vtimes",
+              "backed", "turn_s", "received", "direct", "attempt", "restarts", "rescues"):
+    setattr(_SchemeState, _name, _through(_name))
+del _name
 
 
 @dataclass

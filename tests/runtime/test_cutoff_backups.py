@@ -1,5 +1,5 @@
 """``cutoff.backups``: a shard a cutoff scheme cannot do without, late by Spark's rule, gets one backup copy
-on another worker (gcc_dask.runtime.late_shards.late_shards_due; BatchRunner._back_up_late). The rule alone, then
+on another worker (gcc_dask.runtime.late_shards.late_shards_due; batch_machine.BatchMachine._back_up_late). The rule alone, then
 runs on a real LocalCluster with one persistently slow worker that holds more of a batch's shards than its
 spare covers."""
 

@@ -1,0 +1,199 @@
+"""The cluster side of a run: the plugin registered on the workers (frozen ones not waited for), the workers
+checked (every one lost, or all replaced), the scheduler lost, stragglers cancelled off the loop. A mixin of
+:class:`~.executor.BatchRunner`."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+from gcc_dask.errors import ClusterError
+from gcc_dask.runtime.cluster import DebugOnly, past_frozen
+from gcc_dask.runtime.plans import _BatchState
+
+logger = logging.getLogger("gcc_dask.runtime.executor")
+
+__all__ = ["ClusterRunner"]
+
+
+class _LostFetchLogFilter(DebugOnly):
+    """Drop the client's "Couldn't gather N keys, rescheduling" warning about this run's own keys (log it at
+    DEBUG level instead): results lost with a worker are the runner's to handle (a decode is run again, a
+    batch restarted, or the run stops with one line when every worker is gone), not the user's to read. The
+    same for "Failed to reconnect to scheduler": the run then stops with its own line about it."""
+
+    def __init__(self, token: str) -> None:
+        super().__init__(lambda text: (text.startswith("Couldn't gather") and token in text)
+                         or text.startswith("Failed to reconnect"))
+        self.token = token
+
+
+class ClusterRunner:
+    """Plugin registration, worker checks, a lost scheduler and cancels of :class:`~.executor.BatchRunner`."""
+
+    def _cancel(self, futures: list) -> None:
+        """Cancel `futures` (stragglers past a cutoff, spares submitted again, a failed batch's shards) from a
+        thread of its own, in order. ``client.cancel`` waits for the scheduler's answer (about 30 ms a call with
+        the scheduler in this process on 2 cores), and the loop need not: every later use of these tasks has
+        keys of its own. :meth:`run` waits for the last calls when it ends cleanly."""
+        if not futures:
+            return
+        if self._canceller is None:
+            self._canceller = ThreadPoolExecutor(1, thread_name_prefix="gcc-dask-cancel")
+        self._canceller.submit(self._cancel_now, list(futures))
+
+    def _cancel_now(self, futures: list) -> None:
+        try:
+            self.client.cancel(futures)
+        except Exception:  # pragma: no cover - the cluster is going away: its tasks go with it
+            logger.debug("could not cancel %d tasks", len(futures), exc_info=True)
+
+    def _scheduler_lost(self, exc: BaseException | None = None) -> bool:
+        """Whether the client has lost its scheduler for good: it has closed (after failing to reconnect within
+        its timeout), or `exc` is the client's own "closed" error. An error of the driver's own code while
+        the client is connected is a bug, and is not taken for a lost scheduler."""
+        from distributed.client import ClosedClientError
+        from distributed.comm import CommClosedError
+
+        if self.client.status in ("closing", "closed"):
+            return True
+        return isinstance(exc, (ClosedClientError, CommClosedError)) and self.client.status != "running"
+
+    def _lost_scheduler_error(self, exc: BaseException | None = None) -> ClusterError:
+        """The one line that stops a run whose scheduler is gone (docs/pipeline.rst, 'Failures and erasures')."""
+        why = f" ({type(exc).__name__})" if exc is not None else ""
+        return ClusterError(
+            f"cluster: lost the connection to the Dask scheduler at {self._scheduler_address!r}{why}; the "
+            "batches finished before are in the store: run the same command again to resume once the scheduler "
+            "is back")
+
+    def _check_workers(self) -> None:
+        """Stop the run when no worker has been there for ``worker_timeout`` seconds (they were all lost), or
+        when the scheduler is gone (the client closed); wait while the client reconnects."""
+        if self._scheduler_lost():
+            raise self._lost_scheduler_error()
+        if self.client.status != "running":  # reconnecting: the client gives up (and closes) after its timeout
+            return
+        workers = self._workers.refresh()
+        if workers:
+            if self._no_workers_since is not None:
+                self.echo(f"{len(workers)} Dask worker(s) back; the run goes on")
+            self._no_workers_since = None
+            return
+        now = time.monotonic()
+        if self._no_workers_since is None:
+            self._no_workers_since = now
+            self.echo(f"every Dask worker is gone; waiting up to {self.worker_timeout:g} s for workers to come "
+                      "back (cluster.connect_timeout)")
+        elif now - self._no_workers_since > self.worker_timeout:
+            raise ClusterError(
+                f"cluster: every Dask worker was lost and none came back within {self.worker_timeout:g} s "
+                "(cluster.connect_timeout); finished batches are in the store: run the same command again "
+                "to resume")
+
+    def _restart_in_flight(self, held: list[_BatchState]) -> None:
+        """Every worker seen before is gone and others took their place (all killed and restarted, say): run
+        again, under new keys, every scheme of the batches in flight whose record the driver does not hold
+        yet, ``held`` (those finished but not fetched) included, and cancel the old tasks.
+
+        Needed because the scheduler gives a shard placed on a worker (a loose restriction, see
+        :meth:`_placement`) that went to the ``no-worker`` state while no worker was left only to a worker its
+        restriction names, never to a new one (distributed 2026.8,
+        ``Scheduler.bulk_schedule_unrunnable_after_adding_worker``): those shards, the decodes that need
+        them, and any lost result that Dask would recompute from them, waited forever. On the virtual clock
+        a scheme's batch run again keeps the same received set (docs/pipeline.rst, 'Failures and erasures').
+        """
+        for state in held:
+            self._inflight[state.batch] = state
+        old, again = [], 0
+        for state in list(self._inflight.values()):
+            for s in list(state.schemes.values()):
+                if s.result is not None:  # its record is on the driver already
+                    continue
+                old += [f for f in (*s.shards, *s.backup.values(), s.decode, s.score) if f is not None]
+                self._submit_scheme(state, s.plan, restarts=s.restarts + 1)
+                again += 1
+        if old:
+            self._cancel(old)
+        if again:
+            self.echo(f"every Dask worker was replaced: {again} scheme batch(es) in flight run again on the new "
+                      "workers")
+            logger.warning("every worker was replaced; %d scheme batches in flight run again", again)
+
+    def _catch_sigint(self) -> Callable[[], None]:
+        """While the loop runs, Ctrl-C or SIGTERM sets a flag that the loop turns into ``KeyboardInterrupt``
+        (:class:`~gcc_dask.errors.Terminated` for SIGTERM) within ``MAX_WAIT_S``: Python's own handler raises
+        it wherever the main thread happens to be, and inside a finaliser (a distributed ``Future.__del__``)
+        it is discarded and the run goes on. A second signal raises at once. Returns the function that puts
+        the previous handlers back (main thread only; :class:`~.signals.SignalFlag`)."""
+        return self._signals.install()
+
+    def suspect(self, addresses, said: bool = False) -> None:
+        """Workers found frozen before the run (its set-up, :func:`~.cluster.past_frozen`): no shards while
+        they stay silent, ended as any unresponsive worker, and not waited for by the plugin's registration.
+        `said`: the caller told the user already (the run does not say it again when it acts on them)."""
+        self._suspected |= set(addresses)
+        if said:
+            self._said_quiet |= set(addresses)
+        self._workers.suspect(addresses)
+
+    def _register(self) -> None:
+        """Register the run's plugin on the workers; a frozen worker is not waited for (it gets the plugin when
+        it answers, and no shards before: :meth:`suspect`)."""
+        name = self.plugin.name
+
+        def has_plugin(dask_worker, name):  # runs on a worker (shipped by value)
+            plugin = dask_worker.plugins.get(name)
+            if plugin is not None and getattr(plugin, "fn", True) is None:
+                plugin.setup(dask_worker)  # its setup failed there: raise its error here
+            return plugin is not None
+
+        started = []
+
+        def register(workers):
+            if workers is None:
+                started.append(True)
+                return self.client.register_plugin(self.plugin, name=name)
+            if not started:  # workers known frozen from the start: the registration waits for them, in a thread
+                started.append(True)
+                threading.Thread(target=self._register_all, name="gcc-dask-register", daemon=True).start()
+            # the registration under way (still waiting for the frozen workers) reaches the others
+            while not all(self.client.run(has_plugin, workers=workers, name=name).values()):
+                time.sleep(0.05)
+
+        _, frozen = past_frozen(self.client, register, self._suspected)
+        if frozen - self._suspected:
+            self.suspect(frozen)
+        # no shard for a worker left out until it has the plugin (a task there would find none); asked in a
+        # thread per worker: the question waits for the worker to answer
+        self._workers.unready(frozen)
+
+        def confirm(address):
+            while True:
+                try:
+                    if self.client.run(has_plugin, workers=[address], name=name).get(address):
+                        self._workers.ready([address])
+                        return
+                except Exception as e:  # ended, gone, or its set-up failed there: it stays without shards
+                    logger.debug("worker %s: the run's plugin is not there (%r)", address, e)
+                    return
+                time.sleep(0.2)
+
+        for address in sorted(frozen):
+            threading.Thread(target=confirm, args=(address,), name="gcc-dask-plugin-check", daemon=True).start()
+
+    def _register_all(self) -> None:
+        try:
+            self.client.register_plugin(self.plugin, name=self.plugin.name)
+        except Exception:  # a worker's own error is raised by has_plugin (see _register)
+            logger.debug("registering plugin %s", self.plugin.name, exc_info=True)
+
+    def _unregister(self) -> None:
+        """Remove the run's plugin from the workers (what the next run of the store does, if this fails)."""
+        try:
+            self.client.unregister_worker_plugin(self.plugin.name)
+        except Exception:  # pragma: no cover - the cluster may be gone already
+            logger.debug("could not remove plugin %s", self.plugin.name, exc_info=True)

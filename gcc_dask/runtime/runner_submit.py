@@ -1,0 +1,249 @@
+"""Submission: a batch's tasks in one graph update (its shards placed round-robin over the workers, spares
+below every batch in flight, a scheme that keeps every result with its decode), backup copies and spares
+submitted again, the decode and the score. A mixin of :class:`~.executor.BatchRunner`."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from distributed import KilledWorker
+
+from gcc_dask import dashboard
+from gcc_dask.runtime.graph import GraphUpdate
+from gcc_dask.runtime.placement import backup_worker, copy_slot, round_robin
+from gcc_dask.runtime.plans import MAX_ATTEMPTS, SchemePlan, _BatchState, _SchemeState
+from gcc_dask.runtime.runner_failures import _error_of
+from gcc_dask.runtime.tasks import decode_task, evaluate_shard, reference_task, score_task
+
+__all__ = ["SubmitRunner"]
+
+
+class SubmitRunner:
+    """Submission of :class:`~.executor.BatchRunner`."""
+
+    def _submit(self, func, *args, key: str, priority: int, **kwargs):
+        return self.client.submit(
+            func, *args, key=f"{key}-{self.token}", pure=False, retries=0, priority=priority,
+            **self._resources, **kwargs,
+        )
+
+    def _update(self) -> GraphUpdate:
+        """An empty graph update for this run's tasks (one scheduler round for all of them)."""
+        return GraphUpdate(self.client, self._resources.get("resources"))
+
+    def _placement(self, batch: int, w: int) -> dict:
+        """Where shard ``w`` of ``batch`` should run: the workers round-robin, so that one death erases
+        about N/W of a batch's shards, never all of them (shards depend on no task, so the scheduler would
+        otherwise pack a batch onto whichever worker has free threads). Loose: the scheduler picks another
+        worker when that one is gone. (Backup copy c of original k is placed as shard k + c: on the c-th worker
+        after its original's, :meth:`_slot`.)"""
+        workers = self._workers.refresh()
+        if len(workers) < 2:
+            return {}
+        return {"workers": [round_robin(workers, batch, w)], "allow_other_workers": True}
+
+    def _background_priority(self, state: _BatchState) -> int:
+        """Below every shard of the batches in flight, spares included: a reference, the labels and a score
+        are needed only for the metrics, never by a decode."""
+        return -state.seq - 2 * self.max_in_flight - 1
+
+    def _submit_reference(self, state: _BatchState, update: GraphUpdate | None = None) -> None:
+        """(Re)submit the batch's reference task, if the run has one; attempts > 0 get new keys. A run without
+        a reference still writes the batch's labels (a task of its own, off the latency path). Added to
+        `update` when given, else submitted at once."""
+        sfx = f"-a{state.attempt}" if state.attempt else ""
+        priority = self._background_priority(state)
+        own = update is None
+        update = self._update() if own else update
+        if self.reference:
+            def bind(futs):
+                state.reference = futs[0]
+
+            update.add(reference_task, [(self.plugin.name, state.batch, True, True, self.output_size)],
+                       priority=priority, then=bind, keys=[f"reference-b{state.batch}{sfx}-{self.token}"],
+                       **self._away_from_quiet())
+        elif getattr(self.plugin.source, "has_labels", False):
+            def bind(futs):
+                state.labels = futs[0]
+                self._events.watch([(state.labels, ("labels", state.batch, "", -1))])
+
+            update.add(reference_task, [(self.plugin.name, state.batch, True, False)], priority=priority,
+                       then=bind, keys=[f"labels-b{state.batch}{sfx}-{self.token}"], **self._away_from_quiet())
+        if own:
+            update.send()
+
+    def _submit_scheme(self, state: _BatchState, plan: SchemePlan, restarts: int = 0,
+                       update: GraphUpdate | None = None) -> None:
+        """Submit one scheme of a batch: the shards its machine starts with (each encodes its batch on its
+        worker), and its decode with them when it keeps every result (:meth:`_submit_direct`).
+
+        ``restarts > 0`` runs the scheme's batch again (its kept shards were lost): new keys, same draws.
+        The tasks are added to `update` when given (the caller sends it), else sent at once.
+        """
+        batch = state.batch
+        delays = None
+        if self.latency_model is not None:
+            work = float(self.layout.batch_groups(batch)) if self.latency_per_sample else 1.0
+            delays = np.asarray(self.latency_model.latencies(self.seed, batch, plan.num_workers, work=work),
+                                dtype=float)
+        s = _SchemeState(plan=plan, start_wall=time.time(), start_mono=time.monotonic(), delays=delays,
+                         virtual=self.virtual_clock, restarts=restarts, regular=self._regular[plan.name])
+        s.sfx = f"-r{restarts}" if restarts else ""
+        # one layer per target worker (and priority) of one graph update, not one submit per shard: each
+        # update costs the scheduler a round of its own (bench: 3.6 vs 6.3 ms of driver+scheduler CPU per
+        # shard, BENCHMARKS.md). Spares rank below the regular shards of every batch in flight (and above the
+        # next batches'): a busy cluster runs them only when a thread comes free, or once _maybe_promote
+        # submits them again.
+        own = update is None
+        update = self._update() if own else update
+        start, *decode = s.machine.start()
+        # a scheme that keeps every result gains nothing from spreading its shards (any loss means a rerun,
+        # which Dask does): the scheduler places them as a plain map's tasks, queued until a thread is free
+        # and next to their decode (bench: 0.82 vs 0.71 of the plain map's throughput, placed)
+        direct = bool(decode)
+        regular = set(start.regular)
+        groups: dict[tuple[str, bool], tuple[dict, list[int]]] = {}
+        away = self._away_from_quiet() if direct else {}
+        for w in start.shards:
+            place = away if direct else self._placement(batch, self._slot(plan, w))
+            groups.setdefault((repr(place), w in regular), (place, []))[1].append(w)
+        s.shards = [None] * plan.num_workers
+        # regular shards first: an idle worker starts whatever reaches it first
+        for (_, is_regular), (place, ws) in sorted(groups.items(), key=lambda g: not g[0][1]):
+            self._map_shards(state, s, ws, place, update, watch=not direct,
+                             priority=-state.seq if is_regular else -state.seq - self.max_in_flight)
+        state.schemes[plan.name] = s
+        if direct:
+            self._submit_direct(state, s, decode[0], update)
+        if own:
+            update.send()
+            self._cut_early(state, s)
+            if state.batch in self._inflight:  # run again: it may be the oldest waiting
+                self._give_turn(plan.name)
+
+    @staticmethod
+    def _slot(plan: SchemePlan, w: int) -> int:
+        """The round-robin slot of shard `w` (:func:`~.placement.copy_slot`)."""
+        return copy_slot(plan.num_inputs, w, plan.speculation is not None)
+
+    def _backup_place(self, state: _BatchState, s: _SchemeState, w: int, nth: int) -> dict:
+        """Where the `nth` backup copy of the batch (0 first), of shard `w`, runs: one of the faster half of the
+        workers (round-robin, :meth:`_placement`) that have sent a result of the batch, by their first result,
+        other than `w`'s own, one after the other over the copies; any other worker when none has. (A slow
+        worker sends its results too, last: a copy there would be as late.)"""
+        workers = self._workers.refresh()
+        if len(workers) < 2:
+            return {}
+        where = backup_worker(workers, state.batch, w, nth, s.arrivals, s.known, s.failed)
+        return {"workers": [where], "allow_other_workers": True}
+
+    def _shard_key(self, batch: int, w: int, s: _SchemeState, sfx: str = "") -> str:
+        return f"eval-b{batch}-w{w}-{s.plan.name}{s.sfx}{sfx}-{self.token}"
+
+    def _map_shards(self, state: _BatchState, s: _SchemeState, ws: list[int], place: dict, update: GraphUpdate,
+                    priority: int, sfx: str = "", watch: bool = True, backup: bool = False) -> None:
+        """Add shards ``ws`` of a scheme's batch, at one placement, to `update` (and watch them once sent);
+        with `backup`, as the backup copies of those shards (``s.backup``), the originals left running."""
+        name, batch, plan = self.plugin.name, state.batch, s.plan
+
+        def bind(futs):
+            for w, fut in zip(ws, futs):
+                if backup:
+                    s.backup[w] = fut
+                else:
+                    s.shards[w] = fut
+            if watch:
+                self._events.watch([(fut, ("shard", batch, plan.name, w)) for w, fut in zip(ws, futs)])
+
+        update.add(evaluate_shard,
+                   [(name, plan.name, batch, w, 0.0 if s.delays is None else float(s.delays[w])) for w in ws],
+                   keys=[self._shard_key(batch, w, s, sfx) for w in ws], priority=priority, then=bind, **place)
+
+    def _submit_direct(self, state: _BatchState, s: _SchemeState, decode, update: GraphUpdate) -> None:
+        """A scheme whose cutoff keeps every result (``uncoded``; the machine's :class:`~.batch_machine.Decode`):
+        submit its decode now, over all N shards, and watch only the decode. No shard event reaches the driver
+        (bench: a tenth of its CPU for uncoded); the decode times the shards itself (``latency_s`` from each
+        result's end, on the wall clock). If any shard fails, the decode fails with it and :meth:`_on_decode`
+        goes back to watching the shards, so the cutoff decides as for any other scheme."""
+        n = s.plan.num_workers
+        latency = s.delays.copy() if s.virtual else None  # (on the wall clock the decode measures them)
+        s.meta = {"status": decode.status, "cutoff_s": decode.cutoff_s, "latency_s": latency,
+                  "failed": np.zeros(n, dtype=bool), "batch_start": s.start_wall, "output_size": self.output_size,
+                  "score": self.reference}
+        self._submit_decode(state, s, update)
+
+    def _map_placed(self, state: _BatchState, s: _SchemeState, ws: list[int], update: GraphUpdate, sfx: str) -> None:
+        """Add shards ``ws`` again, each at its :meth:`_placement` (away from quiet workers), at the batch's
+        priority, under keys ending in `sfx` (:meth:`_map_shards`, one call per placement)."""
+        groups: dict[str, tuple[dict, list[int]]] = {}
+        for w in ws:
+            place = self._placement(state.batch, w)
+            groups.setdefault(repr(place), (place, []))[1].append(w)
+        for place, group in groups.values():
+            self._map_shards(state, s, group, place, update, priority=-state.seq, sfx=sfx)
+
+    def _submit_batch(self, batch: int, schemes: list[str]) -> None:
+        """Submit one batch (its tasks in one graph update)."""
+        self._submit_batches([(batch, schemes)])
+
+    def _submit_batches(self, work: list[tuple[int, list[str]]]) -> None:
+        """Submit batches ``(batch, schemes)``, every task of all of them in one graph update."""
+        update = self._update()
+        states = []
+        for batch, schemes in work:
+            start, stop = self.layout.batch_slots(batch)
+            state = _BatchState(batch=batch, n_real=stop - start, reference=None, schemes={}, seq=self._submitted)
+            self._submitted += 1
+            self._submit_reference(state, update)
+            for plan in self.plans:
+                if plan.name in schemes:
+                    self._submit_scheme(state, plan, update=update)
+            states.append(state)
+        update.send()
+        dashboard.publish(self.client, {"kind": "submit", "run": self.token, "work": [[b, list(s)] for b, s in work]})
+        for state in states:
+            for s in state.schemes.values():
+                self._cut_early(state, s)
+            self._inflight[state.batch] = state
+        for plan in self.plans:
+            self._give_turn(plan.name)
+
+    def _keys_suffix(self, s: _SchemeState) -> str:
+        return "".join(f"-{c}{n}" for c, n in (("r", s.restarts), ("a", s.attempt)) if n)
+
+    def _submit_decode(self, state: _BatchState, s: _SchemeState, update: GraphUpdate | None = None) -> None:
+        """Submit the decode of the kept shards (again, under a new key, when the last one died). With
+        `update` (the shards are in it too), the decode is added to it; else submitted at once."""
+        plan = s.plan
+        key = f"decode-b{state.batch}-{plan.name}{self._keys_suffix(s)}"
+
+        def bind(futs):
+            s.decode = futs[0]
+            self._events.watch([(s.decode, ("decode", state.batch, plan.name, -1))])
+
+        away = self._away_from_quiet()
+        if update is None:
+            bind([self._submit(decode_task, self.plugin.name, plan.name, state.batch, state.n_real, s.received,
+                               [s.shards[w] for w in s.received], s.meta, key=key, priority=-state.seq + 1,
+                               **away)])
+            return
+        update.add(decode_task, [(self.plugin.name, plan.name, state.batch, state.n_real, s.received,
+                                  [self._shard_key(state.batch, w, s) for w in s.received], s.meta)],
+                   keys=[f"{key}-{self.token}"], priority=-state.seq + 1, then=bind, **away)
+
+    def _submit_score(self, state: _BatchState, s: _SchemeState) -> None:
+        """Join the scheme's decoded batch with the batch's reference (a reference lost with its worker is
+        submitted again first)."""
+        reference = state.reference
+        if reference.status == "error" and isinstance(_error_of(reference), KilledWorker) \
+                and state.attempt + 1 < MAX_ATTEMPTS:
+            state.attempt += 1
+            self._submit_reference(state)
+            reference = state.reference
+        s.score = self.client.submit(
+            score_task, s.decode, reference,
+            key=f"score-b{state.batch}-{s.plan.name}{self._keys_suffix(s)}-{self.token}", pure=False, retries=0,
+            priority=self._background_priority(state),
+        )
+        self._events.watch([(s.score, ("score", state.batch, s.plan.name, -1))])
