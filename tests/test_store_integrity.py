@@ -478,3 +478,18 @@ def test_a_folder_with_any_other_file_is_never_taken_for_remains(tmp_path):
     assert (path / "notes.txt").is_file() and (path / "gcc" / "decoded" / "c" / "30" / "0").is_file()
     with pytest.raises(StoreError):
         RunStore.resume(path, **LAYOUT)
+
+
+@pytest.mark.parametrize("key", ["batch_size", "num_samples", "num_batches", "output_shape", "has_labels",
+                                 "has_reference", "dtype", "status"])
+def test_a_misspelt_root_attribute_is_one_line_for_a_resume_and_a_reader(tmp_path, key):
+    """One flipped byte misspelling a layout attribute of the root's zarr.json: a KeyError traceback from run
+    and report before (a breaker's 8 of 142 misspellings), one line naming the attribute now."""
+    path = tmp_path / "run.zarr"
+    filled(path)
+    _misspell(path / "zarr.json", key)
+    with pytest.raises(StoreError, match=rf"lacks the attribute '{key}'") as e:
+        RunStore.resume(path, **LAYOUT)
+    assert "\n" not in str(e.value) and "--overwrite" in str(e.value)
+    with pytest.raises(StoreError, match=rf"lacks the attribute '{key}'"):
+        summarize_run(str(path))

@@ -176,6 +176,7 @@ def _check_run_structure(store: Any) -> None:
     """For a run store: every group and array of its layout has readable metadata (one StoreError line naming
     the first that has not, :func:`gcc_dask.store.check_structure`); other paths pass (the reader names them)."""
     from gcc_dask.store import check_structure
+    from gcc_dask.store.layout import REQUIRED_ATTRS
 
     if not isinstance(store, (str, os.PathLike)):
         return
@@ -185,6 +186,11 @@ def _check_run_structure(store: Any) -> None:
         return
     if attrs.get(RUN_MARKER) is not None:
         path = Path(os.fspath(store)).expanduser().absolute()
+        missing = [key for key in REQUIRED_ATTRS if key not in attrs]
+        if missing:  # a key misspelt by one flipped byte: one line, not a KeyError from a reader
+            raise StoreError(f"store path: got {str(path)!r}, whose zarr.json lacks the attribute"
+                             f"{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))} (damaged: a key "
+                             "edited or misspelt); expected a gcc-dask run store with its layout attributes")
         check_structure(path, attrs)
         check_run_chunks(path, attrs)
 

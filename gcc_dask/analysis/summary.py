@@ -16,6 +16,7 @@ import zarr
 
 from gcc_dask import metrics
 from gcc_dask.analysis.stores import names_corrupt_chunks
+from gcc_dask.store.layout import REQUIRED_ATTRS
 
 __all__ = ["summarize_run", "format_summary"]
 
@@ -166,6 +167,11 @@ def summarize_run(path: str) -> pd.DataFrame:
         inputs = root["inputs"]
     except Exception as e:
         raise StoreError(f"store: cannot read run store {path!r}: {type(e).__name__}: {e}") from None
+    missing = [key for key in REQUIRED_ATTRS if key not in root.attrs]
+    if missing:  # never a KeyError from deep inside: one line naming what the damage took
+        raise StoreError(f"store: cannot read run store {path!r}: its zarr.json lacks the attribute"
+                         f"{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))} (damaged: a key edited "
+                         "or misspelt)")
     labels = inputs["labels"] if "labels" in inputs else None
     reference = inputs["reference"] if "reference" in inputs else None
     shape = root.attrs.get("output_shape")

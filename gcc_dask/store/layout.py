@@ -87,6 +87,11 @@ def _to_host(x: Any) -> np.ndarray:
     return np.asarray(x)
 
 
+#: the root attributes every reader of a store relies on (a store whose zarr.json lacks one is damaged)
+REQUIRED_ATTRS = ("status", "config", "num_samples", "batch_size", "num_batches", "output_shape", "schemes",
+                  "has_labels", "has_reference", "dtype")
+
+
 def _open_root(path: Path, mode: str = "r+"):
     """Open the root group, refusing anything that is not a gcc-dask store."""
     zarr = _zarr()
@@ -100,6 +105,12 @@ def _open_root(path: Path, mode: str = "r+"):
     if root.attrs.get(_MARKER) != STORE_FORMAT:
         raise StoreError(f"store path: got {str(path)!r}; expected a gcc-dask run store (format "
                          f"{STORE_FORMAT}), found a Zarr group without the gcc-dask attributes")
+    missing = [key for key in REQUIRED_ATTRS if key not in root.attrs]
+    if missing:
+        raise StoreError(f"store path: got {str(path)!r}, whose zarr.json lacks the attribute"
+                         f"{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))} (damaged: a key edited "
+                         "or misspelt); expected a gcc-dask run store with its layout attributes: pass --overwrite "
+                         "(overwrite=True) to start it anew, or choose another store path")
     return root
 
 
