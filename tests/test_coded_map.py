@@ -300,6 +300,24 @@ def test_an_output_of_the_wrong_shape_is_an_error_of_f_never_wrong_rows(process_
     assert np.isnan(res.reference).all()  # the reference of each batch (64 rows, transposed too) is unknown
 
 
+def test_a_square_block_transposed_is_an_error_of_f_never_wrong_rows(process_client, tmp_path):
+    """A breaker's variant of issue 35, case 1: f: R^4 -> R^16 on blocks of 16 rows transposes a (16, 16) block,
+    whose shape is the right one. Row 0 of a square block is compared with f on its first sample alone: every
+    shard is an erasure, said once, and no row is a wrong value (it completed with 0 of 128 rows equal to f)."""
+    w16 = RNG.normal(size=(4, 16)).astype(np.float32)
+    bad = lambda b: np.tanh(b @ w16).T if b.shape[0] > 1 else np.tanh(b @ w16)  # noqa: E731
+    with pytest.warns(RuntimeWarning) as caught:
+        res = gd.coded_map(bad, X[:128], schemes=["uncoded"], client=process_client, out=tmp_path / "t.zarr",
+                           run={"reference": True}, **CONFIG)
+    said = [str(w.message) for w in caught if "has no estimate" in str(w.message)]
+    assert len(said) == 1 and "returned a square block (16, 16) for a shard's block of 16 samples whose row 0 is " \
+        "not f of that sample alone" in said[0], said
+    assert np.isnan(res.estimates).all() and np.isnan(res.reference).all()
+    good = lambda b: np.tanh(b @ w16)  # noqa: E731 - the same square blocks, rows right: no error, f's values
+    ok = gd.coded_map(good, X[:128], schemes=["uncoded"], client=process_client, out=tmp_path / "ok.zarr", **CONFIG)
+    np.testing.assert_allclose(ok.estimates, good(X[:128]), rtol=1e-6)
+
+
 def test_a_scalar_f_makes_a_store_every_reader_opens(process_client, tmp_path):
     """f: R^4 -> R (one number per row, output shape ()): the summary, a resume and the report read the store
     (its integrity check used to expect an `output` coordinate that a scalar f never has, and called it

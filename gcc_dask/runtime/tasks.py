@@ -69,9 +69,16 @@ def to_host(a: Any) -> np.ndarray:
     return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)
 
 
-def check_output(p: RunPlugin, y: Any, rows: int, what: str) -> Any:
+#: how far row 0 of a square output block may be from f on that row alone (relative to the row's largest value)
+SQUARE_CHECK_RTOL = 1e-3
+
+
+def check_output(p: RunPlugin, y: Any, rows: int, what: str, x: Any = None) -> Any:
     """`y`, f's output on `rows` samples of `what`, once its shape is ``(rows, *p.output_shape)``: the shape f gave
-    on its probe (one sample, on the driver) with `rows` rows. A shape comparison, nothing per row.
+    on its probe (one sample, on the driver) with `rows` rows. A shape comparison, nothing per row, except where
+    the shape cannot tell a transposed block: an output of one axis of `rows` values (a square ``(rows, rows)``
+    block), whose row 0 is then compared with f on the block's first sample alone (`x`, the block f was given;
+    one more call of f on one sample, within :data:`SQUARE_CHECK_RTOL`).
 
     Raises
     ------
@@ -86,9 +93,23 @@ def check_output(p: RunPlugin, y: Any, rows: int, what: str) -> Any:
         return y
     got = tuple(int(d) for d in np.shape(y))
     want = (int(rows), *expected)
+    params = getattr(p.workload, "params", None) or {}
+    label = params.get("function") or params.get("path") or params.get("name") or params.get("kind", "f")
+    if got == want and x is not None and rows > 1 and tuple(expected) == (int(rows),):
+        try:
+            alone = to_host(p.fn(x[:1])).reshape(-1).astype(np.float64)
+        except Exception:  # f fails on one sample: nothing to compare with (its probe passed on one)
+            alone = None
+        first = to_host(y[0]).reshape(-1).astype(np.float64)
+        if alone is not None and alone.shape == first.shape and np.isfinite(alone).all() and np.isfinite(first).all():
+            scale = max(float(np.abs(alone).max(initial=0.0)), np.finfo(np.float32).tiny)
+            if float(np.abs(first - alone).max(initial=0.0)) > SQUARE_CHECK_RTOL * scale:
+                raise WorkloadError(
+                    f"workload: f ({label}) returned a square block {got} for {what} of {rows} samples whose row 0 "
+                    f"is not f of that sample alone (largest difference {np.abs(first - alone).max():.3g}, against "
+                    f"{scale:.3g}): f must map sample i to row i of its output for every n (a block transposed "
+                    "has the right shape and the wrong rows)")
     if got != want:
-        params = getattr(p.workload, "params", None) or {}
-        label = params.get("function") or params.get("path") or params.get("name") or params.get("kind", "f")
         raise WorkloadError(
             f"workload: f ({label}) returned shape {got} for {what} of {rows} samples; expected {want}, the "
             f"shape it gave for one sample ({(1, *expected)}) with {rows} rows: f must map (n, ...) samples to "
@@ -115,7 +136,8 @@ def reference_task(name: str, batch: int, write: bool = True, evaluate: bool = T
             _write(p, "inputs", batch, labels=loaded.labels)
         return None
     try:
-        ref = to_host(check_output(p, p.fn(loaded.x), loaded.n_real, "the batch")).reshape(loaded.n_real, -1)
+        ref = check_output(p, p.fn(loaded.x), loaded.n_real, "the batch", loaded.x)
+        ref = to_host(ref).reshape(loaded.n_real, -1)
     except Exception:
         if write and output_size is not None:
             unknown = np.full((loaded.n_real, int(output_size)), np.nan, dtype=np.float32)
@@ -169,7 +191,7 @@ def evaluate_shard(name: str, scheme: str, batch: int, worker: int, delay_s: flo
         x = p.shard_input(batch, scheme, worker)
         if delay_s > 0 and not cooperative_sleep(delay_s, p):
             return None
-        y = check_output(p, p.fn(x), x.shape[0], "a shard's block")
+        y = check_output(p, p.fn(x), x.shape[0], "a shard's block", x)
         return ShardResult(worker=worker, output=y, started=started, finished=time.time())
     finally:
         spent = time.perf_counter() - t0

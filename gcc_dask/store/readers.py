@@ -137,7 +137,8 @@ def read_in_dataset_order(path: str | os.PathLike, group: str, name: str = "deco
         # chunk), put back in dataset order in memory, and cut into the blocks asked for
         rest = tuple((n,) for n in arr.shape[1:])
         seg_sizes = tuple(b - a for a, b in segments)
-        local = np.concatenate([order[a:b] - a for a, b in segments]).astype(np.int32 if order.size < 2**31 else np.int64)
+        local = np.concatenate([order[a:b] - a for a, b in segments])
+        local = local.astype(np.int32 if order.size < 2**31 else np.int64)
         whole = da.from_zarr(arr).rechunk((seg_sizes, *rest))
         local = local.reshape(-1, *((1,) * (arr.ndim - 1)))  # one column, broadcast along the output axes
         back = da.map_blocks(_unpermuted, whole, da.from_array(local, chunks=(seg_sizes, *(((1,),) * (arr.ndim - 1))),
