@@ -286,7 +286,9 @@ def _run_stored(cfg, path, source, workload, output_shape, connected, say, warn,
         with phases("store"):
             store = store_mod.RunStore.resume(path, overwrite=cfg.store.overwrite, config_ignore=FINGERPRINT_IGNORED,
                                               fingerprint_for=cfg.fingerprint, config_for=cfg.resolved_for,
-                                              legacy_inputs_digest=legacy_digest, **layout_kwargs)
+                                              legacy_inputs_digest=legacy_digest,
+                                              inputs_digest_for=lambda listed: _inputs_digest(source, workload, listed),
+                                              **layout_kwargs)
         work = None
         if store is not None:
             choice = _block_choice(cfg, source, cost, fixed, store)

@@ -14,15 +14,18 @@ from gcc_dask.config import PipelineConfig
 from gcc_dask.errors import SourceError
 
 
-def _inputs_digest(source, workload, sources: bool = True) -> str:
+def _inputs_digest(source, workload, sources: bool | list[str] = True) -> str:
     """A digest of the model and data files the run reads (see :mod:`gcc_dask._digest`), of the source file of a
     model's module (an import path ``module:function``: ``workload.sources()``; not with ``sources=False``, the
-    digest of the stores made before it counted), and of an in-memory f (its cloudpickle bytes:
-    ``workload.params["token"]``)."""
-    modules = list(getattr(workload, "sources", list)()) if sources else []
+    digest of the stores made before it counted; a list: those files, as a store lists them, a file gone
+    counting as changed), and of an in-memory f (its cloudpickle bytes: ``workload.params["token"]``)."""
+    listed = isinstance(sources, list)
+    modules = list(sources) if listed else list(getattr(workload, "sources", list)()) if sources else []
     try:
         digest = files_digest([*workload.files(), *modules, *source.files()])
     except OSError as e:
+        if listed:  # a module file the store lists is gone: not the model it was made with
+            return f"gone: {e}"
         raise SourceError(f"source: got model or data files that cannot be read to fingerprint them ({e}); "
                           "expected readable files") from None
     token = getattr(workload, "params", {}).get("token")

@@ -394,6 +394,39 @@ def test_an_edited_module_behind_f_is_refused_on_resume(client, tmp_path, monkey
         gd.coded_map(f, X[:128], client=client, out=out, **CONFIG)
 
 
+def test_an_edited_module_that_f_imports_from_beside_it_is_refused_on_resume(client, tmp_path, monkeypatch):
+    """A breaker's variant of issue 35, case 3: f's module imports a helper module from its own folder, and the
+    helper is edited: the same call used to resume with the old f's results. The modules f's module imports
+    from beside it (and theirs) are in the digest too; numpy, installed elsewhere, is not. A store that lists
+    only f's own module (made before the helpers counted) is checked on that list: it resumes."""
+    import zarr
+
+    tag = uuid.uuid4().hex[:8]
+    name, helper = f"model_{tag}", f"helper_{tag}"
+    (tmp_path / f"{helper}.py").write_text("SCALE = 2.0\n")
+    module = tmp_path / f"{name}.py"
+    module.write_text(f"import numpy as np\nimport {helper}\n\ndef g(x):\n    return np.tanh({helper}.SCALE * x)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "helper.zarr"
+    first = gd.coded_map(f"{name}:g", X[:128], client=client, out=out, **CONFIG)
+    assert gd.open_run(out).attrs["model_sources"] == [str(module), str(tmp_path / f"{helper}.py")]
+    (tmp_path / f"{helper}.py").write_text("SCALE = 3.0\n")
+    with pytest.raises(gd.errors.StoreError, match=r"other source of the model's module .*helper_"):
+        gd.coded_map(f"{name}:g", X[:128], client=client, out=out, **CONFIG)
+    (tmp_path / f"{helper}.py").write_text("SCALE = 2.0\n")  # back as it was: resumed
+    np.testing.assert_array_equal(gd.coded_map(f"{name}:g", X[:128], client=client, out=out, **CONFIG).estimates,
+                                  first.estimates)
+    from gcc_dask.pipeline_resume import _inputs_digest
+    from gcc_dask.sources import make_source
+    from gcc_dask.workloads import make_workload
+
+    root = zarr.open_group(str(out), mode="r+")  # as a store made when only f's own module counted
+    source, workload = make_source("array", array=X[:128]), make_workload("callable", name=f"{name}:g")
+    root.attrs.update({"model_sources": [str(module)], "inputs_digest": _inputs_digest(source, workload, [str(module)])})
+    np.testing.assert_array_equal(gd.coded_map(f"{name}:g", X[:128], client=client, out=out, **CONFIG).estimates,
+                                  first.estimates)
+
+
 def test_a_store_made_before_module_sources_counted_is_resumed(client, tmp_path, monkeypatch):
     """A store whose inputs digest left the module's source out (made before it counted: no ``model_sources``
     attribute) is resumed as before, not refused as made by another model."""

@@ -50,7 +50,7 @@ def _config_diff(stored: Mapping[str, Any], now: Mapping[str, Any], ignore: tupl
 def check_resumable(store: Any, fingerprint: str, *, inputs_digest: str | None = None,
                     fingerprint_for: Callable[[dict], str] | None = None,
                     config_for: Callable[[dict], dict] | None = None, legacy_inputs_digest: str | None = None,
-                    **expected: Any) -> None:
+                    inputs_digest_for: Callable[[list[str]], str] | None = None, **expected: Any) -> None:
     """Refuse to resume `store` (a :class:`~gcc_dask.store.RunStore`) from another configuration, other model or
     data files, or another layout; the arguments are :meth:`~gcc_dask.store.RunStore.resume`'s.
 
@@ -75,6 +75,10 @@ def check_resumable(store: Any, fingerprint: str, *, inputs_digest: str | None =
     old_inputs = store.attrs.get("inputs_digest")
     if legacy_inputs_digest is not None and MODEL_SOURCES not in store.attrs:
         inputs_digest = legacy_inputs_digest
+    elif inputs_digest_for is not None and MODEL_SOURCES in store.attrs:
+        # the module files the store was made with, as it lists them (a store made when only the model's own
+        # module counted is checked on that one; a newer one on the modules it imports from beside it too)
+        inputs_digest = inputs_digest_for([str(m) for m in store.attrs.get(MODEL_SOURCES) or []])
     if inputs_digest is not None and old_inputs is not None and old_inputs != inputs_digest:
         modules = [str(m) for m in store.attrs.get(MODEL_SOURCES) or []]
         also = f", or another source of the model's module {', '.join(modules)}" if modules else ""

@@ -31,13 +31,77 @@ def _import_object(spec: str) -> Any:
     return obj
 
 
-def _module_source(name: str) -> list[str]:
-    """``[path]`` of the ``.py`` file of the imported module `name`, else ``[]`` (a built-in or compiled module,
-    a namespace package, one not imported)."""
+def _py_file(name: str) -> str | None:
+    """The ``.py`` file of the imported module `name`, else None (a built-in or compiled module, a namespace
+    package, one not imported)."""
     import sys
 
     path = getattr(sys.modules.get(name), "__file__", None)
-    return [os.path.abspath(path)] if path and path.endswith(".py") and os.path.isfile(path) else []
+    return os.path.abspath(path) if path and path.endswith(".py") and os.path.isfile(path) else None
+
+
+def _imported_names(path: str, name: str) -> list[str]:
+    """The modules the source file `path` (of module `name`) imports, as absolute names, from its text
+    (``import a.b``, ``from . import c``, ``from .d import e``: ``a.b``, ``pkg.c``, ``pkg.d`` and ``pkg.d.e``)."""
+    import ast
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            tree = ast.parse(fh.read(), filename=path)
+    except (OSError, SyntaxError, ValueError):
+        return []
+    package = name if os.path.basename(path) == "__init__.py" else name.rpartition(".")[0]
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".") if package else []
+                parts = parts[:len(parts) - (node.level - 1)] if node.level > 1 else parts
+                base = ".".join([*parts, *([node.module] if node.module else [])])
+            if base:
+                found.append(base)
+                found += [f"{base}.{alias.name}" for alias in node.names]
+    return found
+
+
+def _module_source(name: str) -> list[str]:
+    """The ``.py`` file of the imported module `name` first, then those of the modules it imports from beside it
+    (its own folder, or its top-level package's), and theirs in turn: what a worker reads f's code from. A
+    module installed elsewhere (the standard library, site-packages) is not followed. Found from the files' text
+    (their import statements), so the list is the same in every process. ``[]`` when `name` has no ``.py``
+    file."""
+    first = _py_file(name)
+    if first is None:
+        return []
+    top = _py_file(name.partition(".")[0])  # a package's __init__.py, or the module itself
+    root = os.path.dirname(top if top is not None and top.endswith("__init__.py") else first)
+    outside = {os.path.abspath(p) for p in _installed_paths()}
+    files, todo, seen = [first], [(name, first)], {first}
+    while todo:
+        module, path = todo.pop()
+        for other in _imported_names(path, module):
+            found = _py_file(other)
+            if (found is None or found in seen or not found.startswith(root + os.sep)
+                    or any(found.startswith(o + os.sep) for o in outside)):
+                continue
+            seen.add(found)
+            files.append(found)
+            todo.append((other, found))
+    return [files[0], *sorted(files[1:])]
+
+
+def _installed_paths() -> list[str]:
+    """Where Python's own and installed modules live (the standard library, site-packages)."""
+    import site
+    import sysconfig
+
+    paths = {sysconfig.get_paths().get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    paths.update(getattr(site, "getsitepackages", list)())
+    paths.add(getattr(site, "getusersitepackages", lambda: None)())
+    return [p for p in paths if p]
 
 
 def _by_reference(obj: Any) -> bool:
