@@ -48,6 +48,7 @@ from gcc_dask.limits import MAX_FIT_SAMPLES, MAX_WINDOW
 __all__ = [
     "POLICIES",
     "compose",
+    "composition_key",
     "serial_map",
     "window_bounds",
     "window_unit",
@@ -244,17 +245,13 @@ def compose(
     if policy == "random":
         sequence = np.random.default_rng([int(seed), 0x5EED]).permutation(n).astype(np.int64)
         return BatchLayout.from_sequence(sequence, group_size, block_size)
-    chunks = getattr(source, "chunks", None)
-    bounds = composition_items(n, window, group_size, window_unit(group_size, block_size, chunks, window), policy,
-                               chunks)
+    bounds = _bounds(source, group_size, block_size, policy, window)
     piece = _piece(window, group_size)
     run = map_windows or serial_map
     key = None
     if cache is not None:
-        key = cache_key(policy=policy, n=n, group_size=int(group_size), block_size=int(block_size),
-                        bounds=[list(b) for b in bounds], window=int(window), dims=int(dims),
-                        fit_samples=int(fit_samples), seed=int(seed), shape=list(source.sample_shape),
-                        dtype=str(source.dtype), source=getattr(source, "name", ""))
+        key = composition_key(source, group_size=group_size, block_size=block_size, policy=policy, seed=seed,
+                              window=window, dims=dims, fit_samples=fit_samples)
         entry = cache.load(key, n)
         if entry is not None and tuple(run(_window_digest, bounds, source)) == entry.digests:
             if say is not None:
@@ -272,6 +269,26 @@ def compose(
         cache.save(key, sequence, tuple(d for _, d in parts))
     return BatchLayout.from_sequence(sequence, group_size, block_size)
 
+
+
+def _bounds(source: Any, group_size: int, block_size: int, policy: str, window: int) -> list[tuple[int, int]]:
+    """The windows (or, for ``pc1``, the read items) :func:`compose` works on."""
+    chunks = getattr(source, "chunks", None)
+    unit = window_unit(group_size, block_size, chunks, window)
+    return composition_items(int(source.num_samples), window, group_size, unit, policy, chunks)
+
+
+def composition_key(source: Any, *, group_size: int, block_size: int, policy: str, seed: int = 0,
+                    window: int = DEFAULT_WINDOW, dims: int = DEFAULT_DIMS,
+                    fit_samples: int = DEFAULT_FIT_SAMPLES) -> str:
+    """The :class:`~gcc_dask.composition_cache.CompositionCache` key of :func:`compose`'s ``similarity`` or
+    ``pc1`` composition of `source` with these parameters (the same arguments; nothing of the source is read:
+    an entry found under it is still checked against the windows' content)."""
+    bounds = _bounds(source, group_size, block_size, policy, window)
+    return cache_key(policy=policy, n=int(source.num_samples), group_size=int(group_size),
+                     block_size=int(block_size), bounds=[list(b) for b in bounds], window=int(window),
+                     dims=int(dims), fit_samples=int(fit_samples), seed=int(seed),
+                     shape=list(source.sample_shape), dtype=str(source.dtype), source=getattr(source, "name", ""))
 
 
 def _call(func: Callable[..., Any], *args: Any) -> Any:

@@ -87,6 +87,10 @@ class CompositionCache:
     def _path(self, key: str) -> str:
         return os.path.join(self.folder, f"{key}.npz")
 
+    def has(self, key: str) -> bool:
+        """Whether an entry of `key` is there (not whether it can be trusted: :meth:`load` checks that)."""
+        return os.path.exists(self._path(key))
+
     def load(self, key: str, num_samples: int) -> CachedComposition | None:
         """The entry of `key`, or None when there is none or it cannot be trusted (unreadable, a wrong
         checksum, or not a permutation of ``range(num_samples)``: logged, and composed again)."""

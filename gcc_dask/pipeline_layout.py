@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gcc_dask.composition import BatchLayout, compose, composition_items, window_unit
+from gcc_dask.composition import BatchLayout, compose, composition_items, composition_key, window_unit
 from gcc_dask.composition_cache import CompositionCache
 from gcc_dask.config import PipelineConfig
 from gcc_dask.runtime.cluster import map_on_cluster, run_on_cluster
@@ -25,9 +25,49 @@ def _block_choice(cfg: PipelineConfig, source, cost, fixed: int | None, store=No
         block = int(store.attrs["block_size"])
         return BlockChoice(block, batches_in_flight(block, cfg.code.num_inputs, max(1, row_bytes), configured),
                            store.attrs.get("block_size_reason") or "stored")
-    return choose_block_size(cost.seconds_per_row, num_samples=source.num_samples, group_size=cfg.code.num_inputs,
-                             row_bytes=max(1, row_bytes), chunks=source.chunks, max_in_flight=configured,
-                             multiple=fixed or 1)
+
+    def choice(seconds_per_row: float) -> BlockChoice:
+        return choose_block_size(seconds_per_row, num_samples=source.num_samples, group_size=cfg.code.num_inputs,
+                                 row_bytes=max(1, row_bytes), chunks=source.chunks, max_in_flight=configured,
+                                 multiple=fixed or 1)
+
+    measured = choice(cost.seconds_per_row)
+    return _cached_choice(cfg, source, cost.seconds_per_row, measured, choice) or measured
+
+
+#: ``code.block_size: auto`` takes the block size of a cached composition of the same data when it is what f
+#: would get at a cost within this factor of the measured one (one timing of f on a busy machine was 16 times
+#: the idle one); every bound of :func:`~gcc_dask.sizing.choose_block_size` holds for the B taken
+CACHED_COST_FACTOR = 16
+
+
+def _cached_choice(cfg: PipelineConfig, source, seconds_per_row: float, measured: BlockChoice,
+                   choice) -> BlockChoice | None:
+    """The block size of a cached composition of `source` with the run's composition parameters, where B is
+    :func:`~gcc_dask.sizing.choose_block_size`'s choice for an f up to :data:`CACHED_COST_FACTOR` times cheaper
+    or costlier than measured (the closest such, the measured one first); None when there is none.
+
+    The composition's windows hold whole batches, so its cache entry is keyed by B: without this, the auto
+    block size of a second run over the same data, timed on a busier machine, composed everything again."""
+    policy = composition_policy(cfg)
+    cache = CompositionCache.default()
+    if policy not in ("similarity", "pc1") or cache is None:
+        return None
+    comp = cfg.composition
+    steps = int(np.log2(CACHED_COST_FACTOR))
+    for step in sorted(range(-steps, steps + 1), key=lambda j: (abs(j), j)):
+        candidate = measured if step == 0 else choice(seconds_per_row * 2.0 ** step)
+        key = composition_key(source, group_size=cfg.code.num_inputs, block_size=candidate.block_size,
+                              policy=policy, seed=comp.seed, window=comp.window, dims=comp.dims,
+                              fit_samples=comp.fit_samples)
+        if cache.has(key):
+            if step == 0:
+                return None
+            return BlockChoice(candidate.block_size, candidate.max_in_flight,
+                               f"{measured.reason}; B = {candidate.block_size} instead, the block size of this "
+                               f"data's cached composition (what f would get at {2.0 ** step:g} times the "
+                               "measured cost)")
+    return None
 
 
 def _layout(cfg: PipelineConfig, block: int, num_samples: int, order) -> BatchLayout:

@@ -131,3 +131,43 @@ def test_coded_map_twice_on_the_same_zarr_composes_once(tmp_path, monkeypatch, c
     from gcc_dask.store import RunStore
 
     np.testing.assert_array_equal(RunStore(a.store).sample_index(), RunStore(b.store).sample_index())
+
+
+def test_auto_block_size_takes_the_cached_compositions_when_a_busier_machine_times_f_slower(tmp_path, monkeypatch,
+                                                                                          client):
+    """``code.block_size: auto`` on the same data, f timed 4 times slower (a busy machine): B is the first run's,
+    whose composition is cached, not a new B whose windows would all be composed again."""
+    import gcc_dask as gd
+    import gcc_dask.inputs as inputs
+    from gcc_dask.sizing import FCost, choose_block_size
+    from gcc_dask.store import RunStore
+
+    monkeypatch.setenv("GCC_DASK_CACHE", str(tmp_path / "cache"))
+    x = _data(4096, 8)
+    zarr.create_array(str(tmp_path / "x.zarr"), shape=x.shape, chunks=(512, 8), dtype="float32")[:] = x
+    saved = []
+    real_save = CompositionCache.save
+    monkeypatch.setattr(CompositionCache, "save", lambda self, *a: (saved.append(1), real_save(self, *a))[1])
+    kw = dict(schemes=("gcc",), client=client, code={"num_inputs": 8, "num_workers": 12, "block_size": "auto"},
+              cutoff={"stragglers": 2}, composition={"window": 1024})
+
+    def run(seconds_per_row, out):
+        monkeypatch.setattr(inputs, "time_f", lambda *a, **k: FCost(seconds=seconds_per_row * 100, rows=100))
+        return RunStore(gd.coded_map(np.tanh, zarr.open_array(str(tmp_path / "x.zarr"), mode="r"),
+                                     out=tmp_path / out, **kw).store)
+
+    def alone(seconds_per_row):
+        return choose_block_size(seconds_per_row, num_samples=4096, group_size=8, row_bytes=32, chunks=512).block_size
+
+    fast, slow = 1e-3, 4e-3
+    assert alone(fast) != alone(slow)  # the two timings alone give two block sizes
+    a = run(fast, "a.zarr")
+    b = run(slow, "b.zarr")
+    assert a.attrs["block_size"] == alone(fast) == b.attrs["block_size"]
+    assert "cached composition" in b.attrs["block_size_reason"]
+    assert saved == [1]  # composed once
+    np.testing.assert_array_equal(a.sample_index(), b.sample_index())
+    far = fast * 64  # beyond the band: its own block size and composition
+    assert alone(far) != alone(fast)
+    c = run(far, "c.zarr")
+    assert c.attrs["block_size"] == alone(far) and saved == [1, 1]
