@@ -75,10 +75,13 @@ class CompositionCache:
     @classmethod
     def default(cls) -> CompositionCache | None:
         """The cache the environment names (``GCC_DASK_CACHE``, ``XDG_CACHE_HOME``, ``~/.cache``); None when
-        ``GCC_DASK_CACHE`` is ``off``."""
+        ``GCC_DASK_CACHE`` is ``off`` (or ``0``, ``false``, ``no``); ``on`` (``1``, ``true``, ``yes``) is the
+        default folder."""
         where = os.environ.get("GCC_DASK_CACHE", "").strip()
         if where.lower() in ("off", "0", "false", "no"):
             return None
+        if where.lower() in ("on", "1", "true", "yes"):  # the default folder, not a folder named "on" in the cwd
+            where = ""
         if not where:
             base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
             where = os.path.join(base, "gcc-dask")

@@ -100,6 +100,11 @@ def test_the_environment_names_or_turns_off_the_cache(monkeypatch, tmp_path):
     assert CompositionCache.default().folder == os.path.join(str(tmp_path), "compositions")
     monkeypatch.delenv("GCC_DASK_CACHE")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    default = CompositionCache.default().folder
+    for on in ("on", "1", "true", "YES"):  # the default folder, never a folder named "on" in the cwd
+        monkeypatch.setenv("GCC_DASK_CACHE", on)
+        assert CompositionCache.default().folder == default
+    monkeypatch.delenv("GCC_DASK_CACHE")
     assert CompositionCache.default().folder == os.path.join(str(tmp_path / "xdg"), "gcc-dask", "compositions")
 
 
