@@ -315,3 +315,21 @@ def test_cheap_section_rows_work_limits_and_targets(pipeline_report):
     f = CheapMLP()
     p = f(np.random.default_rng(1).normal(size=(5, 32)).astype(np.float32))
     assert p.shape == (5, 3) and p.dtype == np.float32 and np.allclose(p.sum(axis=1), 1, atol=1e-6)
+
+
+def test_mainjob_section_rows_phases_and_targets(pipeline_report):
+    """The main job's gcc pipeline against a warm plain map: a row per way of running it with a finite ratio, its
+    work limit, and where its time went (the embedded cluster's start only in the embedded one's); a target
+    each (values, never a time asserted)."""
+    from gcc_dask.bench.mainjob import MAINJOB_TARGET, PHASES
+
+    rows = pipeline_report.table("mainjob").rows
+    assert [r["contender"] for r in rows] == ["gcc, embedded cluster", "gcc, warm cluster"]
+    for r in rows:
+        assert _positive(r["vs_plain_map"]) and _positive(r["plain_s"]) and _positive(r["coded_s"]), r
+        assert r["work_limit"] == pytest.approx(8 / 12) and r["samples"] == 512 and r["rounds"] == 1
+        assert all(r[f"{p}_s"] >= 0 for p in PHASES) and r["batches_s"] > 0 and r["probe_s"] > 0
+    embedded, warm = rows
+    assert embedded["connect_s"] > 0 and embedded["connect_s"] > warm["connect_s"]
+    named = [t for t in pipeline_report.targets if t.name.startswith("main job")]
+    assert len(named) == 2 and all(t.op == ">=" and t.limit == MAINJOB_TARGET for t in named)

@@ -1,9 +1,10 @@
 """End-to-end benchmarks of the pipeline on a Dask LocalCluster.
 
-Nine sections, each a table of :class:`~gcc_dask.bench.report.BenchReport` (``throughput`` and ``scale`` are
+Ten sections, each a table of :class:`~gcc_dask.bench.report.BenchReport` (``throughput`` and ``scale`` are
 described in :mod:`gcc_dask.bench.throughput`, ``tail`` (tail latency against compute spent, with a figure, on
 a cluster of 4 processes) in :mod:`gcc_dask.bench.tail`, ``checksums`` in :mod:`gcc_dask.bench.store`, ``cheap`` (a
-model of the user's own through ``coded_map`` against ``map_blocks``) in :mod:`gcc_dask.bench.cheap`; the other
+model of the user's own through ``coded_map`` against ``map_blocks``) in :mod:`gcc_dask.bench.cheap`, ``mainjob``
+(the main job's gcc pipeline against a warm plain map, and its fixed costs) in :mod:`gcc_dask.bench.mainjob`; the other
 four use one sample per shard, ``block_size: 1``):
 
 ``stragglers``
@@ -43,7 +44,8 @@ from gcc_dask.errors import WorkloadError
 
 __all__ = ["run_pipeline_bench", "noop_f", "pool_f", "MemorySampler", "SECTIONS"]
 
-SECTIONS = ("throughput", "scale", "tail", "stragglers", "orchestration", "scaling", "memory", "checksums", "cheap")
+SECTIONS = ("throughput", "scale", "tail", "stragglers", "orchestration", "scaling", "memory", "checksums", "cheap",
+            "mainjob")
 #: the block size of the throughput and scale sections (the pipeline's default ``code.block_size``)
 BLOCK = 512
 K = 8
@@ -385,6 +387,14 @@ def run_pipeline_bench(*, quick: bool = False, client=None, sections: tuple[str,
             say("pipeline bench: cheap")
             with connect(ClusterSpec(n_workers=2, threads_per_worker=1, processes=True), client) as c:
                 table, tg = cheap_section(c, tmp, quick, say)
+            tables.append(table)
+            targets += tg
+        if "mainjob" in sections:  # the main job against a warm plain map, on the embedded cluster's shape
+            from gcc_dask.bench.mainjob import mainjob_section
+
+            say("pipeline bench: mainjob")
+            with connect(ClusterSpec(), client) as c:
+                table, tg = mainjob_section(c, tmp, quick, say, _lenet_path())
             tables.append(table)
             targets += tg
         if "checksums" in sections:  # the store's codecs alone: no cluster
