@@ -1,10 +1,10 @@
 """End-to-end benchmarks of the pipeline on a Dask LocalCluster.
 
-Nine sections, each a table of :class:`~gcc_dask.bench.report.BenchReport` (``throughput`` and ``scale`` are
+Ten sections, each a table of :class:`~gcc_dask.bench.report.BenchReport` (``throughput`` and ``scale`` are
 described in :mod:`gcc_dask.bench.throughput`, ``tail`` (tail latency against compute spent, with a figure, on
 a cluster of 4 processes) in :mod:`gcc_dask.bench.tail`, ``checksums`` in :mod:`gcc_dask.bench.store`, ``cheap`` (a
-model of the user's own through ``coded_map`` against ``map_blocks``) in :mod:`gcc_dask.bench.cheap`; the other
-four use one sample per shard, ``block_size: 1``):
+model of the user's own through ``coded_map`` against ``map_blocks``) in :mod:`gcc_dask.bench.cheap`, ``page`` (the
+run's dashboard page off, published and open, side by side) in :mod:`gcc_dask.bench.page`; the other four use one sample per shard, ``block_size: 1``):
 
 ``stragglers``
     LeNet-5 on MNIST, K = 8, shifted-exponential latencies with hang probability 0.05 and hangs of 20x
@@ -43,7 +43,8 @@ from gcc_dask.errors import WorkloadError
 
 __all__ = ["run_pipeline_bench", "noop_f", "pool_f", "MemorySampler", "SECTIONS"]
 
-SECTIONS = ("throughput", "scale", "tail", "stragglers", "orchestration", "scaling", "memory", "checksums", "cheap")
+SECTIONS = ("throughput", "scale", "tail", "stragglers", "orchestration", "scaling", "memory", "checksums", "cheap",
+            "page")
 #: the block size of the throughput and scale sections (the pipeline's default ``code.block_size``)
 BLOCK = 512
 K = 8
@@ -387,6 +388,15 @@ def run_pipeline_bench(*, quick: bool = False, client=None, sections: tuple[str,
                 table, tg = cheap_section(c, tmp, quick, say)
             tables.append(table)
             targets += tg
+        if "page" in sections:  # the run page's cost: the smoke pipeline with the page off, published and open
+            from gcc_dask.bench.page import page_section
+
+            say("pipeline bench: page")
+            with connect(spec, client) as c:
+                page_tables, tg, nt = page_section(c, tmp, quick, say, str(Path(_lenet_path()).parents[1] / "smoke.yaml"))
+            tables += page_tables
+            targets += tg
+            notes += nt
         if "checksums" in sections:  # the store's codecs alone: no cluster
             from gcc_dask.bench.store import checksum_section
 
