@@ -66,6 +66,7 @@ def test_pipeline_report_files_and_ratios(pipeline_report, tmp_path):
     paths = write_report(pipeline_report, tmp_path)
     assert {p.name for p in paths} == {"pipeline.md", "pipeline_targets.csv", "pipeline_machine.csv",
                                        "pipeline_tail.png", "pipeline_tail_rounds.csv", "pipeline_tail_floor.csv",
+                                       "pipeline_page_rounds.csv",
                                        *(f"pipeline_{s}.csv" for s in SECTIONS)}
     strag = _rows(tmp_path / "pipeline_stragglers.csv")
     assert {(r["scheme"], r["N"]) for r in strag} == {("gcc", "16"), ("bacc", "16"), ("replication", "16"),
@@ -333,3 +334,43 @@ def test_mainjob_section_rows_phases_and_targets(pipeline_report):
     assert embedded["connect_s"] > 0 and embedded["connect_s"] > warm["connect_s"]
     named = [t for t in pipeline_report.targets if t.name.startswith("main job")]
     assert len(named) == 2 and all(t.op == ">=" and t.limit == MAINJOB_TARGET for t in named)
+
+
+def test_page_section_rows_and_targets(pipeline_report, tmp_path):
+    """The run page's cost in quick mode: a row per mode and figure, a row per run of each mode, both targets;
+    values only (a quick run's figures are not representative)."""
+    from gcc_dask.bench.page import FIRST_BATCH_MAX_S, MODES, PAGE_COST_MIN
+
+    rows = pipeline_report.table("page").rows
+    assert [(r["mode"], r["figure"]) for r in rows] == [
+        ("published", "throughput / off"), ("published", "CPU per run, off / mode"),
+        ("open", "throughput / off"), ("open", "CPU per run, off / mode"),
+        ("published", "the page's own CPU, % of the run's (driver and workers)"),
+        ("open", "the page's own CPU, % of the run's (driver and workers)"),
+        ("open", "the viewer's CPU (its own process, the same cores), % of the run's"),
+        ("open", "the run on the page, s after the run's start"),
+        ("open", "its first shard on the page, s after the run's start"),
+        ("open", "its first batch done on the page, s after the run's start")]
+    for r in rows[:4]:  # one round: a ratio, no standard error
+        assert r["n"] == 1 and _positive(r["mean"]) and r["mean"] == r["median"] and math.isnan(r["se"])
+    for r in rows[4:6]:  # the plugin's accounts: some CPU for the run's shards, a small share of the run's
+        assert r["n"] == 1 and 0 < r["mean"] < 100
+    assert rows[6]["n"] == 1 and rows[6]["mean"] >= 0  # the viewer's own CPU
+    shown = rows[7]  # the open page showed the run (at the latest when it ended)
+    assert shown["n"] == 1 and shown["min"] >= 0 and math.isfinite(shown["min"])
+    assert all(r["n"] <= 1 for r in rows[8:])
+    rounds = pipeline_report.table("page_rounds").rows
+    assert [(r["mode"], r["round"]) for r in rounds] == [(m, 0) for m in MODES]
+    for r in rounds:
+        for col in ("run_s", "samples_per_s", "off_before_s", "off_after_s", "vs_off", "cpu_ms_per_sample",
+                    "driver_cpu_s", "page_transitions_ms", "page_events_ms"):
+            assert _positive(r[col]), (col, r)
+    assert rounds[0]["page_redraws_ms"] == 0 and _positive(rounds[1]["page_redraws_ms"])  # redraws: open only
+    assert [r["viewer_alive"] for r in rounds] == [False, True]  # the open run's viewer held the page throughout
+    named = {t.name: t for t in pipeline_report.targets if t.name.startswith("run page")}
+    cost = named["run page open: throughput / page off (smoke pipeline, no stragglers)"]
+    first = named["run page: first batch shown, s after the run's start (slowest round)"]
+    own = named["run page open: its own CPU on the scheduler, % of the run's CPU (median)"]
+    assert (cost.op, cost.limit, first.op, first.limit) == (">=", PAGE_COST_MIN, "<=", FIRST_BATCH_MAX_S)
+    assert (own.op, own.limit) == ("<=", pytest.approx(2.0))
+    assert _positive(cost.measured) and _positive(own.measured)

@@ -1,10 +1,11 @@
 """End-to-end benchmarks of the pipeline on a Dask LocalCluster.
 
-Ten sections, each a table of :class:`~gcc_dask.bench.report.BenchReport` (``throughput`` and ``scale`` are
+Eleven sections, each a table of :class:`~gcc_dask.bench.report.BenchReport` (``throughput`` and ``scale`` are
 described in :mod:`gcc_dask.bench.throughput`, ``tail`` (tail latency against compute spent, with a figure, on
 a cluster of 4 processes) in :mod:`gcc_dask.bench.tail`, ``checksums`` in :mod:`gcc_dask.bench.store`, ``cheap`` (a
 model of the user's own through ``coded_map`` against ``map_blocks``) in :mod:`gcc_dask.bench.cheap`, ``mainjob``
-(the main job's gcc pipeline against a warm plain map, and its fixed costs) in :mod:`gcc_dask.bench.mainjob`; the other
+(the main job's gcc pipeline against a warm plain map, and its fixed costs) in :mod:`gcc_dask.bench.mainjob`,
+``page`` (the run's dashboard page off, published and open, side by side) in :mod:`gcc_dask.bench.page`; the other
 four use one sample per shard, ``block_size: 1``):
 
 ``stragglers``
@@ -45,7 +46,7 @@ from gcc_dask.errors import WorkloadError
 __all__ = ["run_pipeline_bench", "noop_f", "pool_f", "MemorySampler", "SECTIONS"]
 
 SECTIONS = ("throughput", "scale", "tail", "stragglers", "orchestration", "scaling", "memory", "checksums", "cheap",
-            "mainjob")
+            "mainjob", "page")
 #: the block size of the throughput and scale sections (the pipeline's default ``code.block_size``)
 BLOCK = 512
 K = 8
@@ -397,6 +398,15 @@ def run_pipeline_bench(*, quick: bool = False, client=None, sections: tuple[str,
                 table, tg = mainjob_section(c, tmp, quick, say, _lenet_path())
             tables.append(table)
             targets += tg
+        if "page" in sections:  # the run page's cost: the smoke pipeline with the page off, published and open
+            from gcc_dask.bench.page import page_section
+
+            say("pipeline bench: page")
+            with connect(spec, client) as c:
+                page_tables, tg, nt = page_section(c, tmp, quick, say, str(Path(_lenet_path()).parents[1] / "smoke.yaml"))
+            tables += page_tables
+            targets += tg
+            notes += nt
         if "checksums" in sections:  # the store's codecs alone: no cluster
             from gcc_dask.bench.store import checksum_section
 

@@ -6,9 +6,11 @@ kept by the scheduler plugin :mod:`~.plugin`) live on the scheduler. Importing t
 distributed nor bokeh.
 """
 
-from gcc_dask.dashboard.driver import PAGE, TOPIC, attach, page_url, publish, record_summary, start_event
+from gcc_dask.dashboard.driver import (PAGE, TOPIC, attach, page_url, publish, record_summary, start_event,
+                                       sweep_start_event)
 
-__all__ = ["PAGE", "TOPIC", "attach", "iframe", "page_url", "publish", "record_summary", "start_event"]
+__all__ = ["PAGE", "TOPIC", "attach", "iframe", "page_url", "publish", "record_summary", "start_event",
+           "sweep_start_event"]
 
 
 def iframe(client=None, height: int = 900):

@@ -2,8 +2,10 @@
 
 :func:`attach` registers :class:`~gcc_dask.dashboard.plugin.DashboardPlugin` on the client's scheduler (once per
 scheduler: the plugin stays for later runs) and returns the page's link, or None when the scheduler serves no
-dashboard. :func:`publish` then sends the run's events as Dask events on the topic :data:`TOPIC`
-(``Scheduler.log_event``, which hands them to the plugin's ``log_event`` hook). It costs the driver's loop a list
+dashboard. :func:`publish` then sends the run's events on the client's own batched stream to the scheduler (the
+operation :data:`~.names.STREAM_OP`, which the plugin handles: no round trip, in order with the run's tasks),
+or, to a scheduler whose plugin has no handler for it (one registered by an older gcc-dask), as Dask events on
+the topic :data:`TOPIC` (``Scheduler.log_event``, one round trip each). It costs the driver's loop a list
 append: the events are sent from the client's event loop, those of 50 ms in one message, in order. A client
 that was never attached publishes nothing.
 """
@@ -18,9 +20,10 @@ import threading
 import time
 import weakref
 
-from gcc_dask.dashboard.names import PAGE, PLUGIN_NAME, TOPIC
+from gcc_dask.dashboard.names import PAGE, PLUGIN_NAME, STREAM_OP, TOPIC
 
-__all__ = ["PAGE", "PLUGIN_NAME", "TOPIC", "attach", "page_url", "publish", "record_summary", "start_event"]
+__all__ = ["PAGE", "PLUGIN_NAME", "TOPIC", "attach", "page_url", "publish", "record_summary", "start_event",
+           "sweep_start_event"]
 
 logger = logging.getLogger(__name__)
 
@@ -34,8 +37,9 @@ _attaching = threading.Lock()  # one attach at a time (a run and a notebook cell
 class _Publisher:
     """The events of one client not sent yet, and the one flush under way on the client's event loop."""
 
-    def __init__(self, client) -> None:
+    def __init__(self, client, stream: bool = False) -> None:
         self.client = client
+        self.stream = stream  # on the client's batched stream (else one log_event round trip a message)
         self._lock = threading.Lock()
         self._pending: list[dict] = []
         self._scheduled = False
@@ -60,7 +64,16 @@ class _Publisher:
                 if not events:
                     self._scheduled = False
                     return
+                if self.stream:  # taken and queued at once: in order with flush_now
+                    self._stream(events)
+                    continue
             await self._send(events)
+
+    def _stream(self, events: list[dict]) -> None:
+        try:
+            self.client._send_to_scheduler({"op": STREAM_OP, "events": events})  # (thread-safe; queued in order)
+        except Exception as e:  # the client is closing: the page misses these, the run goes on
+            logger.debug("dashboard events not sent: %r", e)
 
     async def _send(self, events: list[dict]) -> None:
         if self._order is None:  # created on the client's event loop, where every send runs
@@ -72,9 +85,13 @@ class _Publisher:
             logger.debug("dashboard events not sent: %r", e)
 
     def flush_now(self, timeout: float = 5.0) -> None:
-        """Send what is pending and wait for it (the run's last event, before a client closes)."""
+        """Send what is pending: on the client's stream, ahead of anything the client sends after it (the run's
+        first shards); else as a round trip, waited for (the run's last event, before a client closes)."""
         with self._lock:
             events, self._pending = self._pending, []
+            if events and self.stream:
+                self._stream(events)
+                return
         if not events or getattr(self.client, "status", "running") != "running":
             return
         try:
@@ -95,10 +112,11 @@ def page_url(client) -> str | None:
     return base.rstrip("/") + PAGE
 
 
-def _served(dask_scheduler=None) -> bool:
-    """Whether the scheduler serves the page (runs on the scheduler)."""
+def _served(dask_scheduler=None) -> tuple[bool, bool]:
+    """Whether the scheduler serves the page, and whether it takes the driver's events on the client's stream
+    (runs on the scheduler)."""
     plugin = dask_scheduler.plugins.get(PLUGIN_NAME)
-    return bool(getattr(plugin, "mounted", False))
+    return bool(getattr(plugin, "mounted", False)), STREAM_OP in getattr(dask_scheduler, "stream_handlers", {})
 
 
 def attach(client) -> str | None:
@@ -135,9 +153,10 @@ def _attach(client) -> str | None:
     except Exception as e:
         logger.warning("the gcc-dask dashboard page could not be put on the scheduler: %r", e)
         return None
+    served, stream = served if isinstance(served, (tuple, list)) else (served, False)
     if not served:
         return None
-    _publishers[client] = _Publisher(client)
+    _publishers[client] = _Publisher(client, stream=bool(stream) and hasattr(client, "_send_to_scheduler"))
     return page_url(client)
 
 
@@ -145,8 +164,8 @@ def publish(client, event: dict) -> None:
     """Send one event of the run to its page (a no-op for a client that was not :func:`attach`-ed).
 
     `event` is a dict of msgpack-able values with ``kind`` (``start``, ``meta``, ``submit``, ``cutoff``, ``done``,
-    ``end``) and ``run`` (the run's token); the time is added. ``start`` and ``end`` are sent at once and waited
-    for (one round trip each): the page then knows the run before its first shard starts.
+    ``end``) and ``run`` (the run's token); the time is added. ``start`` and ``end`` are sent at once: the page
+    then knows the run before its first shard starts.
     """
     p = _publishers.get(client)
     if p is None:
@@ -187,3 +206,12 @@ def start_event(token: str, plans, output_size: int, batches: int | None = None)
                            "needed": int(p.regular(True).sum())}
     return {"kind": "start", "run": token, "schemes": schemes, "batches": batches,
             "metric": "rel_acc" if output_size >= 2 else "mse"}
+
+
+def sweep_start_event(token: str, labels, grid: str, tasks: int, metric: str) -> dict:
+    """The event that starts a sweep on the page: its schemes (`labels`), each run on every cell of `grid` (a
+    line such as ``"K 8; N 16, 32; S 0-4"``), its number of tasks (a cell and a block of trials each) and its
+    metric (``rel_acc`` or ``mse``)."""
+    schemes = {str(label): {"N": 1, "K": 1, "needed": 1, "grid": grid} for label in labels}
+    return {"kind": "start", "run": token, "what": "sweep", "schemes": schemes, "batches": int(tasks),
+            "metric": metric}

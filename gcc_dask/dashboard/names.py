@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["PAGE", "PLUGIN_NAME", "STATE_JSON", "TOPIC"]
+__all__ = ["PAGE", "PLUGIN_NAME", "STATE_JSON", "STREAM_OP", "TOPIC"]
 
 #: the page's path on the scheduler's dashboard (listed in ``/individual-plots.json``)
 PAGE = "/individual-gcc-dask"
@@ -12,3 +12,5 @@ STATE_JSON = "/gcc-dask/state.json"
 TOPIC = "gcc-dask"
 #: the scheduler plugin's name
 PLUGIN_NAME = "gcc-dask-dashboard"
+#: the operation of the driver's events on the client's batched stream to the scheduler (the plugin handles it)
+STREAM_OP = "gcc-dask-events"

@@ -8,9 +8,13 @@ What it shows, for the run started last on the scheduler (docs/dashboard.rst):
   spares run again at its priority, and backup copies launched;
 * a worker x time view: one bar per shard on the Dask worker that ran it, coloured by outcome (kept by the
   cutoff, arrived late, cut while running: a straggler, failed, running), backup copies and spares run again
-  marked with a triangle.
+  marked with a triangle, a quiet worker's spell a band across its lanes.
 
-The page redraws every second from the plugin's state; the HTML it is served in also holds the run's summary
+A sweep's page shows its tasks instead of batches (no cutoff, so no bars of results against N - S).
+
+The page looks at the plugin's state four times a second and redraws when it moved, at most once a second but
+at once for a :func:`milestone` (the run, its first shard, its first batch done, a worker gone quiet); the HTML
+it is served in also holds the run's summary
 (``<script id="gcc-dask-state" type="application/json">``), for readers without JavaScript.
 """
 
@@ -21,6 +25,8 @@ import json
 import math
 import time
 
+from gcc_dask.dashboard.names import PLUGIN_NAME
+
 __all__ = ["make_document", "OUTCOMES"]
 
 #: the outcomes of a shard, and their colours (colour-blind safe, Okabe-Ito)
@@ -30,8 +36,11 @@ OUTCOMES = {"kept": "#009E73", "late": "#E69F00", "cut": "#D55E00", "failed": "#
 MAX_BARS = 2000
 #: batches in flight drawn at most (per scheme and batch, the oldest)
 MAX_FLIGHTS = 32
-#: milliseconds between redraws
-INTERVAL_MS = 1000
+#: milliseconds between two looks at the run's state (a redraw only when it moved)
+INTERVAL_MS = 250
+#: seconds between two redraws, but for a change the page shows at once: another run, its status, its first shard,
+#: its first batch finished, a worker gone quiet or back
+REDRAW_S = 1.0
 
 _TEMPLATE = """{% extends "file.html.jinja" %}
 {% block contents %}
@@ -58,15 +67,25 @@ def _latest(scheduler) -> dict | None:
     return None if run is None else run.snapshot(time.time(), MAX_BARS)
 
 
+def _sweep(snap: dict | None) -> bool:
+    return snap is not None and snap.get("what") == "sweep"
+
+
 def _header(snap: dict | None) -> str:
     if snap is None:
         return "<h3>gcc-dask</h3><p>No gcc-dask run on this scheduler yet.</p>"
     total = snap["batches"]
-    done = max((s["done"] + s["failed"] + s["undecodable"] for s in snap["schemes"]), default=0)
+    if _sweep(snap):  # every task runs every scheme: the tasks finished are those that left the flight
+        done = (total or 0) - max((s["in_flight"] for s in snap["schemes"]), default=0) if total else 0
+    else:
+        done = max((s["done"] + s["failed"] + s["undecodable"] for s in snap["schemes"]), default=0)
     of = f" of {total}" if total else ""
+    what, unit = ("sweep", "tasks") if _sweep(snap) else ("run", "batches")
     store = f" &middot; store <code>{html.escape(str(snap['store']))}</code>" if snap.get("store") else ""
-    return (f"<h3>gcc-dask run <b>{html.escape(snap['name'])}</b> &middot; {html.escape(snap['status'])}</h3>"
-            f"<p>{done}{of} batches finished &middot; {snap['elapsed_s']:.1f} s{store}</p>")
+    quiet = snap.get("quiet_now") or []
+    said = (f" &middot; <b style=\"color:#CC79A7\">quiet: {html.escape(', '.join(quiet))}</b>" if quiet else "")
+    return (f"<h3>gcc-dask {what} <b>{html.escape(snap['name'])}</b> &middot; {html.escape(snap['status'])}</h3>"
+            f"<p>{done}{of} {unit} finished &middot; {snap['elapsed_s']:.1f} s{store}{said}</p>")
 
 
 _TABLE_STYLE = ("<style>table.gcc{border-collapse:collapse;font:13px sans-serif;margin:4px 0}"
@@ -81,9 +100,15 @@ def _table(headers: list[str], rows: list[list]) -> str:
 
 
 def scheme_table(snap: dict | None) -> str:
-    """Per scheme: N, N - S, batches done, in flight and failed, batch latency p50/p99, the metric so far."""
+    """Per scheme: N, N - S, batches done, in flight and failed, batch latency p50/p99, the metric so far (a
+    sweep's: the grid, tasks done and in flight, task seconds p50/p99 on their worker, the metric so far)."""
     rows = snap["schemes"] if snap else []
     metric = "RelAcc" if snap is None or snap["metric"] == "rel_acc" else "MSE"
+    if _sweep(snap):
+        return _table(["scheme", "grid", "tasks done", "in flight", "undecodable", "task p50 (s)", "task p99 (s)",
+                       f"{metric} so far"],
+                      [[r["scheme"], r.get("grid", ""), r["done"], r["in_flight"], r["failed"] + r["undecodable"],
+                        _fmt(r["p50_s"]), _fmt(r["p99_s"]), _fmt(r["metric"], ".4g")] for r in rows])
     return _table(["scheme", "N", "N - S", "done", "in flight", "failed", "latency p50 (s)", "latency p99 (s)",
                    f"{metric} so far", "backups"],
                   [[r["scheme"], r["N"], r["needed"], r["done"], r["in_flight"], r["failed"] + r["undecodable"],
@@ -94,6 +119,9 @@ def flight_table(snap: dict | None) -> str:
     """Per batch in flight and scheme: results received against N - S, its cutoff, spares and backups (the oldest
     :data:`MAX_FLIGHTS`)."""
     rows = snap["in_flight"][:MAX_FLIGHTS] if snap else []
+    if _sweep(snap):
+        return _table(["task", "cell", "worker"], [[r["batch"], r.get("cell", ""), r.get("worker") or "waiting"]
+                                                   for r in rows])
     return _table(["batch", "scheme", "received", "N - S", "N", "cutoff", "spares", "spares run again", "backups",
                    "failed"],
                   [[r["batch"], r["scheme"], r["received"], r["needed"], r["N"],
@@ -102,7 +130,7 @@ def flight_table(snap: dict | None) -> str:
 
 
 def _flight_columns(snap: dict | None) -> dict:
-    rows = snap["in_flight"][:MAX_FLIGHTS] if snap else []
+    rows = snap["in_flight"][:MAX_FLIGHTS] if snap and not _sweep(snap) else []
     return {
         "label": [f"b{r['batch']} {r['scheme']}" for r in rows], "batch": [r["batch"] for r in rows],
         "scheme": [r["scheme"] for r in rows], "received": [r["received"] for r in rows],
@@ -114,15 +142,16 @@ def _flight_columns(snap: dict | None) -> dict:
     }
 
 
-def lanes(rows: list[dict]) -> tuple[list[float], dict[float, str]]:
+def lanes(rows: list[dict], workers=(), spans: dict | None = None) -> tuple[list[float], dict[float, str]]:
     """A row of the worker x time view for each shard: the shards of one worker that overlap in time (its threads)
-    on lanes of their own, one lane above the other, a free lane's space between two workers. Returns each shard's
-    y, and each worker's label at the middle of its lanes."""
+    on lanes of their own, one lane above the other, a free lane's space between two workers. `workers` get a
+    lane though they ran none of `rows` (a quiet worker). Returns each shard's y, and each worker's label at the
+    middle of its lanes; fills `spans` (when given) with each worker's ``(bottom, top)``."""
     import heapq
 
     y = [0.0] * len(rows)
     labels: dict[float, str] = {}
-    by_worker: dict[str, list[int]] = {}
+    by_worker: dict[str, list[int]] = {w: [] for w in workers}
     for i, r in enumerate(rows):
         by_worker.setdefault(r["worker"], []).append(i)
     base = 0
@@ -137,7 +166,10 @@ def lanes(rows: list[dict]) -> tuple[list[float], dict[float, str]]:
             count = max(count, lane + 1)
             heapq.heappush(busy, (rows[i]["stop"], lane))
             y[i] = float(base + lane)
+        count = max(count, 1)
         labels[base + (count - 1) / 2] = worker
+        if spans is not None:
+            spans[worker] = (base - 0.45, base + count - 0.55)
         base += count + 1
     return y, labels
 
@@ -146,15 +178,15 @@ _OUTCOME_CODE = {name: i for i, name in enumerate(OUTCOMES)}
 _COPY_CODE = {"regular": 0, "backup": 1, "spare": 2, "rescue": 3}
 
 
-def _shard_columns(snap: dict | None) -> tuple[dict, dict[float, str]]:
+def _shard_columns(snap: dict | None, spans: dict | None = None) -> tuple[dict, dict[float, str]]:
     """The shards' columns, all numbers (Bokeh sends arrays as binary buffers; lists of strings cost it ten times
     more): outcome, copy and scheme as codes (:data:`OUTCOMES`, ``_COPY_CODE``, the scheme's index in the run);
-    and the worker labels of the y axis (:func:`lanes`)."""
+    and the worker labels of the y axis (:func:`lanes`, which fills `spans`)."""
     import numpy as np
 
     rows = snap["shards"] if snap else []
     schemes = {s["scheme"]: i for i, s in enumerate(snap["schemes"])} if snap else {}
-    y, labels = lanes(rows)
+    y, labels = lanes(rows, {q["worker"] for q in snap.get("quiet", ())} if snap else (), spans)
     start = np.array([r["start"] for r in rows], dtype=float)
     stop = np.array([r["stop"] for r in rows], dtype=float)
     return {
@@ -167,8 +199,19 @@ def _shard_columns(snap: dict | None) -> tuple[dict, dict[float, str]]:
     }, labels
 
 
-def _axis_labels(labels: dict[float, str]) -> dict:
-    return {"tick": sorted(labels), "label": [labels[t] for t in sorted(labels)]}
+def _axis_labels(labels: dict[float, str], quiet=()) -> dict:
+    """The worker at each tick of the y axis, a quiet one's name followed by "(quiet)"."""
+    ticks = sorted(labels)
+    return {"tick": ticks, "label": [labels[t] + (" (quiet)" if labels[t] in quiet else "") for t in ticks]}
+
+
+def quiet_columns(snap: dict | None, spans: dict[str, tuple[float, float]]) -> dict:
+    """A band per quiet spell of a worker (``snap["quiet"]``), across that worker's lanes (`spans`, from
+    :func:`lanes`), from when it went quiet to when it sent heartbeats again, was ended, or now."""
+    rows = [q for q in (snap.get("quiet", []) if snap else []) if q["worker"] in spans]
+    return {"left": [q["from"] for q in rows], "right": [max(q["to"], q["from"] + 0.05) for q in rows],
+            "bottom": [spans[q["worker"]][0] for q in rows], "top": [spans[q["worker"]][1] for q in rows],
+            "what": ["quiet, then ended" if q.get("ended") else "quiet" for q in rows]}
 
 
 def _marked(cols: dict) -> dict:
@@ -182,7 +225,24 @@ def _legend() -> str:
     items = "".join(f'<span style="display:inline-block;width:12px;height:12px;background:{c};margin:0 4px 0 12px;'
                     f'vertical-align:middle"></span>{html.escape(name)}' for name, c in OUTCOMES.items())
     return (f'<div style="font:13px sans-serif">{items}<span style="margin:0 4px 0 12px;color:#CC79A7">&#9650;'
-            "</span>backup copy, spare run again, or rescue</div>")
+            "</span>backup copy, spare run again, or rescue"
+            '<span style="display:inline-block;width:18px;height:12px;background:rgba(204,121,167,0.2);'
+            'border:1px dashed #CC79A7;margin:0 4px 0 12px;vertical-align:middle"></span>worker quiet (missed its '
+            "heartbeats: no new shards, what waits on it runs elsewhere)</div>")
+
+
+def _timeline_title(snap: dict | None) -> str:
+    what = "a sweep's tasks" if _sweep(snap) else "shards"
+    return f"{what} by Dask worker (a lane per {what.split()[-1][:-1]} running at once) and time (s since the run started)"
+
+
+def milestone(run) -> tuple:
+    """What the page shows as soon as it changes (:data:`REDRAW_S` waits for nothing else): the run, its status,
+    whether a shard of it started and a batch of it finished, the workers quiet now."""
+    if run is None:
+        return (None,)
+    finished = any(s.done or s.failed or s.undecodable for s in run.schemes.values())
+    return run.token, run.status, bool(run.shards), finished, tuple(sorted(run.quiet))
 
 
 def summary_json(snap: dict | None) -> str:
@@ -197,7 +257,8 @@ def summary_json(snap: dict | None) -> str:
 
 
 def make_document(doc, scheduler) -> None:
-    """Build the page's document for one browser session, redrawn every :data:`INTERVAL_MS`."""
+    """Build the page's document for one browser session: the run's state looked at every :data:`INTERVAL_MS`,
+    redrawn when it moved, at most once every :data:`REDRAW_S` but for a :func:`milestone`."""
     from bokeh.core.templates import get_env
     from bokeh.layouts import column
     from bokeh.models import (ColumnDataSource, CustomJSHover, CustomJSTickFormatter, Div, FactorRange, FixedTicker,
@@ -216,18 +277,20 @@ def make_document(doc, scheduler) -> None:
     bars.hbar(y="label", right="received", height=0.7, source=flights, fill_color="#0072B2", line_color=None)
     bars.scatter(x="needed", y="label", source=flights, marker="dash", size=22, angle=math.pi / 2,
                  line_color="#D55E00", line_width=3)
+    bars.visible = not _sweep(snap)  # (a sweep's tasks have no cutoff)
     bars.add_tools(HoverTool(tooltips=[("batch", "@batch"), ("scheme", "@scheme"), ("received", "@received / @needed"),
                                        ("N", "@N"), ("cutoff", "@cutoff"), ("spares", "@spares"),
                                        ("spares run again", "@promoted"), ("backups", "@backups"),
                                        ("failed", "@failed")]))
     in_flight = Div(text=flight_table(snap), sizing_mode="stretch_width", name="gcc-in-flight")
 
-    cols, labels = _shard_columns(snap)
+    spans: dict = {}
+    cols, labels = _shard_columns(snap, spans)
     shards = ColumnDataSource(cols, name="gcc-shards")
     marked = ColumnDataSource(_marked(cols), name="gcc-marked")
-    axis = ColumnDataSource(_axis_labels(labels), name="gcc-workers")
-    timeline = figure(title="shards by Dask worker (a lane per shard running at once) and time (s since the run "
-                            "started)", height=380, sizing_mode="stretch_width", x_axis_label="seconds",
+    quiet = ColumnDataSource(quiet_columns(snap, spans), name="gcc-quiet")
+    axis = ColumnDataSource(_axis_labels(labels, snap.get("quiet_now", ()) if snap else ()), name="gcc-workers")
+    timeline = figure(title=_timeline_title(snap), height=380, sizing_mode="stretch_width", x_axis_label="seconds",
                       tools="xpan,xwheel_zoom,reset", name="gcc-timeline")
     ticker = FixedTicker(ticks=axis.data["tick"])
     timeline.yaxis.ticker = ticker
@@ -236,6 +299,8 @@ def make_document(doc, scheduler) -> None:
         args={"axis": axis}, code="const i = axis.data.tick.indexOf(tick); return i < 0 ? '' : axis.data.label[i];")
     timeline.ygrid.visible = False
     colors = LinearColorMapper(palette=list(OUTCOMES.values()), low=-0.5, high=len(OUTCOMES) - 0.5)
+    timeline.quad(left="left", right="right", bottom="bottom", top="top", source=quiet, fill_color="#CC79A7",
+                  fill_alpha=0.2, line_color="#CC79A7", line_dash="dashed")  # beneath the shards
     timeline.hbar(y="y", left="start", right="stop", height=0.8, source=shards, line_color="white", line_width=0.5,
                   fill_color={"field": "outcome", "transform": colors})
     timeline.scatter(x="stop", y="y", source=marked, marker="triangle", size=9, fill_color="#CC79A7",
@@ -250,25 +315,52 @@ def make_document(doc, scheduler) -> None:
                     "@copy": CustomJSHover(args={"names": list(_COPY_CODE)}, code="return names[value];")}))
     legend = Div(text=_legend(), sizing_mode="stretch_width")
 
-    shown = [None if snap is None else (snap["token"], snap["version"])]
+    state0 = _plugin_state(scheduler)
+    shown = [None if snap is None else (snap["token"], snap["version"]),
+             milestone(None if state0 is None else state0.latest()), time.monotonic()]
 
     def update() -> None:
+        session = getattr(doc.session_context, "_session", None)
+        if session is not None and getattr(session, "connection_count", 1) == 0:
+            return  # the page was closed: nothing drawn until Bokeh lets the session go (15 s)
         state = _plugin_state(scheduler)
         run = None if state is None else state.latest()
         if (run is None and shown[0] is None) or (run is not None and shown[0] == (run.token, run.version)):
             return  # nothing moved: nothing to redraw, nothing sent
+        mark = milestone(run)
+        if mark == shown[1] and time.monotonic() - shown[2] < REDRAW_S:
+            return  # it moved, but the last redraw is recent and nothing that is shown at once changed
+        t0 = time.thread_time()
+        doc.hold("combine")  # one message for the whole redraw
+        try:
+            redraw(run, mark)
+        finally:
+            doc.unhold()
+            plugin = scheduler.plugins.get(PLUGIN_NAME)
+            if plugin is not None and hasattr(plugin, "cpu"):
+                plugin.cpu["redraws_s"] += time.thread_time() - t0
+                plugin.cpu["redraws"] += 1
+
+    def redraw(run, mark) -> None:
         s = None if run is None else run.snapshot(time.time(), MAX_BARS)
-        shown[0] = None if s is None else (s["token"], s["version"])
+        shown[:] = [None if s is None else (s["token"], s["version"]), mark, time.monotonic()]
         header.text = _header(s)
         schemes.text = scheme_table(s)
         f = _flight_columns(s)
         flights.data = f
         in_flight.text = flight_table(s)
         bars.y_range.factors = list(reversed(f["label"])) or ["-"]
-        c, t = _shard_columns(s)
+        if bars.visible != (not _sweep(s)):
+            bars.visible = not _sweep(s)
+            timeline.title.text = _timeline_title(s)
+        where: dict = {}
+        c, t = _shard_columns(s, where)
         shards.data = c
         marked.data = _marked(c)
-        axis.data = _axis_labels(t)
+        q = quiet_columns(s, where)
+        if q != quiet.data:
+            quiet.data = q
+        axis.data = _axis_labels(t, s.get("quiet_now", ()) if s else ())
         ticker.ticks = axis.data["tick"]
         scheme_names = [r["scheme"] for r in s["schemes"]] if s else []
         if names.args.get("names") != scheme_names:

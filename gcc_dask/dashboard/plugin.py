@@ -1,9 +1,12 @@
 """The scheduler plugin that keeps the coded runs' state for their dashboard page (docs/dashboard.rst).
 
 Registered by the run from its client (:func:`~gcc_dask.dashboard.driver.attach`, idempotent: one per
-scheduler, kept for the next runs). It learns what the run does from the driver's events on the Dask topic
-``gcc-dask`` (its :meth:`log_event` hook) and from the transitions of the run's shard keys (which worker, when,
-with what outcome); everything lives in :class:`~gcc_dask.dashboard.state.DashboardState`, in memory, bounded.
+scheduler, kept for the next runs). It learns what the run does from the driver's events, which come on the
+client's own batched stream to the scheduler (the operation :data:`~.names.STREAM_OP`, whose handler the plugin
+adds: no round trip, in order with the run's tasks) or, from a driver that cannot use it, as Dask events on the
+topic ``gcc-dask`` (its :meth:`log_event` hook); and from the transitions of the run's shard keys (which
+worker, when, with what outcome). Everything lives in :class:`~gcc_dask.dashboard.state.DashboardState`, in
+memory, bounded.
 """
 
 from __future__ import annotations
@@ -13,12 +16,24 @@ import time
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-from gcc_dask.dashboard.names import PLUGIN_NAME, TOPIC
-from gcc_dask.dashboard.state import DashboardState
+from gcc_dask.dashboard.names import PLUGIN_NAME, STREAM_OP, TOPIC
+from gcc_dask.dashboard.state import PREFIXES, DashboardState
 
 __all__ = ["DashboardPlugin"]
 
 logger = logging.getLogger(__name__)
+
+
+def _stream_handler(scheduler):
+    def handle(events=(), **_) -> None:
+        try:
+            plugin = scheduler.plugins.get(PLUGIN_NAME)
+            if plugin is not None and isinstance(events, (list, tuple)):
+                plugin.events(events)
+        except Exception:  # never raised: it would close the client's stream to the scheduler
+            logger.debug("gcc-dask: events not understood", exc_info=True)
+
+    return handle
 
 
 def _compute_times(startstops) -> tuple[float | None, float | None]:
@@ -39,9 +54,17 @@ class DashboardPlugin(SchedulerPlugin):
         self.state = DashboardState()
         self.scheduler = None
         self.mounted = False
+        #: CPU seconds (of the scheduler's thread) the page has cost so far: its hooks on the run's shard
+        #: transitions (past the first tests, which every task's transitions pay), the driver's events, and the
+        #: redraws of open pages (:mod:`~.page`); with their counts. The bench reads them (gcc_dask.bench.page).
+        self.cpu = {"transitions_s": 0.0, "events_s": 0.0, "redraws_s": 0.0, "transitions": 0, "events": 0,
+                    "redraws": 0}
 
     async def start(self, scheduler) -> None:
         self.scheduler = scheduler
+        # the driver's events on the client's stream: a handler that never raises (an exception in a stream
+        # handler closes the client's stream), and finds the plugin registered at the time (this one may be gone)
+        scheduler.stream_handlers[STREAM_OP] = _stream_handler(scheduler)
         try:
             from gcc_dask.dashboard.mount import mount
 
@@ -53,16 +76,28 @@ class DashboardPlugin(SchedulerPlugin):
     def log_event(self, topic, msg) -> None:
         if topic != TOPIC or not isinstance(msg, dict):
             return
+        self.events(msg.get("events", ()))
+
+    def events(self, events) -> None:
+        """Apply the driver's events (a list of dicts; see :meth:`.state.DashboardState.event`)."""
+        t = time.thread_time()
         now = time.time()
-        for ev in msg.get("events", ()):
+        for ev in events:
             try:
                 self.state.event(ev, now)
             except Exception:  # a malformed event costs the page that event, never the scheduler
                 logger.debug("gcc-dask: event not understood: %r", ev, exc_info=True)
+        self.cpu["events_s"] += time.thread_time() - t
+        self.cpu["events"] += len(events)
 
     def transition(self, key, start, finish, *args, stimulus_id=None, **kwargs) -> None:
-        if not self.state.runs or type(key) is not str or not key.startswith("eval-b"):
+        # called for every transition of every task: only a task's start (-> processing) and its end (processing
+        # -> memory, erred, released, ...) of a run's shard or a sweep's task are looked at (the page draws no
+        # other), the cheapest tests first
+        if (finish != "processing" and start != "processing") or not self.state.runs or type(key) is not str \
+                or not key.startswith(PREFIXES):
             return
+        t = time.thread_time()
         try:
             worker, t0, t1 = None, None, None
             if finish == "processing":
@@ -75,3 +110,5 @@ class DashboardPlugin(SchedulerPlugin):
             self.state.transition(key, finish, worker, time.time(), t0, t1)
         except Exception:
             logger.debug("gcc-dask: transition of %r not followed", key, exc_info=True)
+        self.cpu["transitions_s"] += time.thread_time() - t
+        self.cpu["transitions"] += 1

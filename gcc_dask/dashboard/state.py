@@ -11,6 +11,14 @@ Fed from two sides (docs/dashboard.rst):
   a late shard, ``-p`` a spare run again at the batch's priority, ``-q<n>`` a shard run again off a quiet
   worker; a speculative scheme's shard ``w >= K`` is a backup copy too.
 
+A sweep (``gcc-dask sweep``) is a run of another kind (its start event says ``"what": "sweep"``): its batches are
+the sweep's tasks (a grid cell and a block of trials, every scheme on the same draws), keyed
+``sweep-b{task}-K{K}-N{N}-s{s}-t{trial}-{token}``; each task is one bar of the worker x time view, and its done
+event gives each scheme's metric over the task's trials.
+
+The driver also says which Dask workers went quiet (missed their heartbeats, :mod:`gcc_dask.runtime.liveness`)
+and when they came back or were ended (``quiet`` events): the page marks them on the worker x time view.
+
 No Dask, no Bokeh here: :class:`DashboardState` takes plain values (times are ``time.time()`` seconds) and
 :meth:`DashboardState.snapshot` returns plain data, which the page draws and ``state.json`` serves.
 """
@@ -22,7 +30,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["DashboardState", "RunState", "parse_shard_key"]
+__all__ = ["DashboardState", "RunState", "parse_shard_key", "parse_sweep_key"]
 
 #: runs kept per scheduler (the oldest finished one goes first)
 MAX_RUNS = 8
@@ -32,6 +40,23 @@ MAX_SHARDS = 4000
 MAX_LATENCIES = 5000
 
 _KEY = re.compile(r"^eval-b(\d+)-w(\d+)-(.+)-([^-]+)$")
+_SWEEP_KEY = re.compile(r"^sweep-b(\d+)-.*-([^-]+)$")
+#: the prefixes of the keys the state follows (a run's shards, a sweep's tasks)
+PREFIXES = ("eval-b", "sweep-b")
+#: quiet spells kept per run
+MAX_QUIET = 200
+#: a sweep's tasks in flight listed in a snapshot (those running first)
+MAX_TASK_ROWS = 256
+
+
+def parse_sweep_key(key: str) -> tuple[int, str] | None:
+    """``(task, token)`` of a sweep task's key, or None for another key.
+
+    >>> parse_sweep_key("sweep-b12-K8-N16-s0-t20-1a2b")
+    (12, '1a2b')
+    """
+    m = _SWEEP_KEY.match(key)
+    return None if m is None else (int(m.group(1)), m.group(2))
 
 
 def parse_shard_key(key: str, schemes) -> tuple[int, int, str, str, str] | None:
@@ -55,6 +80,8 @@ def parse_shard_key(key: str, schemes) -> tuple[int, int, str, str, str] | None:
 
 def _copy_kind(suffix: str) -> str:
     """``"backup"``, ``"spare"`` (run again at the batch's priority), ``"rescue"`` or ``"regular"``."""
+    if not suffix:
+        return "regular"
     parts = suffix.split("-")
     if "b" in parts:
         return "backup"
@@ -107,6 +134,7 @@ class _Scheme:
     num_inputs: int
     needed: int
     speculative: bool
+    grid: str = ""  # a sweep's scheme: the grid it runs on (its N and S or p vary by cell)
     done: int = 0
     failed: int = 0
     undecodable: int = 0
@@ -126,18 +154,41 @@ class RunState:
         self.store = info.get("store")
         self.total = info.get("batches")
         self.metric = info.get("metric", "rel_acc")
+        self.what = "sweep" if info.get("what") == "sweep" else "run"
         self.status = "running"
         self.ended: float | None = None
         self.version = 0  # counts the changes: a page redraws only when it moved
         self.schemes: dict[str, _Scheme] = {}
         for name, s in (info.get("schemes") or {}).items():
             self.schemes[name] = _Scheme(name, int(s["N"]), int(s.get("K", s["N"])), int(s["needed"]),
-                                         bool(s.get("speculative", False)))
+                                         bool(s.get("speculative", False)), str(s.get("grid") or ""))
+        self.tasks: dict[int, dict] = {}  # a sweep's tasks not done: their cell, and the worker running them
+        self._task_s: dict[int, float] = {}  # a sweep's finished tasks' seconds on their worker (until done)
+        self.quiet: dict[str, dict] = {}  # worker -> its quiet spell under way
+        self.quiet_spells: collections.deque = collections.deque(maxlen=MAX_QUIET)  # every spell, from / to
+        self._ended: set[str] = set()  # workers the run ended as unresponsive
         self.flights: dict[tuple[int, str], _Flight] = {}
         self.shards: collections.deque = collections.deque(maxlen=MAX_SHARDS)
         self._open: dict[str, dict] = {}  # key -> its shard interval, while the task runs
         self._by_batch: dict[tuple[int, str], list[dict]] = {}  # the intervals of a batch in flight
         self._finished: set[tuple[int, str]] = set()  # (batch, scheme) done: a late shard opens no flight
+        self._finished_tasks: set[int] = set()  # a sweep's tasks done
+        self._middles: dict[str, tuple[str, str] | None] = {}  # a shard key's middle -> (scheme, suffix)
+
+    def parse(self, key: str) -> tuple[int, int, str, str, str] | None:
+        """:func:`parse_shard_key` of one of this run's keys, its scheme and suffix looked up once per distinct
+        middle part (a run has a few: its schemes, and their reruns, backups, spares and rescues)."""
+        m = _KEY.match(key)
+        if m is None:
+            return None
+        middle = m.group(3)
+        split = self._middles.get(middle, False)
+        if split is False:
+            names = sorted(self.schemes, key=len, reverse=True)
+            split = next(((n, middle[len(n):]) for n in names if middle == n or middle.startswith(n + "-")), None)
+            if len(self._middles) < 1024:
+                self._middles[middle] = split
+        return None if split is None else (int(m.group(1)), int(m.group(2)), split[0], split[1], m.group(4))
 
     # -- driver events --------------------------------------------------------------------------
     def meta(self, info: dict) -> None:
@@ -147,7 +198,13 @@ class RunState:
         if info.get("batches") is not None:
             self.total = int(info["batches"])
 
-    def submitted(self, batches, schemes) -> None:
+    def submitted(self, batches, schemes, cells=None) -> None:
+        if self.what == "sweep":  # one task for every scheme
+            for i, b in enumerate(batches):
+                if int(b) not in self._finished_tasks:
+                    info = self.tasks.setdefault(int(b), {"cell": "", "worker": None, "start": None})
+                    info["cell"] = str(cells[i]) if cells else info["cell"]
+            return
         for b in batches:
             for name in schemes or self.schemes:
                 s = self.schemes.get(name)
@@ -163,6 +220,11 @@ class RunState:
         self._mark(batch, scheme, f.kept, final=False)
 
     def done(self, batch: int, records: list[dict]) -> None:
+        if self.what == "sweep":
+            self.tasks.pop(int(batch), None)
+            self._finished_tasks.add(int(batch))
+            took = self._task_s.pop(int(batch), math.nan)  # the task's seconds on its worker
+            records = [dict(r, batch_latency_s=took) if r.get("batch_latency_s") is None else r for r in records]
         for r in records:
             s = self.schemes.get(r.get("scheme"))
             if s is None:
@@ -182,6 +244,8 @@ class RunState:
             if value is not None and value == value:
                 s.metric_sum += float(value)
                 s.metric_n += 1
+            if self.what == "sweep":
+                continue
             self._mark(batch, s.name, r.get("received"), final=True)
             self.flights.pop((int(batch), s.name), None)
             self._by_batch.pop((int(batch), s.name), None)
@@ -192,10 +256,32 @@ class RunState:
         self.ended = float(t)
         self.flights.clear()
         self._by_batch.clear()
+        self.tasks.clear()
+        self.went_quiet([], [], t)
         for rec in self._open.values():  # still running when the run ended: cut
             rec["stop"] = max(rec["start"], self.ended - self.t0)
             rec["outcome"] = "cut"
         self._open.clear()
+
+    def went_quiet(self, quiet, ended, t: float) -> None:
+        """The workers quiet now (missed their heartbeats: no new shards, what waits on them runs elsewhere), and
+        those the run ended as unresponsive; a spell ends when a worker is no longer in `quiet`."""
+        at = float(t) - self.t0
+        gone = {str(w) for w in ended} - self._ended
+        self._ended |= gone
+        now = {str(w) for w in quiet} - self._ended
+        for w in now | gone:
+            if w not in self.quiet:
+                spell = {"worker": w, "from": at, "to": math.nan, "ended": False}
+                self.quiet[w] = spell
+                self.quiet_spells.append(spell)
+            if w in gone:
+                self.quiet[w]["ended"] = True
+        for w in list(self.quiet):
+            if w not in now and w not in gone:
+                self.quiet.pop(w)["to"] = at
+            elif w in gone:  # ended: its spell closes, the worker is gone
+                self.quiet.pop(w)["to"] = at
 
     def _mark(self, batch: int, scheme: str, kept, final: bool) -> None:
         """The shards of a batch with a result: ``kept`` by its cutoff, or ``late`` (a result not used)."""
@@ -209,6 +295,34 @@ class RunState:
                 rec["outcome"] = "cut"
 
     # -- scheduler transitions ------------------------------------------------------------------
+    def task_transition(self, key: str, task: int, finish: str, worker: str | None, now: float,
+                        start: float | None = None, stop: float | None = None) -> None:
+        """A sweep's task changed state: a bar of the worker x time view (kept once it returned its result)."""
+        if finish == "processing":
+            rec = {"batch": task, "scheme": "", "shard": 0, "worker": worker or "?", "start": now - self.t0,
+                   "stop": math.nan, "outcome": "running", "copy": "regular"}
+            self._open[key] = rec
+            self.shards.append(rec)
+            if task not in self._finished_tasks:  # (its submit event may come after it started)
+                info = self.tasks.setdefault(task, {"cell": "", "worker": None, "start": None})
+                info["worker"], info["start"] = rec["worker"], rec["start"]
+            return
+        rec = self._open.pop(key, None)
+        if rec is None:
+            return
+        if start is not None and stop is not None:
+            rec["start"], rec["stop"] = start - self.t0, stop - self.t0
+        else:
+            rec["stop"] = now - self.t0
+        if worker:
+            rec["worker"] = worker
+        rec["outcome"] = {"memory": "kept", "erred": "failed"}.get(finish, "cut")
+        info = self.tasks.get(task)
+        if info is not None:
+            info["worker"] = None
+        if finish == "memory" and task not in self._finished_tasks:
+            self._task_s[task] = rec["stop"] - rec["start"]
+
     def transition(self, key: str, parsed: tuple, finish: str, worker: str | None, now: float,
                    start: float | None = None, stop: float | None = None) -> None:
         batch, w, scheme, suffix, _ = parsed
@@ -259,8 +373,8 @@ class RunState:
     def snapshot(self, now: float, max_shards: int | None = None) -> dict:
         schemes = []
         for s in self.schemes.values():
-            inflight = sum(1 for (_, name) in self.flights if name == s.name)
-            schemes.append({
+            inflight = sum(1 for (_, name) in self.flights if name == s.name) if self.what == "run" else len(self.tasks)
+            schemes.append({"grid": s.grid,
                 "scheme": s.name, "N": s.num_workers, "K": s.num_inputs, "needed": s.needed, "done": s.done,
                 "in_flight": inflight, "failed": s.failed, "undecodable": s.undecodable, "backups": s.backups,
                 "p50_s": _quantile(s.latencies, 0.5), "p99_s": _quantile(s.latencies, 0.99),
@@ -273,10 +387,19 @@ class RunState:
                             "cutoff_s": f.cutoff_s, "kept": len(f.kept) if f.kept is not None else 0,
                             "spares": max(0, f.num_workers - f.needed) if not f.speculative else 0,
                             "promoted": f.promoted, "backups": f.backups})
+        if self.what == "sweep":  # the tasks running first, then those waiting, each by task (the first ones)
+            order = sorted(self.tasks.items(), key=lambda kv: (kv[1]["worker"] is None, kv[0]))[:MAX_TASK_ROWS]
+            for i, info in order:
+                flights.append({"batch": i, "scheme": "all", "cell": info["cell"], "worker": info["worker"],
+                                "running": info["worker"] is not None, "received": 0, "needed": 1, "N": 1,
+                                "failed": 0, "cut": False, "cutoff_s": math.nan, "kept": 0, "spares": 0,
+                                "promoted": 0, "backups": 0})
         shards = list(self.shards)[-max_shards:] if max_shards else list(self.shards)
         t_now = (self.ended if self.ended is not None else now) - self.t0
+        quiet = [dict(q, to=t_now) if q["to"] != q["to"] else dict(q) for q in self.quiet_spells]
         return {
-            "token": self.token, "version": self.version, "name": self.name, "store": self.store, "status": self.status,
+            "token": self.token, "version": self.version, "what": self.what, "name": self.name, "store": self.store,
+            "status": self.status, "quiet": quiet, "quiet_now": sorted(self.quiet),
             "batches": self.total, "metric": self.metric, "started": self.t0, "elapsed_s": t_now,
             "schemes": schemes, "in_flight": flights,
             # (the records themselves, but for a running shard: a copy drawn up to now)
@@ -292,7 +415,7 @@ class DashboardState:
         self._meta: dict[str, dict] = {}  # meta events of runs not started yet (the driver sends them first)
 
     def event(self, ev: dict, now: float) -> None:
-        """Apply one driver event (``kind``: start, meta, submit, cutoff, done, end)."""
+        """Apply one driver event (``kind``: start, meta, submit, cutoff, done, quiet, end)."""
         token = str(ev.get("run", ""))
         kind = ev.get("kind")
         t = float(ev.get("t", now))
@@ -317,8 +440,11 @@ class DashboardState:
         if kind == "meta":
             run.meta(ev)
         elif kind == "submit":
-            for batch, schemes in ev.get("work", ()):
-                run.submitted([batch], schemes)
+            for item in ev.get("work", ()):
+                batch, schemes = item[0], item[1]
+                run.submitted([batch], schemes, item[2:3] or None)
+        elif kind == "quiet":
+            run.went_quiet(ev.get("workers", ()), ev.get("ended", ()), t)
         elif kind == "cutoff":
             run.cutoff(ev["batch"], ev["scheme"], ev.get("kept", ()), ev.get("cutoff_s", math.nan),
                        ev.get("status", 0))
@@ -330,12 +456,18 @@ class DashboardState:
     def transition(self, key, finish: str, worker: str | None, now: float, start: float | None = None,
                    stop: float | None = None) -> None:
         """A task of some run changed state (only shard keys of a known run are kept)."""
-        if not self.runs or type(key) is not str or not key.startswith("eval-b"):
+        if not self.runs or type(key) is not str or not key.startswith(PREFIXES):
             return
         run = self.runs.get(key.rsplit("-", 1)[-1])
         if run is None or run.status != "running":
             return
-        parsed = parse_shard_key(key, run.schemes)
+        if run.what == "sweep":
+            task = parse_sweep_key(key)
+            if task is not None:
+                run.version += 1
+                run.task_transition(key, task[0], finish, worker, now, start, stop)
+            return
+        parsed = run.parse(key)
         if parsed is not None:
             run.version += 1
             run.transition(key, parsed, finish, worker, now, start, stop)

@@ -184,6 +184,7 @@ class BatchRunner(MachineRunner, SubmitRunner, QuietRunner, FailuresRunner, Reco
         self._workers = WorkerList(client, gpu=use_gpu, unresponsive_after=unresponsive_after, echo=self.echo)
         self._suspected: set[str] = set()  # workers found frozen before the run (suspect)
         self._said_quiet: set[str] = set()  # quiet workers the run has said it acted on: said once per run
+        self._page_quiet: tuple[frozenset, frozenset] = (frozenset(), frozenset())  # as the run page last heard
         self._canceller: ThreadPoolExecutor | None = None  # cancels stragglers, off the loop (_cancel)
         self._fetch_gen = 0  # the fetch whose records the loop takes (an abandoned one's are dropped)
         self._no_workers_since: float | None = None

@@ -10,6 +10,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
+from gcc_dask import dashboard
 from gcc_dask.errors import ClusterError
 from gcc_dask.runtime.cluster import DebugOnly, past_frozen
 from gcc_dask.runtime.plans import _BatchState
@@ -78,6 +79,7 @@ class ClusterRunner:
         if self.client.status != "running":  # reconnecting: the client gives up (and closes) after its timeout
             return
         workers = self._workers.refresh()
+        self._tell_page_quiet()
         if workers:
             if self._no_workers_since is not None:
                 self.echo(f"{len(workers)} Dask worker(s) back; the run goes on")
@@ -93,6 +95,17 @@ class ClusterRunner:
                 f"cluster: every Dask worker was lost and none came back within {self.worker_timeout:g} s "
                 "(cluster.connect_timeout); finished batches are in the store: run the same command again "
                 "to resume")
+
+    def _tell_page_quiet(self) -> None:
+        """Tell the run page which workers are quiet (missed their heartbeats) and which were ended, when that
+        changed since it was told last."""
+        now = (frozenset(self._workers.behind_heartbeats), frozenset(self._workers.unresponsive))
+        if now == self._page_quiet:
+            return
+        ended = now[1] - self._page_quiet[1]
+        self._page_quiet = now
+        dashboard.publish(self.client, {"kind": "quiet", "run": self.token, "workers": sorted(now[0]),
+                                        "ended": sorted(ended)})
 
     def _restart_in_flight(self, held: list[_BatchState]) -> None:
         """Every worker seen before is gone and others took their place (all killed and restarted, say): run

@@ -77,6 +77,16 @@ class WorkerList:
         of them runs again elsewhere."""
         return set(self._liveness.quiet) | self._unready
 
+    @property
+    def behind_heartbeats(self) -> set[str]:
+        """The workers quiet because they missed their heartbeats (:attr:`quiet` less those not ready)."""
+        return set(self._liveness.quiet)
+
+    @property
+    def unresponsive(self) -> set[str]:
+        """The workers ended as unresponsive (:attr:`.liveness.HeartbeatWatch.unresponsive`)."""
+        return self._liveness.unresponsive
+
     def unready(self, addresses) -> None:
         """Give `addresses` no shards until :meth:`ready` (workers left out of the run's set-up: they may not
         have the run's plugin yet)."""

@@ -176,3 +176,131 @@ def test_gcc_dask_run_page_off_attaches_nothing_and_publishes_nothing(monkeypatc
     assert driver.attach(client) is None
     assert client not in driver._publishers
     driver.publish(client, {"kind": "end", "run": TOKEN})  # a no-op
+
+
+def test_parse_sweep_key():
+    from gcc_dask.dashboard.state import parse_sweep_key
+
+    assert parse_sweep_key(f"sweep-b12-K8-N16-s0-t20-{TOKEN}") == (12, TOKEN)
+    assert parse_sweep_key(f"eval-b3-w7-gcc-{TOKEN}") is None
+
+
+def _sweep_state() -> DashboardState:
+    from gcc_dask.dashboard.driver import sweep_start_event
+
+    st = DashboardState()
+    st.event(dict(sweep_start_event(TOKEN, ["gcc", "uncoded"], "K 8; N 16; S 0, 2", tasks=3, metric="mse"), t=100.0),
+             now=100.0)
+    cells = ["K=8 N=16 S=0 trials 0-4", "K=8 N=16 S=2 trials 0-4", "K=8 N=16 S=2 trials 5-9"]
+    st.event({"kind": "submit", "run": TOKEN, "work": [[i, ["gcc", "uncoded"], c] for i, c in enumerate(cells)]},
+             now=100.0)
+    return st
+
+
+def test_a_sweep_shows_its_tasks_by_worker_and_each_schemes_metric_so_far():
+    from gcc_dask.dashboard import page
+
+    st = _sweep_state()
+    _shard(st, f"sweep-b1-K8-N16-s1-t0-{TOKEN}", "processing", worker="w2", now=100.5)
+    _shard(st, f"sweep-b0-K8-N16-s0-t0-{TOKEN}", "processing", worker="w1", now=100.5)
+    snap = st.latest().snapshot(now=101.0)
+    assert snap["what"] == "sweep"
+    # the tasks running first (by task), then those waiting
+    assert [(f["batch"], f["worker"], f["cell"]) for f in snap["in_flight"]] == [
+        (0, "w1", "K=8 N=16 S=0 trials 0-4"), (1, "w2", "K=8 N=16 S=2 trials 0-4"), (2, None, "K=8 N=16 S=2 trials 5-9")]
+    _shard(st, f"sweep-b0-K8-N16-s0-t0-{TOKEN}", "memory", worker="w1", now=101.5, start=100.6, stop=101.4)
+    st.event({"kind": "done", "run": TOKEN, "batch": 0, "records": [
+        {"scheme": "gcc", "status": 1, "batch_latency_s": None, "mse": 0.5},
+        {"scheme": "uncoded", "status": 3, "batch_latency_s": None, "mse": math.nan}]}, now=101.6)
+    snap = st.latest().snapshot(now=102.0)
+    schemes = {s["scheme"]: s for s in snap["schemes"]}
+    assert (schemes["gcc"]["done"], schemes["gcc"]["in_flight"], schemes["gcc"]["grid"]) == (1, 2, "K 8; N 16; S 0, 2")
+    assert schemes["gcc"]["p50_s"] == pytest.approx(0.8)  # the task's seconds on its worker
+    assert schemes["gcc"]["metric"] == pytest.approx(0.5)
+    assert (schemes["uncoded"]["done"], schemes["uncoded"]["undecodable"]) == (0, 1)
+    assert [(r["batch"], r["worker"], r["outcome"]) for r in snap["shards"]] == [(1, "w2", "running"), (0, "w1", "kept")]
+    assert [f["batch"] for f in snap["in_flight"]] == [1, 2]
+    # what the page shows of it: tasks, the grid and the cells, no batches-in-flight bars
+    assert "gcc-dask sweep <b>" in page._header(snap) and "1 of 3 tasks finished" in page._header(snap)
+    assert "<td>K 8; N 16; S 0, 2</td>" in page.scheme_table(snap)
+    assert "<td>K=8 N=16 S=2 trials 5-9</td><td>waiting</td>" in page.flight_table(snap)
+    assert page._flight_columns(snap)["label"] == []
+    st.event({"kind": "end", "run": TOKEN, "status": "stopped", "t": 103.0}, now=103.0)
+    snap = st.latest().snapshot(now=104.0)
+    assert (snap["status"], snap["in_flight"]) == ("stopped", [])
+
+
+def test_quiet_workers_are_marked_from_when_they_went_quiet_until_they_are_back_or_ended():
+    from gcc_dask.dashboard import page
+
+    st = _state()  # the run started at t = 100
+    _shard(st, f"eval-b0-w0-gcc-{TOKEN}", "processing", worker="w1", now=100.5)
+    st.event({"kind": "quiet", "run": TOKEN, "workers": ["w1"], "ended": [], "t": 101.0}, now=101.0)
+    snap = st.latest().snapshot(now=101.5)
+    assert snap["quiet_now"] == ["w1"]
+    assert snap["quiet"] == [{"worker": "w1", "from": 1.0, "to": 1.5, "ended": False}]  # drawn up to now
+    assert "quiet: w1" in page._header(snap)
+    st.event({"kind": "quiet", "run": TOKEN, "workers": [], "ended": [], "t": 102.0}, now=102.0)  # its heartbeats again
+    st.event({"kind": "quiet", "run": TOKEN, "workers": ["w2"], "ended": [], "t": 103.0}, now=103.0)
+    st.event({"kind": "quiet", "run": TOKEN, "workers": ["w2"], "ended": ["w2"], "t": 104.0}, now=104.0)
+    st.event({"kind": "quiet", "run": TOKEN, "workers": ["w2"], "ended": [], "t": 105.0}, now=105.0)  # ended: no new spell
+    snap = st.latest().snapshot(now=106.0)
+    assert snap["quiet"] == [{"worker": "w1", "from": 1.0, "to": 2.0, "ended": False},
+                             {"worker": "w2", "from": 3.0, "to": 4.0, "ended": True}]
+    assert snap["quiet_now"] == []
+    # on the worker x time view: w2, which ran no shard, gets a lane; each spell is a band across its worker's lanes
+    spans: dict = {}
+    cols, labels = page._shard_columns(snap, spans)
+    assert sorted(labels.values()) == ["w1", "w2"]
+    bands = page.quiet_columns(snap, spans)
+    assert (bands["left"], bands["right"], bands["what"]) == ([1.0, 3.0], [2.0, 4.0], ["quiet", "quiet, then ended"])
+    assert all(b < t for b, t in zip(bands["bottom"], bands["top"]))
+    assert page._axis_labels(labels, ["w2"])["label"] == ["w1", "w2 (quiet)"]
+    st.event({"kind": "quiet", "run": TOKEN, "workers": ["w1"], "ended": [], "t": 107.0}, now=107.0)
+    st.event({"kind": "end", "run": TOKEN, "status": "complete", "t": 108.0}, now=108.0)
+    assert st.latest().snapshot(now=200.0)["quiet"][-1] == {"worker": "w1", "from": 7.0, "to": 8.0, "ended": False}
+
+
+def test_the_page_redraws_at_once_for_a_milestone_only():
+    from gcc_dask.dashboard.page import milestone
+
+    st = _state()
+    run = st.latest()
+    first = milestone(run)
+    _shard(st, f"eval-b0-w0-gcc-{TOKEN}", "processing", worker="w1", now=100.5)
+    second = milestone(run)
+    assert second != first  # its first shard
+    _shard(st, f"eval-b0-w1-gcc-{TOKEN}", "processing", worker="w1", now=100.6)
+    assert milestone(run) == second  # another shard: waits for the next redraw
+    st.event({"kind": "done", "run": TOKEN, "batch": 0, "records": [{"scheme": "gcc", "status": 1}]}, now=101.0)
+    assert milestone(run) != second  # its first batch finished
+    assert milestone(None) == (None,)
+
+
+def test_the_run_tells_its_page_which_workers_are_quiet_when_that_changes(monkeypatch):
+    from gcc_dask import dashboard
+    from gcc_dask.runtime.runner_cluster import ClusterRunner
+
+    sent: list[dict] = []
+    monkeypatch.setattr(dashboard, "publish", lambda client, ev: sent.append(ev))
+
+    class Workers:
+        behind_heartbeats: set = set()
+        unresponsive: set = set()
+
+    class Runner(ClusterRunner):
+        token, client, _workers = TOKEN, None, Workers()
+        _page_quiet = (frozenset(), frozenset())
+
+    r = Runner()
+    r._tell_page_quiet()
+    assert sent == []  # nothing quiet, nothing said
+    r._workers.behind_heartbeats = {"w1"}
+    r._tell_page_quiet()
+    r._tell_page_quiet()  # said once
+    r._workers.behind_heartbeats, r._workers.unresponsive = set(), {"w1"}
+    r._tell_page_quiet()
+    r._workers.unresponsive = set()  # gone from the scheduler: nothing new to say
+    r._tell_page_quiet()
+    assert [(e["kind"], e["run"], e["workers"], e["ended"]) for e in sent] == [
+        ("quiet", TOKEN, ["w1"], []), ("quiet", TOKEN, [], ["w1"]), ("quiet", TOKEN, [], [])]

@@ -112,3 +112,33 @@ def test_the_page_of_a_cli_run_on_a_separately_started_scheduler(outside_schedul
     assert (status, summary["token"], summary["status"]) == (200, run["token"], "complete")
     assert [s["done"] for s in summary["schemes"]] == [6, 6]
     assert all(s["in_flight"] == 0 for s in summary["schemes"])
+
+
+def test_a_sweep_publishes_to_the_page(client, tmp_path):
+    """``gcc-dask sweep`` (run_sweep) prints the page's link and publishes as a run does: its tasks by worker,
+    each scheme's tasks done and metric; the page stays with the whole sweep once it is over."""
+    from gcc_dask.sweep import run_sweep
+
+    cfg = {"name": "page-sweep", "function": {"kind": "xsinx"}, "schemes": ["gcc", "bacc"],
+           "code": {"num_inputs": [6], "num_workers": [13, 25]},
+           "stragglers": {"model": "fixed_count", "S": [1, 2], "pattern": "random"}, "trials": 3,
+           "run": {"progress": False, "trials_per_task": 2}}
+    lines: list[str] = []
+    res = run_sweep(cfg, client=client, out=tmp_path / "s.zarr", echo=lines.append)
+    assert res.status == "complete"
+    base = base_of(client.dashboard_link)
+    assert f"gcc-dask run page: {base}{PAGE}" in lines
+    status, body = get(base + "/gcc-dask/state.json")
+    run = json.loads(body)["runs"][-1]
+    assert (status, run["what"], run["name"], run["status"], run["batches"], run["metric"]) == \
+        (200, "sweep", "page-sweep", "complete", 8, "mse")  # 4 cells x 2 blocks of trials; x sin x: one output
+    schemes = {s["scheme"]: s for s in run["schemes"]}
+    assert sorted(schemes) == ["bacc", "gcc"]
+    assert all(s["done"] == 8 and s["in_flight"] == 0 and s["grid"] == "K 6; N 13, 25; S 1, 2"
+               for s in schemes.values())
+    assert all(s["metric"] is not None and s["metric"] >= 0 for s in schemes.values())
+    assert sorted(r["batch"] for r in run["shards"]) == list(range(8))  # a bar per task, on the worker that ran it
+    assert all(r["outcome"] == "kept" and r["worker"].startswith(("tcp://", "inproc://")) for r in run["shards"])
+    doc = document_of(base + PAGE)
+    assert "gcc-dask sweep <b>page-sweep</b>" in doc["gcc-header"] and "8 of 8 tasks finished" in doc["gcc-header"]
+    assert "<td>K 6; N 13, 25; S 1, 2</td>" in doc["gcc-schemes"]
