@@ -248,8 +248,11 @@ def test_speculative_with_a_slow_worker_backs_up_its_shards_only(tmp_path):
 def test_a_second_copy_backs_up_a_backup_that_lands_on_a_slow_worker(tmp_path):
     """copies = 2, four workers, two neighbours slow on every shard: an original on the first slow worker has
     its first backup on the second (late too) and its second backup on a fast worker, which wins; the
-    estimates are uncoded's, bit for bit. A shard is late after 1 s, a third of the slow workers' 3 s: a fast
-    worker's shard on a busy machine stays well under it (at 300 ms, CI once saw two of them backed up)."""
+    estimates are uncoded's, bit for bit. A shard is late after 1 s, a third of the slow workers' 3 s. A fast
+    worker's shard that a busy machine holds past 1 s is late too and gets its copy, as the rule says: the
+    backups are at least the 6 of the slow workers' originals, not exactly 6 (the exact counts of the rule with
+    copies = 2 are the simulated clock's, test_batch_machine.py and the tests of backups_due above; on 2 cores
+    loaded by a second test process, a fast shard was once backed up here)."""
     from distributed import Client, LocalCluster
 
     with LocalCluster(n_workers=4, threads_per_worker=8, processes=False, dashboard_address=":0",
@@ -270,14 +273,15 @@ def test_a_second_copy_backs_up_a_backup_that_lands_on_a_slow_worker(tmp_path):
         slot = lambda k, c: (b + k + c) % 4  # noqa: E731 - the worker of copy c of input k (round robin)
         twice = [k for k in range(8) if slot(k, 0) == 1]  # original and first backup both on slow workers
         once = [k for k in range(8) if slot(k, 0) == 2]  # the first backup on a fast worker
-        assert backups[b] == 2 * len(twice) + len(once) == 6, (b, backups)
+        assert 2 * len(twice) + len(once) == 6 and backups[b] >= 6, (b, backups)
         assert received[b, [16 + k for k in twice]].all() and received[b, [8 + k for k in once]].all()
         assert not received[b, twice + once].any()
-    assert run.summary.loc["speculative", "mean_backups"] == 6.0
+    mean = run.summary.loc["speculative", "mean_backups"]
+    assert mean == backups.mean() and mean >= 6.0
     from gcc_dask.analysis.summary import format_summary
 
     printed = format_summary(run.summary).splitlines()  # what gcc-dask run prints: the backups said under it
-    assert printed[-1] == "speculative: 6 backup copies a batch (mean)" and len(printed) == 5
+    assert printed[-1] == f"speculative: {mean:.3g} backup copies a batch (mean)" and len(printed) == 5
 
 
 def test_speculative_on_the_virtual_clock_backs_up_what_the_draws_say(client, tmp_path):
