@@ -189,8 +189,13 @@ def _error_line(exc: ValidationError, root: type[BaseModel] | None = None) -> st
 
 
 def _short(value: Any, limit: int = 80) -> str:
+    """``repr(value)``, at most `limit` characters: a longer one keeps its start and its end around "..." (a
+    long path keeps its file name, which a cut end hid: under a deep temporary folder, 'nope.npy' was lost)."""
     text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    if len(text) <= limit:
+        return text
+    head = (limit - 3) // 2
+    return text[:head] + "..." + text[len(text) - (limit - 3 - head):]
 
 
 def _valid_keys(loc: Sequence[str], root: type[BaseModel] | None = None) -> list[str]:

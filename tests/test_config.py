@@ -574,3 +574,16 @@ def test_an_in_memory_function_is_a_python_only_workload_key():
         load_config({**BASE, "workload": {"kind": "callable", "name": np.sin}}, check_paths=False)
     with pytest.raises(ConfigError, match=r"workload\.function: got 3; expected a callable"):
         load_config({**BASE, "workload": {"kind": "callable", "function": 3}}, check_paths=False)
+
+
+def test_a_long_value_in_a_message_keeps_its_end():
+    """A path longer than a message's 80 characters keeps its file name: under a deep temporary folder
+    (pytest-xdist's ``popen-gw1``) the messages named '/tmp/.../test_rejected_with_one_line_an6/nope...' and hid
+    the file."""
+    from gcc_dask.config.fields import _short
+
+    path = "/tmp/pytest-of-root/pytest-82/popen-gw1/test_rejected_with_one_line_an6/nope.npy"
+    text = _short(path)
+    assert len(text) == 80 and text.endswith("nope.npy'") and text.startswith("'/tmp/pytest-of-root") and \
+        "..." in text
+    assert _short("short") == "'short'"

@@ -54,8 +54,13 @@ NOTHING = _Nothing()
 
 
 def _short(value: Any, limit: int = 80) -> str:
+    """``repr(value)``, at most `limit` characters: a longer one keeps its start and its end around "..." (a
+    long path keeps its file name, which a cut end hid: under a deep temporary folder, 'nope.npy' was lost)."""
     text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    if len(text) <= limit:
+        return text
+    head = (limit - 3) // 2
+    return text[:head] + "..." + text[len(text) - (limit - 3 - head):]
 
 
 _PLAIN_KEY = re.compile(r"^[\w\-\[\]]+$")

@@ -60,8 +60,9 @@ def picky(X):
 
 def gated(X, gate: str):
     """f(x) = x sin x; a call on more than one sample (the uncoded reference of a batch) first leaves a file
-    ``started-*`` in the folder `gate`, waits (up to 120 s) until a file ``release`` appears there, and leaves a
-    file ``finished-*`` once it returns: the test decides when a killed driver's reference tasks finish."""
+    ``started-*`` in the folder `gate`, waits until a file ``release`` appears there (or the folder is gone: the
+    test has ended), and leaves a file ``finished-*`` once it returns: the test decides when a killed driver's
+    reference tasks finish, whatever the machine's speed."""
     import time
     import uuid
 
@@ -69,8 +70,7 @@ def gated(X, gate: str):
     if X.shape[0] > 1:
         mark = uuid.uuid4().hex
         Path(gate, f"started-{mark}").write_text("")
-        deadline = time.monotonic() + 120
-        while not Path(gate, "release").exists() and time.monotonic() < deadline:
+        while not Path(gate, "release").exists() and Path(gate).is_dir():
             time.sleep(0.02)
         out = X * np.sin(X)
         Path(gate, f"finished-{mark}").write_text("")
@@ -132,11 +132,11 @@ def status(path, scheme: str = "gcc") -> np.ndarray:
     return zarr.open_group(str(path), mode="r", use_consolidated=False)[f"{scheme}/status"][:]
 
 
-def wait_for_batches(path, proc, count: int = 3, timeout: float = 120.0, scheme: str = "gcc") -> None:
-    """Wait until `count` batches of `scheme` have a status in the store at `path` (it may not exist yet), the
-    subprocess `proc` has ended, or `timeout` seconds have passed; the caller checks which."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None:
+def wait_for_batches(path, proc, count: int = 3, scheme: str = "gcc") -> None:
+    """Wait until `count` batches of `scheme` have a status in the store at `path` (it may not exist yet) or the
+    subprocess `proc` has ended; the caller checks which. No time bound: an event, not a duration, ends the
+    wait (a hang is ended by pytest-timeout)."""
+    while proc.poll() is None:
         try:
             if (status(path, scheme) > 0).sum() >= count:
                 return

@@ -118,8 +118,7 @@ def test_a_worker_without_a_nanny_is_removed_from_the_scheduler():
         victim = sorted(workers)[0]
         assert workers[victim]["nanny"] is None
         assert end_worker(client, victim, None) == "the scheduler removed it"
-        deadline = time.monotonic() + 10
-        while victim in client.scheduler_info()["workers"] and time.monotonic() < deadline:
+        while victim in client.scheduler_info()["workers"]:  # (no time bound: pytest-timeout ends a hang)
             time.sleep(0.05)
         assert set(client.scheduler_info()["workers"]) == set(workers) - {victim}
         assert client.submit(lambda x: x + 1, 1, pure=False).result(timeout=10) == 2

@@ -215,8 +215,11 @@ def _run_cfg(path, schemes, workload, **extra):
 
 
 def test_speculative_with_a_slow_worker_backs_up_its_shards_only(tmp_path):
-    """Four workers, one of them 1.5 s late on every shard: the originals placed on it are the late ones, and
-    they alone get backups (on the next worker); the estimates are uncoded's, bit for bit."""
+    """Four workers, one of them 1.5 s late on every shard: the originals placed on it are late, get backups
+    (on the next worker), and the backups win; the estimates are uncoded's, bit for bit. A fast worker's shard
+    that a busy machine holds past the rule's 300 ms is late too and may get a copy (on 2 cores loaded by a
+    second test process, one batch had 4 backups): that the rule picks those alone is the simulated clock's
+    to show (test_batch_machine.py and the backups_due tests above), not a real cluster's."""
     from distributed import Client, LocalCluster
 
     with LocalCluster(n_workers=4, threads_per_worker=8, processes=False, dashboard_address=":0",
@@ -237,19 +240,22 @@ def test_speculative_with_a_slow_worker_backs_up_its_shards_only(tmp_path):
     received = root["speculative/received"][:]
     for b in range(backups.size):
         late = [k for k in range(8) if (b + k) % 4 == 1]  # the originals placed on the slow worker
-        assert backups[b] == len(late) == 2, (b, backups)
+        assert len(late) == 2 and backups[b] >= 2, (b, backups)
         assert received[b, [8 + k for k in late]].all() and not received[b, late].any()  # the backups won
         on_time = [k for k in range(8) if k not in late]
-        assert received[b, on_time].all() and not received[b, [8 + k for k in on_time]].any()
+        assert (received[b, on_time] | received[b, [8 + k for k in on_time]]).all()  # one copy of each
     assert (root["uncoded/n_backups"][:] == 0).all()
-    assert run.summary.loc["speculative", "mean_backups"] == 2.0
+    assert run.summary.loc["speculative", "mean_backups"] == backups.mean() >= 2.0
 
 
 def test_a_second_copy_backs_up_a_backup_that_lands_on_a_slow_worker(tmp_path):
     """copies = 2, four workers, two neighbours slow on every shard: an original on the first slow worker has
     its first backup on the second (late too) and its second backup on a fast worker, which wins; the
-    estimates are uncoded's, bit for bit. A shard is late after 1 s, a third of the slow workers' 3 s: a fast
-    worker's shard on a busy machine stays well under it (at 300 ms, CI once saw two of them backed up)."""
+    estimates are uncoded's, bit for bit. A shard is late after 1 s, a third of the slow workers' 3 s. A fast
+    worker's shard that a busy machine holds past 1 s is late too and gets its copy, as the rule says: the
+    backups are at least the 6 of the slow workers' originals, not exactly 6 (the exact counts of the rule with
+    copies = 2 are the simulated clock's, test_batch_machine.py and the tests of backups_due above; on 2 cores
+    loaded by a second test process, a fast shard was once backed up here)."""
     from distributed import Client, LocalCluster
 
     with LocalCluster(n_workers=4, threads_per_worker=8, processes=False, dashboard_address=":0",
@@ -270,14 +276,15 @@ def test_a_second_copy_backs_up_a_backup_that_lands_on_a_slow_worker(tmp_path):
         slot = lambda k, c: (b + k + c) % 4  # noqa: E731 - the worker of copy c of input k (round robin)
         twice = [k for k in range(8) if slot(k, 0) == 1]  # original and first backup both on slow workers
         once = [k for k in range(8) if slot(k, 0) == 2]  # the first backup on a fast worker
-        assert backups[b] == 2 * len(twice) + len(once) == 6, (b, backups)
+        assert 2 * len(twice) + len(once) == 6 and backups[b] >= 6, (b, backups)
         assert received[b, [16 + k for k in twice]].all() and received[b, [8 + k for k in once]].all()
         assert not received[b, twice + once].any()
-    assert run.summary.loc["speculative", "mean_backups"] == 6.0
+    mean = run.summary.loc["speculative", "mean_backups"]
+    assert mean == backups.mean() and mean >= 6.0
     from gcc_dask.analysis.summary import format_summary
 
     printed = format_summary(run.summary).splitlines()  # what gcc-dask run prints: the backups said under it
-    assert printed[-1] == "speculative: 6 backup copies a batch (mean)" and len(printed) == 5
+    assert printed[-1] == f"speculative: {mean:.3g} backup copies a batch (mean)" and len(printed) == 5
 
 
 def test_speculative_on_the_virtual_clock_backs_up_what_the_draws_say(client, tmp_path):

@@ -18,7 +18,7 @@ class _Client:
 
     def scheduler_info(self, **kwargs):
         if self.gate is not None:
-            assert self.gate.wait(5)
+            self.gate.wait()  # (the test sets it; no time bound)
         self.calls += 1
         return {"workers": self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]}
 
@@ -27,10 +27,9 @@ class _Client:
         return {workers[0]: 4242}
 
 
-def _wait_for(predicate, timeout=5.0):
-    deadline = time.monotonic() + timeout
+def _wait_for(predicate):
+    """Until `predicate()` holds (no time bound: pytest-timeout ends a hang)."""
     while not predicate():
-        assert time.monotonic() < deadline, "timed out"
         time.sleep(0.005)
 
 
