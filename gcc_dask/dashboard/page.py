@@ -343,6 +343,10 @@ def make_document(doc, scheduler) -> None:
 
     def redraw(run, mark) -> None:
         s = None if run is None else run.snapshot(time.time(), MAX_BARS)
+        if run is not None:  # when a page first showed the run, its first shard, its first batch (the bench reads it)
+            for what, flag in (("run", True), ("first_shard", mark[2]), ("first_batch", mark[3])):
+                if flag and what not in run.shown:
+                    run.shown[what] = time.time() - run.t0
         shown[:] = [None if s is None else (s["token"], s["version"]), mark, time.monotonic()]
         header.text = _header(s)
         schemes.text = scheme_table(s)
