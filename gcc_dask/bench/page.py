@@ -182,8 +182,8 @@ def page_section(client, work: Path, quick: bool, say, smoke: str) -> tuple[list
         ratios, the page's own CPU by part, what the viewer saw).
     list of Target
         The open page's throughput ratio against :data:`PAGE_COST_MIN`; the slowest round's first batch sent to
-        the open page (the redraw that showed it) against :data:`FIRST_BATCH_MAX_S`; the open page's own CPU (median share of the run's) against the
-        same 2%.
+        the open page (the redraw that showed it) against :data:`FIRST_BATCH_MAX_S`; the open page's own CPU
+        (median share of the run's) against the same 2%.
     list of str
         Notes.
     """
@@ -299,12 +299,12 @@ def page_section(client, work: Path, quick: bool, say, smoke: str) -> tuple[list
                          "median": float(np.median(mine)), "min": float(mine.min()), "max": float(mine.max())})
     opened = [r for r in per_round if r["mode"] == "open"]
     xs = np.array([r["viewer_cpu_pct"] for r in opened], dtype=float)
+    xs = xs[np.isfinite(xs)]
     rows_out.append({"mode": "open", "figure": "the viewer's CPU (its own process, the same cores), % of the run's",
-                     "unit": "%", "n": int(xs.size), "mean": float(np.nanmean(xs)) if np.isfinite(xs).any() else math.nan,
-                     "se": float(np.nanstd(xs, ddof=1) / math.sqrt(xs.size)) if xs.size > 1 else math.nan,
-                     "median": float(np.nanmedian(xs)) if np.isfinite(xs).any() else math.nan,
-                     "min": float(np.nanmin(xs)) if np.isfinite(xs).any() else math.nan,
-                     "max": float(np.nanmax(xs)) if np.isfinite(xs).any() else math.nan})
+                     "unit": "%", "n": int(xs.size), "mean": float(xs.mean()) if xs.size else math.nan,
+                     "se": float(xs.std(ddof=1) / math.sqrt(xs.size)) if xs.size > 1 else math.nan,
+                     "median": float(np.median(xs)) if xs.size else math.nan,
+                     "min": float(xs.min()) if xs.size else math.nan, "max": float(xs.max()) if xs.size else math.nan})
     for col, what in (("run_shown_s", "the run on the page, s after the run's start"),
                       ("first_shard_shown_s", "its first shard on the page, s after the run's start"),
                       ("first_batch_done_s", "its first batch done on the driver, s after the run's start"),

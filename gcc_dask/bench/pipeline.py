@@ -4,7 +4,8 @@ Ten sections, each a table of :class:`~gcc_dask.bench.report.BenchReport` (``thr
 described in :mod:`gcc_dask.bench.throughput`, ``tail`` (tail latency against compute spent, with a figure, on
 a cluster of 4 processes) in :mod:`gcc_dask.bench.tail`, ``checksums`` in :mod:`gcc_dask.bench.store`, ``cheap`` (a
 model of the user's own through ``coded_map`` against ``map_blocks``) in :mod:`gcc_dask.bench.cheap`, ``page`` (the
-run's dashboard page off, published and open, side by side) in :mod:`gcc_dask.bench.page`; the other four use one sample per shard, ``block_size: 1``):
+run's dashboard page off, published and open, side by side) in :mod:`gcc_dask.bench.page`; the other four use one
+sample per shard, ``block_size: 1``):
 
 ``stragglers``
     LeNet-5 on MNIST, K = 8, shifted-exponential latencies with hang probability 0.05 and hangs of 20x
@@ -393,7 +394,8 @@ def run_pipeline_bench(*, quick: bool = False, client=None, sections: tuple[str,
 
             say("pipeline bench: page")
             with connect(spec, client) as c:
-                page_tables, tg, nt = page_section(c, tmp, quick, say, str(Path(_lenet_path()).parents[1] / "smoke.yaml"))
+                smoke = str(Path(_lenet_path()).parents[1] / "smoke.yaml")
+                page_tables, tg, nt = page_section(c, tmp, quick, say, smoke)
             tables += page_tables
             targets += tg
             notes += nt

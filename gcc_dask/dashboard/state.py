@@ -159,7 +159,7 @@ class RunState:
         self.ended: float | None = None
         self.first_done_s = math.nan  # seconds from the start to the driver's first batch done
         #: seconds from the start to the first redraw of an open page that showed the run, its first shard, its
-        #: first batch finished (set by the page, :mod:`~.page`)
+        #: first batch finished (set by the page, :mod:`gcc_dask.dashboard.page`)
         self.shown: dict[str, float] = {}
         self.version = 0  # counts the changes: a page redraws only when it moved
         self.schemes: dict[str, _Scheme] = {}
