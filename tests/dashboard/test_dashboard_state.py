@@ -307,3 +307,33 @@ def test_the_run_tells_its_page_which_workers_are_quiet_when_that_changes(monkey
     r._tell_page_quiet()
     assert [(e["kind"], e["run"], e["workers"], e["ended"]) for e in sent] == [
         ("quiet", TOKEN, ["w1"], []), ("quiet", TOKEN, [], ["w1"]), ("quiet", TOKEN, [], [])]
+
+
+def test_events_never_go_on_a_stream_other_than_the_one_attached(monkeypatch):
+    """After a reconnect (a scheduler started anew, without the plugin's handler), an event on the client's stream
+    would be an operation the scheduler cannot handle, which closes the stream: nothing is sent, and the next run
+    attaches again."""
+    from gcc_dask.dashboard import driver
+
+    class FakeClient:
+        dashboard_link = "http://127.0.0.1:8787/status"
+        status = "running"
+
+        def __init__(self):
+            self.scheduler_comm, self.sent = object(), []
+
+        def _send_to_scheduler(self, msg):
+            self.sent.append(msg)
+
+        def scheduler_info(self, **kwargs):  # the scheduler attach asks again
+            raise OSError("gone")
+
+    client = FakeClient()
+    monkeypatch.setattr(driver, "_publishers", {})
+    driver._publishers[client] = driver._Publisher(client, stream=True)
+    driver.publish(client, {"kind": "start", "run": TOKEN})
+    assert [m["events"][0]["kind"] for m in client.sent] == ["start"]
+    client.scheduler_comm = object()  # reconnected
+    driver.publish(client, {"kind": "end", "run": TOKEN})
+    assert len(client.sent) == 1
+    assert driver.attach(client) is None and client not in driver._publishers  # asked again: no page there
