@@ -3,7 +3,9 @@
 ``gcc-dask sweep SWEEP.yaml`` calls :func:`run_sweep`. Every grid cell (K, N, S|p) and block of trials is
 one Dask task (:func:`evaluate_cell`) that runs *all* schemes on the same data and the same received sets
 (a paired comparison), and returns a few floats per trial; the driver writes them into the store as they
-arrive, so memory stays bounded and an interrupted sweep resumes where it stopped (same config only).
+arrive, so memory stays bounded and an interrupted sweep resumes where it stopped (same config only). While it
+runs, the run page on the cluster's dashboard (docs/dashboard.rst) shows its tasks by worker and each scheme's
+metric so far.
 
 Draws (all seeded by ``seed``; independent of the scheme, the cluster and the task layout):
 

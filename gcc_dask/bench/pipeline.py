@@ -403,7 +403,8 @@ def run_pipeline_bench(*, quick: bool = False, client=None, sections: tuple[str,
 
             say("pipeline bench: page")
             with connect(spec, client) as c:
-                page_tables, tg, nt = page_section(c, tmp, quick, say, str(Path(_lenet_path()).parents[1] / "smoke.yaml"))
+                smoke = str(Path(_lenet_path()).parents[1] / "smoke.yaml")
+                page_tables, tg, nt = page_section(c, tmp, quick, say, smoke)
             tables += page_tables
             targets += tg
             notes += nt

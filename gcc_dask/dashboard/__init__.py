@@ -1,9 +1,9 @@
 """A page of the run's own on the Dask scheduler's dashboard (docs/dashboard.rst).
 
 :func:`attach` puts the page on a client's scheduler and returns its link; the driver loop then calls
-:func:`publish` with what the run does. The page itself (:mod:`~.page`, Bokeh) and its state (:mod:`~.state`,
-kept by the scheduler plugin :mod:`~.plugin`) live on the scheduler. Importing this package imports neither
-distributed nor bokeh.
+:func:`publish` with what the run does. The page itself (:mod:`~gcc_dask.dashboard.page`, Bokeh) and its state
+(:mod:`~.state`, kept by the scheduler plugin :mod:`~.plugin`) live on the scheduler. Importing this package imports
+neither distributed nor bokeh.
 """
 
 from gcc_dask.dashboard.driver import (PAGE, TOPIC, attach, page_url, publish, record_summary, start_event,

@@ -40,6 +40,10 @@ class _Publisher:
     def __init__(self, client, stream: bool = False) -> None:
         self.client = client
         self.stream = stream  # on the client's batched stream (else one log_event round trip a message)
+        # the stream to the scheduler that was asked: after a reconnect (a scheduler started anew, without the
+        # plugin's handler) the events are not sent on it, as an operation the scheduler has no handler for
+        # would close the client's stream
+        self.comm = getattr(client, "scheduler_comm", None)
         self._lock = threading.Lock()
         self._pending: list[dict] = []
         self._scheduled = False
@@ -69,7 +73,14 @@ class _Publisher:
                     continue
             await self._send(events)
 
+    @property
+    def current(self) -> bool:
+        """Whether the client still talks to the scheduler it was attached on (the same stream)."""
+        return getattr(self.client, "scheduler_comm", None) is self.comm
+
     def _stream(self, events: list[dict]) -> None:
+        if not self.current:  # reconnected since: the page of that scheduler is gone (attach again)
+            return
         try:
             self.client._send_to_scheduler({"op": STREAM_OP, "events": events})  # (thread-safe; queued in order)
         except Exception as e:  # the client is closing: the page misses these, the run goes on
@@ -134,8 +145,10 @@ def _attach(client) -> str | None:
     if os.environ.get("GCC_DASK_RUN_PAGE", "").lower() in ("0", "off", "false", "no"):
         _publishers.pop(client, None)  # (a client attached before publishes no more)
         return None
-    if client in _publishers:
+    p = _publishers.get(client)
+    if p is not None and p.current:
         return page_url(client)
+    _publishers.pop(client, None)
     try:
         try:
             info = client.scheduler_info(n_workers=0)

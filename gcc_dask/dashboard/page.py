@@ -232,8 +232,8 @@ def _legend() -> str:
 
 
 def _timeline_title(snap: dict | None) -> str:
-    what = "a sweep's tasks" if _sweep(snap) else "shards"
-    return f"{what} by Dask worker (a lane per {what.split()[-1][:-1]} running at once) and time (s since the run started)"
+    what, one = ("a sweep's tasks", "task") if _sweep(snap) else ("shards", "shard")
+    return f"{what} by Dask worker (a lane per {one} running at once) and time (s since the run started)"
 
 
 def milestone(run) -> tuple:
@@ -343,6 +343,10 @@ def make_document(doc, scheduler) -> None:
 
     def redraw(run, mark) -> None:
         s = None if run is None else run.snapshot(time.time(), MAX_BARS)
+        if run is not None:  # when a page first showed the run, its first shard, its first batch (the bench reads it)
+            for what, flag in (("run", True), ("first_shard", mark[2]), ("first_batch", mark[3])):
+                if flag and what not in run.shown:
+                    run.shown[what] = time.time() - run.t0
         shown[:] = [None if s is None else (s["token"], s["version"]), mark, time.monotonic()]
         header.text = _header(s)
         schemes.text = scheme_table(s)
@@ -367,7 +371,7 @@ def make_document(doc, scheduler) -> None:
             names.args = {"names": scheme_names}
 
     doc.add_periodic_callback(update, INTERVAL_MS)
-    doc.title = "gcc-dask run" if snap is None else f"gcc-dask run {snap['name']}"
+    doc.title = "gcc-dask run" if snap is None else f"gcc-dask {'sweep' if _sweep(snap) else 'run'} {snap['name']}"
     doc.template = get_env().from_string(_TEMPLATE)
     doc.template_variables["gcc_dask_state"] = summary_json(snap)
     doc.add_root(column(header, schemes, bars, in_flight, legend, timeline, sizing_mode="stretch_width",

@@ -56,7 +56,8 @@ class DashboardPlugin(SchedulerPlugin):
         self.mounted = False
         #: CPU seconds (of the scheduler's thread) the page has cost so far: its hooks on the run's shard
         #: transitions (past the first tests, which every task's transitions pay), the driver's events, and the
-        #: redraws of open pages (:mod:`~.page`); with their counts. The bench reads them (gcc_dask.bench.page).
+        #: redraws of open pages (:mod:`gcc_dask.dashboard.page`); with their counts. The bench reads them
+        #: (:mod:`gcc_dask.bench.page`).
         self.cpu = {"transitions_s": 0.0, "events_s": 0.0, "redraws_s": 0.0, "transitions": 0, "events": 0,
                     "redraws": 0}
 

@@ -157,6 +157,10 @@ class RunState:
         self.what = "sweep" if info.get("what") == "sweep" else "run"
         self.status = "running"
         self.ended: float | None = None
+        self.first_done_s = math.nan  # seconds from the start to the driver's first batch done
+        #: seconds from the start to the first redraw of an open page that showed the run, its first shard, its
+        #: first batch finished (set by the page, :mod:`gcc_dask.dashboard.page`)
+        self.shown: dict[str, float] = {}
         self.version = 0  # counts the changes: a page redraws only when it moved
         self.schemes: dict[str, _Scheme] = {}
         for name, s in (info.get("schemes") or {}).items():
@@ -401,6 +405,7 @@ class RunState:
             "token": self.token, "version": self.version, "what": self.what, "name": self.name, "store": self.store,
             "status": self.status, "quiet": quiet, "quiet_now": sorted(self.quiet),
             "batches": self.total, "metric": self.metric, "started": self.t0, "elapsed_s": t_now,
+            "first_done_s": self.first_done_s, "shown": dict(self.shown),
             "schemes": schemes, "in_flight": flights,
             # (the records themselves, but for a running shard: a copy drawn up to now)
             "shards": [r if r["stop"] == r["stop"] else dict(r, stop=t_now) for r in shards],
@@ -449,6 +454,8 @@ class DashboardState:
             run.cutoff(ev["batch"], ev["scheme"], ev.get("kept", ()), ev.get("cutoff_s", math.nan),
                        ev.get("status", 0))
         elif kind == "done":
+            if run.first_done_s != run.first_done_s:
+                run.first_done_s = t - run.t0
             run.done(ev["batch"], ev.get("records", ()))
         elif kind == "end":
             run.end(ev.get("status", "complete"), t)

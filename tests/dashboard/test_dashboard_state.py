@@ -207,7 +207,8 @@ def test_a_sweep_shows_its_tasks_by_worker_and_each_schemes_metric_so_far():
     assert snap["what"] == "sweep"
     # the tasks running first (by task), then those waiting
     assert [(f["batch"], f["worker"], f["cell"]) for f in snap["in_flight"]] == [
-        (0, "w1", "K=8 N=16 S=0 trials 0-4"), (1, "w2", "K=8 N=16 S=2 trials 0-4"), (2, None, "K=8 N=16 S=2 trials 5-9")]
+        (0, "w1", "K=8 N=16 S=0 trials 0-4"), (1, "w2", "K=8 N=16 S=2 trials 0-4"),
+        (2, None, "K=8 N=16 S=2 trials 5-9")]
     _shard(st, f"sweep-b0-K8-N16-s0-t0-{TOKEN}", "memory", worker="w1", now=101.5, start=100.6, stop=101.4)
     st.event({"kind": "done", "run": TOKEN, "batch": 0, "records": [
         {"scheme": "gcc", "status": 1, "batch_latency_s": None, "mse": 0.5},
@@ -218,7 +219,8 @@ def test_a_sweep_shows_its_tasks_by_worker_and_each_schemes_metric_so_far():
     assert schemes["gcc"]["p50_s"] == pytest.approx(0.8)  # the task's seconds on its worker
     assert schemes["gcc"]["metric"] == pytest.approx(0.5)
     assert (schemes["uncoded"]["done"], schemes["uncoded"]["undecodable"]) == (0, 1)
-    assert [(r["batch"], r["worker"], r["outcome"]) for r in snap["shards"]] == [(1, "w2", "running"), (0, "w1", "kept")]
+    assert [(r["batch"], r["worker"], r["outcome"]) for r in snap["shards"]] == [(1, "w2", "running"),
+                                                                                 (0, "w1", "kept")]
     assert [f["batch"] for f in snap["in_flight"]] == [1, 2]
     # what the page shows of it: tasks, the grid and the cells, no batches-in-flight bars
     assert "gcc-dask sweep <b>" in page._header(snap) and "1 of 3 tasks finished" in page._header(snap)
@@ -243,7 +245,8 @@ def test_quiet_workers_are_marked_from_when_they_went_quiet_until_they_are_back_
     st.event({"kind": "quiet", "run": TOKEN, "workers": [], "ended": [], "t": 102.0}, now=102.0)  # its heartbeats again
     st.event({"kind": "quiet", "run": TOKEN, "workers": ["w2"], "ended": [], "t": 103.0}, now=103.0)
     st.event({"kind": "quiet", "run": TOKEN, "workers": ["w2"], "ended": ["w2"], "t": 104.0}, now=104.0)
-    st.event({"kind": "quiet", "run": TOKEN, "workers": ["w2"], "ended": [], "t": 105.0}, now=105.0)  # ended: no new spell
+    # still listed after it was ended: no new spell
+    st.event({"kind": "quiet", "run": TOKEN, "workers": ["w2"], "ended": [], "t": 105.0}, now=105.0)
     snap = st.latest().snapshot(now=106.0)
     assert snap["quiet"] == [{"worker": "w1", "from": 1.0, "to": 2.0, "ended": False},
                              {"worker": "w2", "from": 3.0, "to": 4.0, "ended": True}]
@@ -304,3 +307,33 @@ def test_the_run_tells_its_page_which_workers_are_quiet_when_that_changes(monkey
     r._tell_page_quiet()
     assert [(e["kind"], e["run"], e["workers"], e["ended"]) for e in sent] == [
         ("quiet", TOKEN, ["w1"], []), ("quiet", TOKEN, [], ["w1"]), ("quiet", TOKEN, [], [])]
+
+
+def test_events_never_go_on_a_stream_other_than_the_one_attached(monkeypatch):
+    """After a reconnect (a scheduler started anew, without the plugin's handler), an event on the client's stream
+    would be an operation the scheduler cannot handle, which closes the stream: nothing is sent, and the next run
+    attaches again."""
+    from gcc_dask.dashboard import driver
+
+    class FakeClient:
+        dashboard_link = "http://127.0.0.1:8787/status"
+        status = "running"
+
+        def __init__(self):
+            self.scheduler_comm, self.sent = object(), []
+
+        def _send_to_scheduler(self, msg):
+            self.sent.append(msg)
+
+        def scheduler_info(self, **kwargs):  # the scheduler attach asks again
+            raise OSError("gone")
+
+    client = FakeClient()
+    monkeypatch.setattr(driver, "_publishers", {})
+    driver._publishers[client] = driver._Publisher(client, stream=True)
+    driver.publish(client, {"kind": "start", "run": TOKEN})
+    assert [m["events"][0]["kind"] for m in client.sent] == ["start"]
+    client.scheduler_comm = object()  # reconnected
+    driver.publish(client, {"kind": "end", "run": TOKEN})
+    assert len(client.sent) == 1
+    assert driver.attach(client) is None and client not in driver._publishers  # asked again: no page there
