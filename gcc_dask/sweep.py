@@ -49,10 +49,11 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from gcc_dask import dashboard, metrics
+from gcc_dask import metrics
 from gcc_dask.coding import make_code
 from gcc_dask.coding.registry import code_parameters
 from gcc_dask.errors import ConfigError, NotEnoughResultsError, StoreError
+from gcc_dask.sweep_page import SweepPage
 from gcc_dask.store.layout import _git_sha, _now, _root_meta, _versions
 from gcc_dask.stragglers import Bernoulli, FixedCount
 from gcc_dask.sweep_config import FunctionConfig, SweepConfig, load_sweep_config
@@ -536,23 +537,10 @@ def run_sweep(config: str | os.PathLike | Mapping[str, Any] | SweepConfig, clien
         final = "interrupted"
         embedded = client is None and not (spec.address or spec.scheduler_file
                                            or os.environ.get("DASK_SCHEDULER_ADDRESS"))
-        labels = [sp.label for sp in cfg.schemes]
-        metric = "rel_acc" if int(np.prod(out_shape)) > 1 else "mse"
-        dim = cfg.stragglers.dim
         with connect(spec, client) as c, perf_report(c, performance_report):
             say(f"dask dashboard: {c.dashboard_link}" + (_EMBEDDED_NOTE if embedded else ""))
-            page = dashboard.attach(c)  # the run page, as a run's (docs/dashboard.rst)
-            if page:
-                say(f"gcc-dask run page: {page}")
+            page = SweepPage(c, token, cfg, str(path), todo, blocks, (K, N, S), int(np.prod(out_shape)), say)
             futures = {}
-            work = []
-            for (a, b, s_i) in todo:
-                for trials in blocks:
-                    cell = f"K={K[a]} N={N[b]} {dim}={S[s_i]:g} trials {trials[0]}-{trials[-1]}"
-                    work.append([len(work), labels, cell])
-            dashboard.publish(c, {"kind": "meta", "run": token, "name": cfg.name, "store": str(path)})
-            dashboard.publish(c, dashboard.sweep_start_event(token, labels, _grid_text(cfg), len(work), metric))
-            dashboard.publish(c, {"kind": "submit", "run": token, "work": work})
             i = 0
             for (a, b, s_i) in todo:
                 for trials in blocks:
@@ -575,8 +563,7 @@ def run_sweep(config: str | os.PathLike | Mapping[str, Any] | SweepConfig, clien
                         cell = status[:, a, b, s_i]
                         cell[cell == STATUS_PENDING] = STATUS_DONE
                         root["status"][:, a, b, s_i] = cell
-                    dashboard.publish(c, {"kind": "done", "run": token, "batch": task,
-                                          "records": _page_records(labels, res, status[:, a, b, s_i], metric)})
+                    page.done(task, res, status[:, a, b, s_i] == STATUS_SKIPPED)
                     bar.update(1)
                 final = "complete"
             except KeyboardInterrupt:
@@ -588,8 +575,7 @@ def run_sweep(config: str | os.PathLike | Mapping[str, Any] | SweepConfig, clien
                 bar.close()
                 c.cancel(list(futures))
                 wall = time.perf_counter() - t0
-                dashboard.publish(c, {"kind": "end", "run": token,
-                                      "status": "complete" if final == "complete" else "stopped"})
+                page.end(final == "complete")
                 if final != "complete":
                     _finish(path, final)
         if performance_report is not None:
@@ -599,29 +585,6 @@ def run_sweep(config: str | os.PathLike | Mapping[str, Any] | SweepConfig, clien
     ds = load_sweep(path)  # read here, not on Dask's default client (maybe another cluster than `client`'s)
     return SweepResult(path=str(path), status="complete" if done else "incomplete", config=cfg, wall_s=wall,
                        summary=sweep_table(ds), rates=rate_table(ds))
-
-
-def _grid_text(cfg: SweepConfig) -> str:
-    """The sweep's grid in one line for the run page: ``K 8; N 16, 32; S 0, 2, 4``."""
-    def values(xs) -> str:
-        return ", ".join(f"{x:g}" for x in xs)
-
-    st = cfg.stragglers
-    return f"K {values(cfg.code.num_inputs)}; N {values(cfg.code.num_workers)}; {st.dim} {values(st.values)}"
-
-
-def _page_records(labels: list[str], res: dict, cell_status: np.ndarray, metric: str) -> list[dict]:
-    """What the run page takes of a finished task (:func:`evaluate_cell`'s result), per scheme that ran at the
-    cell: its metric over the task's trials (status 3 when no trial could be decoded)."""
-    out = []
-    for j, label in enumerate(labels):
-        if cell_status[j] == STATUS_SKIPPED:
-            continue
-        values = np.asarray(res[metric][j], dtype=np.float64)
-        finite = values[np.isfinite(values)]
-        out.append({"scheme": label, "status": 1 if finite.size else 3, "batch_latency_s": None,
-                    metric: float(finite.mean()) if finite.size else float("nan"), "backups": 0, "received": None})
-    return out
 
 
 #: said after the dashboard link of an embedded cluster, which lives only while the sweep does
