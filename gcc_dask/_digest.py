@@ -15,7 +15,7 @@ import hashlib
 import os
 from typing import Iterable
 
-__all__ = ["file_digest", "files_digest"]
+__all__ = ["file_digest", "files_digest", "files_state"]
 
 FULL_HASH_BYTES = 64 << 20
 EDGE_BYTES = 4 << 20
@@ -51,18 +51,36 @@ def files_digest(paths: Iterable[str | os.PathLike]) -> str:
     A directory (a Zarr store) counts by its metadata files (``zarr.json``, ``.zarray``, ``.zattrs``, ...)
     and the sizes and modification times of its other files, listed in sorted order.
     """
+    return files_state(paths)[0]
+
+
+def files_state(paths: Iterable[str | os.PathLike]) -> tuple[str, int]:
+    """:func:`files_digest` of `paths`, and the newest modification time among their files (``st_mtime_ns``,
+    nanoseconds since the epoch; 0 when there is no file).
+
+    The newest time tells a caller whether the digest can stand for the content it read at a time t: a file
+    modified within the file system's timestamp resolution of t could change again with the same size and
+    time (git's 'racily clean' files), so only files last modified well before t are vouched for.
+
+    Raises
+    ------
+    OSError
+        If a file cannot be read.
+    """
     h = hashlib.sha256()
+    newest = [0]
     for path in paths:
         path = os.fspath(path)
         h.update(os.path.basename(path.rstrip("/")).encode())
         if os.path.isdir(path):
-            _tree_digest(h, path, "")
+            _tree_digest(h, path, "", newest)
         else:
             h.update(file_digest(path).encode())
-    return h.hexdigest()
+            newest[0] = max(newest[0], os.stat(path).st_mtime_ns)
+    return h.hexdigest(), newest[0]
 
 
-def _tree_digest(h, folder: str, rel: str) -> None:
+def _tree_digest(h, folder: str, rel: str, newest: list[int] | None = None) -> None:
     """Add a folder's files to `h`, top-down: its own files in sorted order, then each subfolder in sorted
     order (``os.walk``'s order and rules: symbolic links to folders are not followed, a folder that cannot
     be listed is skipped). ``os.scandir`` reads each entry's type with the listing: a Zarr store of 4-D
@@ -87,10 +105,12 @@ def _tree_digest(h, folder: str, rel: str) -> None:
                 subfolders.append(e)
             continue
         h.update((rel + e.name).encode())
+        st = e.stat()
+        if newest is not None:
+            newest[0] = max(newest[0], st.st_mtime_ns)
         if e.name.startswith(("zarr.json", ".z")):
             h.update(file_digest(e.path).encode())
         else:
-            st = e.stat()
             h.update(f"{st.st_size}:{st.st_mtime_ns}".encode())
     for e in subfolders:
-        _tree_digest(h, e.path, rel + e.name + "/")
+        _tree_digest(h, e.path, rel + e.name + "/", newest)

@@ -32,11 +32,13 @@ are :mod:`gcc_dask.composition_similarity`'s. Pure NumPy: nothing here imports D
 from __future__ import annotations
 
 import math
+import time
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from gcc_dask._blas import one_blas_thread
+from gcc_dask._digest import files_state
 from gcc_dask.batch_layout import BatchLayout, _positive, is_permutation, permutation_or_raise  # noqa: F401
 from gcc_dask.composition_cache import CompositionCache, cache_key, window_digest
 from gcc_dask.composition_similarity import DEFAULT_DIMS, Projection, chain_order, fit_projection  # noqa: F401
@@ -249,14 +251,28 @@ def compose(
     piece = _piece(window, group_size)
     run = map_windows or serial_map
     key = None
+    stored = None
     if cache is not None:
         key = composition_key(source, group_size=group_size, block_size=block_size, policy=policy, seed=seed,
                               window=window, dims=dims, fit_samples=fit_samples)
         entry = cache.load(key, n)
-        if entry is not None and tuple(run(_window_digest, bounds, source)) == entry.digests:
+        stored = _stored_state(source)
+        if entry is not None and entry.files and stored is not None and stored[0] == entry.files:
             if say is not None:
-                say(f"composition: the same data and parameters were composed before; reused from {cache.folder}")
+                say(f"composition: the same data (its files unchanged) and parameters were composed before; "
+                    f"reused from {cache.folder}")
             return BatchLayout.from_sequence(entry.sequence, group_size, block_size)
+        if entry is not None:
+            started = time.time_ns()
+            if tuple(run(_window_digest, bounds, source)) == entry.digests:
+                if say is not None:
+                    say("composition: the same data and parameters were composed before; reused from "
+                        f"{cache.folder}")
+                files = _vouched(stored, _stored_state(source), started)
+                if files:  # the next run checks the files, not the samples
+                    cache.save(key, entry.sequence, entry.digests, files)
+                return BatchLayout.from_sequence(entry.sequence, group_size, block_size)
+    started = time.time_ns()
     with one_blas_thread():
         projection = (run_task or _call)(_fit_on, source, _fit_indices(n, int(fit_samples)), int(dims), int(seed))
         if policy == "pc1":
@@ -266,8 +282,34 @@ def compose(
             parts = run(_window_chain, bounds, source, projection, piece)
             sequence = np.concatenate([p for p, _ in parts]).astype(np.int64)
     if cache is not None:
-        cache.save(key, sequence, tuple(d for _, d in parts))
+        cache.save(key, sequence, tuple(d for _, d in parts), _vouched(stored, _stored_state(source), started))
     return BatchLayout.from_sequence(sequence, group_size, block_size)
+
+
+#: files modified this close before a read (or after it) are not vouched for by their sizes and times: the file
+#: system's timestamps are that coarse at worst (git's 'racily clean' files), so a rewrite could keep both
+RACY_MARGIN_NS = 2_000_000_000
+
+
+def _stored_state(source: Any) -> tuple[str, int] | None:
+    """:func:`~gcc_dask._digest.files_state` of the source's :meth:`~gcc_dask.sources.Source.stored_files`; None
+    when it names none or they cannot be read."""
+    files = getattr(source, "stored_files", list)()
+    if not files:
+        return None
+    try:
+        return files_state(files)
+    except OSError:
+        return None
+
+
+def _vouched(before: tuple[str, int] | None, after: tuple[str, int] | None, read_at_ns: int) -> str:
+    """The files digest an entry keeps: the state of the stored files when it was the same before and after the
+    samples were read (from `read_at_ns`) and its newest file was older than the read by
+    :data:`RACY_MARGIN_NS`; else ``""`` (the next run checks the samples)."""
+    if before is None or before != after or before[1] >= read_at_ns - RACY_MARGIN_NS:
+        return ""
+    return before[0]
 
 
 

@@ -5,7 +5,11 @@ the source, projects it and chains it: the costliest step of a run with a cheap 
 the data and on the composition's parameters, so :func:`~gcc_dask.composition.compose` keeps it here, keyed by
 those parameters (:func:`cache_key`) and checked against the data's content: every entry holds a digest of each
 window's samples as read (:func:`window_digest`), and a later run reuses the entry only when a pass over the
-windows gives the same digests. Changed data, or another window, dims, seed, K or B, compose again. An entry
+windows gives the same digests. A source whose samples are the bytes of local files as stored (a local Zarr
+array, :meth:`~gcc_dask.sources.Source.stored_files`) is checked more cheaply: the entry also holds the digest
+of those files' sizes and modification times (:func:`gcc_dask._digest.files_state`), taken when they had last
+changed well before the composition read them, and a later run whose files give the same digest reuses the
+entry without reading a sample. Changed data, or another window, dims, seed, K or B, compose again. An entry
 that does not load, or whose own checksum or content is wrong, is never trusted: the run composes again and
 writes a new one.
 
@@ -54,10 +58,12 @@ def cache_key(**params: Any) -> str:
 
 @dataclass(frozen=True)
 class CachedComposition:
-    """An entry: the composed sequence (int64, a permutation of ``range(n)``) and the digest of each window."""
+    """An entry: the composed sequence (int64, a permutation of ``range(n)``), the digest of each window, and
+    the digest of the source's stored files when they vouch for its content (else ``""``)."""
 
     sequence: np.ndarray
     digests: tuple[str, ...]
+    files: str = ""
 
 
 class CompositionCache:
@@ -105,8 +111,9 @@ class CompositionCache:
                 sequence = np.asarray(z["sequence"])
                 digests = tuple(str(d) for d in z["digests"])
                 checksum = str(z["checksum"])
+                files = str(z["files"]) if "files" in z.files else ""
             ok = (sequence.dtype == np.int64 and sequence.shape == (int(num_samples),)
-                  and checksum == _checksum(sequence, digests)
+                  and checksum == _checksum(sequence, digests, files)
                   and (np.bincount(sequence, minlength=num_samples) == 1).all())
         except Exception as e:  # a damaged file: any error of the reader
             logger.warning("composition cache: entry %s cannot be read (%s: %s); composing again", path,
@@ -115,10 +122,12 @@ class CompositionCache:
         if not ok:
             logger.warning("composition cache: entry %s is damaged; composing again", path)
             return None
-        return CachedComposition(sequence=sequence, digests=digests)
+        return CachedComposition(sequence=sequence, digests=digests, files=files)
 
-    def save(self, key: str, sequence: np.ndarray, digests: tuple[str, ...]) -> None:
-        """Write the entry of `key` (atomically); a cache that cannot be written is logged, never raised."""
+    def save(self, key: str, sequence: np.ndarray, digests: tuple[str, ...], files: str = "") -> None:
+        """Write the entry of `key` (atomically): the sequence, the windows' `digests`, and `files`, the digest of
+        the source's stored files when they vouch for its content (``""``: none); a cache that cannot be written
+        is logged, never raised."""
         sequence = np.asarray(sequence, dtype=np.int64)
         try:
             os.makedirs(self.folder, exist_ok=True)
@@ -126,7 +135,8 @@ class CompositionCache:
             try:
                 with os.fdopen(fd, "wb") as fh:
                     np.savez(fh, sequence=sequence, digests=np.asarray(digests, dtype=str),
-                             checksum=np.asarray(_checksum(sequence, digests)))
+                             checksum=np.asarray(_checksum(sequence, digests, files)),
+                             **({"files": np.asarray(files)} if files else {}))
                 os.replace(tmp, self._path(key))
             except BaseException:
                 try:
@@ -138,7 +148,9 @@ class CompositionCache:
             logger.warning("composition cache: cannot write %s (%s); the next run composes again", self.folder, e)
 
 
-def _checksum(sequence: np.ndarray, digests: tuple[str, ...]) -> str:
+def _checksum(sequence: np.ndarray, digests: tuple[str, ...], files: str = "") -> str:
     h = hashlib.sha256(np.ascontiguousarray(sequence, dtype=np.int64).tobytes())
     h.update("\n".join(digests).encode())
+    if files:  # an entry without it keeps the checksum it was written with
+        h.update(f"\nfiles:{files}".encode())
     return h.hexdigest()

@@ -4,6 +4,7 @@ is given), read in chunk-aligned slices.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable
 
 import numpy as np
@@ -87,6 +88,14 @@ class ArraySource(Source):
 
         return get(self.data), None if self.labels is None else get(self.labels)
 
+    def stored_files(self) -> list[str]:
+        """As :meth:`Source.stored_files`: the folder of the local Zarr array that the array is, whole and as
+        stored (a Zarr array, or ``dask.array.from_zarr`` of one with no other operation in its graph); empty for
+        anything else (a NumPy array, a dask array computed from a Zarr array, a store that is not a local
+        folder)."""
+        folder = _local_zarr_folder(self.data)
+        return [] if folder is None else [folder]
+
     def take(self, indices: Any, chunk: Callable | None = None) -> tuple[np.ndarray, np.ndarray | None]:
         """As :meth:`Source.take`; on a dask array without a chunk reader, one selection of the sorted indices,
         so that each block that holds some of them is computed once (a composed batch spans many short runs
@@ -117,3 +126,33 @@ class ArraySource(Source):
 def _is_dask(a: Any) -> bool:
     """A dask collection (``dask.is_dask_collection``, without importing dask for NumPy input)."""
     return a is not None and callable(getattr(a, "__dask_graph__", None)) and a.__dask_graph__() is not None
+
+
+def _local_zarr_folder(a: Any) -> str | None:
+    """The local folder of the Zarr array that `a` is: a ``zarr.Array`` in a local store, or a dask array whose
+    graph is ``dask.array.from_zarr``'s alone (the array's own key, ``original-<name>``, and ``(name, i, ...)``
+    getters) over the whole of one. None for anything else."""
+    if _is_dask(a):
+        name = str(getattr(a, "name", ""))
+        if not name.startswith("from-zarr-"):
+            return None
+        graph = dict(a.__dask_graph__())
+        original = graph.get(f"original-{name}")
+        if any(k != f"original-{name}" and not (isinstance(k, tuple) and k and k[0] == name) for k in graph):
+            return None  # another operation on the Zarr array's blocks
+        if original is None or tuple(getattr(original, "shape", ())) != tuple(a.shape):
+            return None
+        a = original
+    if type(a).__module__.split(".")[0] != "zarr" or not hasattr(a, "store"):
+        return None
+    store = a.store
+    root = getattr(store, "root", None)  # zarr.storage.LocalStore
+    if root is None:
+        fs = getattr(store, "fs", None)  # zarr.storage.FsspecStore over the local file system
+        protocol = getattr(fs, "protocol", ())
+        protocol = (protocol,) if isinstance(protocol, str) else tuple(protocol or ())
+        if not {"file", "local"} & set(protocol) or not isinstance(getattr(store, "path", None), str):
+            return None
+        root = store.path
+    folder = os.path.join(os.fspath(root), str(getattr(a, "path", "") or "").strip("/"))
+    return os.path.abspath(folder) if os.path.isdir(folder) else None

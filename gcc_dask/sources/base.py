@@ -245,6 +245,14 @@ class Source(ABC):
         so a resume refuses data that changed. Empty for generated and in-memory sources."""
         return []
 
+    def stored_files(self) -> list[str]:
+        """Local files (or Zarr folders) whose bytes are exactly the samples this source reads, with nothing
+        computed on them: while they do not change (their sizes and modification times), neither do the samples.
+        The composition cache (:mod:`gcc_dask.composition_cache`) checks them instead of reading every window
+        again. Empty by default (a source that transforms what it reads, or reads no local file); an array source
+        names the local Zarr array that a ``dask.array.from_zarr`` array (or a Zarr array) reads as it is."""
+        return []
+
     def take(self, indices: Any, chunk: Callable[[int], tuple[np.ndarray, np.ndarray | None]] | None = None
              ) -> tuple[np.ndarray, np.ndarray | None]:
         """Read the samples at `indices` (any order, no repeats needed), in that order.
