@@ -247,6 +247,16 @@ def _loo_relative_error(group, done_batches: np.ndarray, est_ms: float, batch_si
     return float(np.sqrt(per_value / est_ms))
 
 
+def _beyond(value: float, limit: float) -> str:
+    """`value` with the fewest significant digits (2 at least) that show it differs from `limit`: a relative RMSE
+    of 0.1004 against a limit of 0.1 reads ``0.1004``, not ``0.1 > 0.1``."""
+    for digits in range(2, 10):
+        text = f"{value:.{digits}g}"
+        if float(text) != float(f"{limit:.{digits}g}"):
+            return text
+    return repr(float(value))
+
+
 def poor_reason(row, kind: str, done_samples: int) -> str:
     """Why a summary row's estimates are poor, in a few words ("" when they are not): the first of its relative
     RMSE (a regression) or RelAcc (a classifier) against f beyond :data:`POOR_REL_RMSE` /
@@ -258,11 +268,12 @@ def poor_reason(row, kind: str, done_samples: int) -> str:
 
     rel_rmse, rel_acc, est = value("rel_rmse"), value("rel_acc"), value("est_rel_rmse")
     if kind == "regression" and rel_rmse > POOR_REL_RMSE:
-        return f"relative RMSE {rel_rmse:.2g} > {POOR_REL_RMSE:g}"
+        return f"relative RMSE {_beyond(rel_rmse, POOR_REL_RMSE)} > {POOR_REL_RMSE:g}"
     if kind == "classifier" and 1.0 - rel_acc > POOR_DISAGREEMENT:
-        return f"RelAcc {rel_acc:.3g} < {1 - POOR_DISAGREEMENT:g}"
+        return f"RelAcc {_beyond(rel_acc, 1 - POOR_DISAGREEMENT)} < {1 - POOR_DISAGREEMENT:g}"
     if np.isnan(rel_rmse) and np.isnan(rel_acc) and est > POOR_EST_REL_RMSE:
-        return f"estimated relative error {est:.2g} > {POOR_EST_REL_RMSE:g} (leave-one-out, no reference)"
+        return (f"estimated relative error {_beyond(est, POOR_EST_REL_RMSE)} > {POOR_EST_REL_RMSE:g} (leave-one-out, "
+                "no reference)")
     lost = (value("filled") + value("missing")) / done_samples if done_samples > 0 else np.nan
     if lost > POOR_LOST:
         return f"{lost:.0%} of samples filled or missing > {POOR_LOST:.0%}"

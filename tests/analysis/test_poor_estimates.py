@@ -36,6 +36,11 @@ def test_thresholds_and_reasons():
     assert poor_reason({"rel_rmse": 0.05, "est_rel_rmse": 0.8}, "regression", 100) == ""  # the truth wins
     assert poor_reason({"filled": 15, "missing": 0}, "regression", 100) == "15% of samples filled or missing > 10%"
     assert poor_reason({"filled": 5, "missing": 0}, "regression", 100) == ""
+    # a value just beyond its limit shows the digits that make it so (it read "relative RMSE 0.1 > 0.1")
+    assert poor_reason({"rel_rmse": 0.1004}, "regression", 100) == "relative RMSE 0.1004 > 0.1"
+    assert poor_reason({"rel_acc": 0.9496}, "classifier", 100) == "RelAcc 0.9496 < 0.95"
+    assert poor_reason({"rel_rmse": np.nan, "est_rel_rmse": 0.5001}, "regression", 100).startswith(
+        "estimated relative error 0.5001 > 0.5")
 
 
 def test_a_regressor_on_rows_without_near_neighbours_is_flagged(process_client):
