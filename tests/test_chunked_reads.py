@@ -107,6 +107,16 @@ def test_take_reads_each_chunk_of_the_samples_once(tmp_path, monkeypatch):
         got_x, got_y = src.take(odd)
         np.testing.assert_array_equal(got_x, x[odd])
         np.testing.assert_array_equal(got_y, y[odd])
+    # a repeat and a gap in ascending order span as many rows as a run of consecutive samples: [0, 0, 2] was
+    # copied as the slice 0:3 (samples 0, 1, 2) without a word
+    rng = np.random.default_rng(2)
+    cases = [np.array([0, 0, 2]), np.array([16, 16, 18, 40, 41, 41, 43])]
+    cases += [np.sort(rng.integers(0, 64, size=12)) for _ in range(20)] + [rng.integers(0, 512, size=50)
+                                                                          for _ in range(20)]
+    for odd in cases:
+        got_x, got_y = src.take(odd, src.read_chunk)
+        np.testing.assert_array_equal(got_x, x[odd])
+        np.testing.assert_array_equal(got_y, y[odd])
 
 
 # ---------------------------------------------------------------------------------- composition windows

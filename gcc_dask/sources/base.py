@@ -314,9 +314,14 @@ class Source(ABC):
         costs one copy of its samples)."""
         c = int(self.chunks)
         ascending = bool((np.diff(idx) >= 0).all())
-        order = np.arange(idx.size) if ascending else np.argsort(idx, kind="stable")
+        ids = idx // c
+        if ascending:
+            order = np.arange(idx.size)
+        else:  # grouped by chunk, in their own order within one: a radix sort of the chunk numbers when they
+            # fit 16 bits (5 ms for 800,000 samples, against 80-100 ms for sorting the indices themselves)
+            order = np.argsort(ids.astype(np.uint16) if int(ids.max()) < 1 << 16 else ids, kind="stable")
+            ids = ids[order]
         sorted_idx = idx if ascending else idx[order]
-        ids = sorted_idx // c
         bounds = [0, *(np.flatnonzero(np.diff(ids)) + 1).tolist(), idx.size]
         X = y = None
         for a, b in zip(bounds[:-1], bounds[1:]):
@@ -324,12 +329,15 @@ class Source(ABC):
             Xc, yc = chunk(i)
             rows = sorted_idx[a:b] - i * c
             lo, hi = int(rows[0]), int(rows[-1]) + 1
-            pick = slice(lo, hi) if hi - lo == b - a else rows  # consecutive samples: a slice, no gather
+            # consecutive samples (strictly ascending over as many rows as they are): a slice, no gather; a
+            # repeated sample ([0, 0, 2]) spans as many rows and is no slice
+            consecutive = ascending and hi - lo == b - a and (b - a < 2 or bool((np.diff(rows) > 0).all()))
+            pick = slice(lo, hi) if consecutive else rows
             if X is None:
                 X = np.empty((idx.size, *Xc.shape[1:]), dtype=Xc.dtype)
                 y = None if yc is None else np.empty(idx.size, dtype=np.int64)
             where = slice(a, b) if ascending else order[a:b]
-            X[where] = Xc[pick]
+            X[where] = Xc[pick] if isinstance(pick, slice) else np.take(Xc, pick, axis=0)
             if y is not None:
                 y[where] = yc[pick]
         return X, y
