@@ -95,9 +95,31 @@ def test_time_f_doubles_the_rows_until_a_call_is_long_enough():
         return x
 
     cost = time_f(f, lambda a, b: np.zeros((b - a, 3)), 1000, clock=clock)
-    # each timed call reads the clock twice, 1 ms apart: never PROBE_S long, so it runs to the cap
-    assert calls == [64, 64, 128, 256, 512, 1000]
+    # each timed call reads the clock twice, 1 ms apart: never PROBE_S long, so it runs to the cap, and the
+    # last, short call is timed twice more
+    assert calls == [64, 64, 128, 256, 512, 1000, 1000, 1000]
     assert cost.rows == 1000 and cost.seconds == pytest.approx(0.001)
+
+
+def test_time_f_keeps_the_fastest_of_the_last_calls_on_a_busy_machine():
+    """The first call on the last rows was preempted (30 ms by the clock, for 1 ms of f): the fastest of the
+    three is f's cost, not the preempted one (a busy machine chose blocks 16-80x too small)."""
+    spent = iter([0.001, 0.03, 0.001, 0.002])  # the warm-up is not timed; 64 rows: 1 ms; 128 rows: 30, 1, 2 ms
+
+    def f(x):
+        return x
+
+    now = [0.0]
+    reads = []
+
+    def clock():
+        reads.append(now[0])
+        if len(reads) % 2 == 0:  # the end of a timed call: advance by that call's time
+            now[0] += next(spent)
+        return now[0]
+
+    cost = time_f(f, lambda a, b: np.zeros((b - a, 3)), 128, clock=clock)
+    assert cost.rows == 128 and cost.seconds == pytest.approx(0.001)
 
 
 def test_time_f_stops_at_a_long_call():
@@ -105,11 +127,11 @@ def test_time_f_stops_at_a_long_call():
 
     def f(x):
         calls.append(len(x))
-        time.sleep(0.03)  # one call is already longer than PROBE_S
+        time.sleep(0.05)  # one call is already longer than 2 × PROBE_S: not timed again
         return x
 
     cost = time_f(f, lambda a, b: np.zeros((b - a, 3)), 10_000)
-    assert calls == [64, 64] and cost.rows == 64 and cost.seconds >= 0.03
+    assert calls == [64, 64] and cost.rows == 64 and cost.seconds >= 0.05
 
 
 def _slow(x):
