@@ -67,6 +67,7 @@ from gcc_dask.runtime.runner_records import RecordsRunner, _final  # noqa: F401
 from gcc_dask.runtime.runner_submit import SubmitRunner
 from gcc_dask.runtime.signals import SignalFlag
 from gcc_dask.runtime.tasks import RunPlugin
+from gcc_dask.runtime.window import Window, WorkerLoss, refill_size, takes_more
 from gcc_dask.runtime.workers import WorkerList
 
 logger = logging.getLogger(__name__)
@@ -177,7 +178,8 @@ class BatchRunner(MachineRunner, SubmitRunner, QuietRunner, FailuresRunner, Reco
         self.token = plugin.name_token  # the keys end with it (the workers' log filter recognises them)
         self._resources = {"resources": {"GPU": 1}} if use_gpu else {}
         self._events = FutureEvents(client)
-        self._decided: dict[str, int] = {}  # per scheme: the latest batch (its seq) that reached its cutoff
+        self._window = Window()  # per scheme: the latest batch that reached its cutoff (the others overtaken)
+        self._loss = WorkerLoss(worker_timeout)  # the wait once every worker is gone
         self._submitted = 0  # batches submitted so far (the next batch's seq)
         self._inflight: dict[int, _BatchState] = {}
         # the workers shards are spread over (refreshed off the loop; unresponsive ones ended)
@@ -187,16 +189,14 @@ class BatchRunner(MachineRunner, SubmitRunner, QuietRunner, FailuresRunner, Reco
         self._page_quiet: tuple[frozenset, frozenset] = (frozenset(), frozenset())  # as the run page last heard
         self._canceller: ThreadPoolExecutor | None = None  # cancels stragglers, off the loop (_cancel)
         self._fetch_gen = 0  # the fetch whose records the loop takes (an abandoned one's are dropped)
-        self._no_workers_since: float | None = None
         self._signals = SignalFlag()
         self._scheduler_address = getattr(getattr(client, "scheduler", None), "address", None)
 
     # -- the loop ---------------------------------------------------------------------------------
     @property
     def refill_size(self) -> int:
-        """Batches submitted together once that many slots of the window are free (one graph update for all
-        of them, not one per batch): a quarter of ``max_in_flight``, at least 1."""
-        return max(1, self.max_in_flight // 4)
+        """Batches submitted together once that many slots are free (:func:`~.window.refill_size`)."""
+        return refill_size(self.max_in_flight)
 
     def run(self, work: Iterable[tuple[int, list[str]]], on_batch_done: Callable[[int, list[dict]], None] | None = None) -> list[dict]:
         """Run every ``(batch, schemes)`` of ``work``; return one metrics dict per (scheme, batch).
@@ -228,7 +228,7 @@ class BatchRunner(MachineRunner, SubmitRunner, QuietRunner, FailuresRunner, Reco
         try:
             while True:
                 free = self.max_in_flight - len(self._inflight)
-                if not exhausted and (free >= self.refill_size or not self._inflight):
+                if not exhausted and takes_more(free, len(self._inflight), self.max_in_flight):
                     batches = []
                     while len(batches) < free:
                         try:

@@ -80,17 +80,13 @@ class ClusterRunner:
             return
         workers = self._workers.refresh()
         self._tell_page_quiet()
-        if workers:
-            if self._no_workers_since is not None:
-                self.echo(f"{len(workers)} Dask worker(s) back; the run goes on")
-            self._no_workers_since = None
-            return
-        now = time.monotonic()
-        if self._no_workers_since is None:
-            self._no_workers_since = now
+        step = self._loss.step(len(workers), time.monotonic())  # (:class:`~.window.WorkerLoss`)
+        if step == "back":
+            self.echo(f"{len(workers)} Dask worker(s) back; the run goes on")
+        elif step == "gone":
             self.echo(f"every Dask worker is gone; waiting up to {self.worker_timeout:g} s for workers to come "
                       "back (cluster.connect_timeout)")
-        elif now - self._no_workers_since > self.worker_timeout:
+        elif step == "stop":
             raise ClusterError(
                 f"cluster: every Dask worker was lost and none came back within {self.worker_timeout:g} s "
                 "(cluster.connect_timeout); finished batches are in the store: run the same command again "

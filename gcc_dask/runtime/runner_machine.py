@@ -11,6 +11,7 @@ import time
 from gcc_dask import dashboard
 from gcc_dask.runtime.batch_machine import BackUp, Copy, Cut, Promote
 from gcc_dask.runtime.plans import INF, _BatchState, _SchemeState
+from gcc_dask.runtime.window import turns
 
 __all__ = ["MachineRunner"]
 
@@ -19,19 +20,14 @@ class MachineRunner:
     """Events into the machine and its actions into tasks, for :class:`~.executor.BatchRunner`."""
 
     def _give_turn(self, name: str, older_than: int | None = None) -> None:
-        """Give the oldest batch of scheme `name` still waiting (with `older_than`: every waiting batch submitted
-        before that seq, which a later one has overtaken) its turn for backups of its late shards, from now on
-        (:meth:`~.batch_machine.BatchMachine.take_turn`; the loop looks at its cutoff again at once). Only a
-        batch whose turn has come launches backups, and its shards count as launched no earlier than that: the
-        shards of the batches behind the oldest may wait for a thread, behind its own, so their time since the
-        batch's start is no sign of a slow worker (on 2 cores with 16 batches in flight it made many of them
-        late)."""
-        waiting = [(other.seq, o) for other in self._inflight.values() if (o := other.schemes.get(name)) is not None
-                   and o.machine.wants_turn]
-        if older_than is None:
-            waiting = [min(waiting, key=lambda x: x[0])] if waiting else []
-        for seq, o in waiting:
-            if (older_than is None or seq < older_than) and o.machine.take_turn(time.monotonic() - o.start_mono):
+        """Give the batches of scheme `name` whose turn for backups of their late shards comes now
+        (:func:`~.window.turns`) that turn, from now on (:meth:`~.batch_machine.BatchMachine.take_turn`; the loop
+        looks at their cutoff again at once)."""
+        waiting = {other.seq: o for other in self._inflight.values() if (o := other.schemes.get(name)) is not None
+                   and o.machine.wants_turn}
+        for seq in turns(waiting, older_than):
+            o = waiting[seq]
+            if o.machine.take_turn(time.monotonic() - o.start_mono):
                 o.wake = None
 
     def _cut_early(self, state: _BatchState, s: _SchemeState) -> None:
@@ -43,7 +39,7 @@ class MachineRunner:
     def _maybe_promote(self, state: _BatchState, s: _SchemeState) -> None:
         """Run spares at the batch's own priority when a regular shard failed, or when a batch submitted
         later has reached its cutoff first (:meth:`~.batch_machine.BatchMachine.promote`)."""
-        overtaken = self._decided.get(s.plan.name, -1) > state.seq
+        overtaken = self._window.overtaken(s.plan.name, state.seq)
         self._act(state, s, s.machine.promote(overtaken, time.monotonic() - s.start_mono))
 
     def _on_shard(self, t: float, batch: int, scheme: str, w: int, fut, status: str) -> None:
@@ -135,11 +131,10 @@ class MachineRunner:
 
     def _overtake(self, scheme: str, seq: int) -> None:
         """The batch submitted ``seq``-th reached its cutoff for ``scheme``: the batches submitted before it
-        that still wait for regular results of that scheme are overtaken, and run spares for them
-        (:meth:`_maybe_promote`)."""
-        if seq <= self._decided.get(scheme, -1):
+        that still wait for regular results of that scheme are overtaken (:class:`~.window.Window`), and run
+        spares for them (:meth:`_maybe_promote`)."""
+        if not self._window.cut(scheme, seq):
             return
-        self._decided[scheme] = seq
         for older in self._inflight.values():
             s = older.schemes.get(scheme)
             if older.seq < seq and s is not None:
