@@ -11,27 +11,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from gcc_dask.runtime.liveness import MISSED_HEARTBEATS, keys_stuck_on
+from gcc_dask.runtime.liveness import keys_stuck_on
 from gcc_dask.runtime.plans import MAX_ATTEMPTS, _BatchState, _SchemeState
-from gcc_dask.runtime.rescue import blocked
+from gcc_dask.runtime.rescue import blocked, quiet_line, reruns, stuck_shards
 from gcc_dask.runtime.runner_records import _final
 
 logger = logging.getLogger("gcc_dask.runtime.executor")
 
-__all__ = ["QuietRunner", "quiet_line"]
-
-
-def quiet_line(quiet, what: list[str], said: set[str]) -> str | None:
-    """The line a run says when it runs `what` again because of the `quiet` workers, or None: only when
-    something runs again, and once per worker per run (`said`, updated, holds those said already; a worker
-    behind on its heartbeats on a busy machine would otherwise be named at every look)."""
-    new = sorted(set(quiet) - said)
-    if not what or not new:
-        return None
-    said.update(new)
-    return (f"Dask worker{'s' if len(new) > 1 else ''} {', '.join(new)} missed {MISSED_HEARTBEATS} heartbeats: "
-            f"{'what batches' if len(what) > 1 else 'what batch'} {', '.join(what)} waited for there runs again "
-            "on the other workers (said once a run)")
+__all__ = ["QuietRunner", "quiet_line"]  # (quiet_line: :func:`~.rescue.quiet_line`)
 
 
 class QuietRunner:
@@ -64,12 +51,14 @@ class QuietRunner:
         quiet = self._workers.quiet
         if not quiet or not (self._inflight or fetching):
             return fetching, ready
-        waits: dict[str, list[tuple[str, _BatchState, _SchemeState | None]]] = {}
-        shards: dict[str, tuple[_BatchState, _SchemeState, int]] = {}  # key -> a shard a cutoff waits for
+        # what waits for which task, as (why, batch, scheme, state, scheme state) (scheme "": the batch's inputs);
+        # the pure policies pick what runs again (:func:`~.rescue.reruns`, :func:`~.rescue.stuck_shards`)
+        waits: dict[str, list[tuple]] = {}
+        shards: dict[str, tuple] = {}  # key -> (batch, scheme, w, state, scheme state): a shard a cutoff waits for
 
         def wait(fut, why, state, s=None):  # (a finished task counts while its result is held there alone)
             if fut is not None:
-                waits.setdefault(fut.key, []).append((why, state, s))
+                waits.setdefault(fut.key, []).append((why, state.batch, "" if s is None else s.plan.name, state, s))
 
         for state in self._inflight.values():
             for s in state.schemes.values():
@@ -85,16 +74,16 @@ class QuietRunner:
                         and not s.direct:  # the shards a cutoff waits for (run again only if it needs them)
                     for w in np.flatnonzero(self._awaited(s)).tolist():
                         if s.shards[w] is not None and w not in s.backup:
-                            shards[s.shards[w].key] = (state, s, w)
+                            shards[s.shards[w].key] = (state.batch, s.plan.name, w, state, s)
             if state.attempt + 1 < MAX_ATTEMPTS:
                 if state.labels is not None and state.labels.status != "finished":  # (written once finished)
                     wait(state.labels, "inputs", state)
                 wait(state.reference, "inputs", state)  # (the scores join its result)
-        records: dict[str, list] = {}
+        records: dict[str, list[tuple]] = {}
         for state in fetching or ():
             for s in state.schemes.values():
                 if s.result is None and s.restarts + 1 < MAX_ATTEMPTS:
-                    records.setdefault(_final(s).key, []).append(("record", state, s))
+                    records.setdefault(_final(s).key, []).append(("record", state.batch, s.plan.name, state, s))
         if not waits and not records and not shards:
             return fetching, ready
         try:
@@ -102,16 +91,13 @@ class QuietRunner:
         except Exception as e:  # the scheduler is busy or going away: look again at the next check
             logger.debug("could not ask which tasks wait for %s: %r", sorted(quiet), e)
             return fetching, ready
-        again: dict[tuple[int, str], tuple[str, _BatchState, _SchemeState | None]] = {}
-        for key in stuck:
-            for why, state, s in waits.get(key, []) + records.get(key, []):
-                if why != "copy" or self._blocked(s, stuck):
-                    again[(state.batch, "" if s is None else s.plan.name)] = (why, state, s)
+        both = {key: waits.get(key, []) + records.get(key, []) for key in {*waits, *records}}
+        again = reruns(both, stuck, lambda entry: self._blocked(entry[4], stuck))
         short = self._short_of(shards, stuck, again)
         if not again and not short:
             return fetching, ready
-        if any(why == "record" for why, _, _ in again.values()):  # abandon the fetch: its batches go back
-            back = {state.batch for why, state, _ in again.values() if why == "record"}
+        if any(e[0] == "record" for e in again.values()):  # abandon the fetch: its batches go back
+            back = {batch for why, batch, *_ in again.values() if why == "record"}
             for state in fetching:
                 if state.batch in back:
                     self._inflight[state.batch] = state
@@ -123,7 +109,7 @@ class QuietRunner:
             self._fetcher.shutdown(wait=False)
             self._fetcher = ThreadPoolExecutor(1, thread_name_prefix="gcc-dask-records")
         old: list = []
-        for why, state, s in again.values():
+        for _, _, _, state, s in again.values():
             if s is not None:  # a decode, or a record, that waits for the quiet worker: the scheme runs again
                 old += [f for f in (*s.shards, *s.backup.values(), s.decode, s.score) if f is not None]
                 self._submit_scheme(state, s.plan, restarts=s.restarts + 1)
@@ -160,13 +146,9 @@ class QuietRunner:
         hand plus the shards awaited elsewhere fall short of :func:`~.cutoff.needed_results` (a batch with
         more than N - needed of its awaited shards there waited for its deadline, or for the worker to be
         ended; a smaller shortfall is the spares' to cover, as before)."""
-        found: dict[tuple[int, str], tuple[_BatchState, _SchemeState, list[int]]] = {}
-        for key in sorted(stuck & shards.keys()):
-            state, s, w = shards[key]
-            if (state.batch, s.plan.name) not in again:
-                found.setdefault((state.batch, s.plan.name), (state, s, []))[2].append(w)
+        found = stuck_shards(shards, stuck, again)  # (:func:`~.rescue.stuck_shards`)
         short = {}
-        for name, (state, s, ws) in found.items():
+        for name, ((_, _, _, state, s), ws) in found.items():
             rescue = s.machine.short_of(ws, time.monotonic() - s.start_mono)
             if rescue:
                 short[name] = (state, s, list(rescue[0].shards))
