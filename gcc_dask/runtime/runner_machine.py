@@ -84,13 +84,13 @@ class MachineRunner:
                     groups.setdefault(repr(place), (place, []))[1].append(w)
                 update = self._update()
                 for place, batch_ws in groups.values():
-                    self._map_shards(state, s, batch_ws, place, update, priority=-state.seq)
+                    self._map_shards(state, s, batch_ws, place, update, priority=self._priority(state, "shard"))
                 update.send()
             elif isinstance(a, BackUp):  # a copy of each late shard, on a worker that sent a result of the batch
                 update = self._update()
                 for i, w in enumerate(a.shards):
                     self._map_shards(state, s, [w], self._backup_place(state, s, w, a.first + i), update,
-                                     priority=-state.seq, sfx="-b", backup=True)
+                                     priority=self._priority(state, "shard"), sfx="-b", backup=True)
                 update.send()
             elif isinstance(a, Promote):  # again under new keys; the low-priority copies cancelled
                 picked = list(a.shards)

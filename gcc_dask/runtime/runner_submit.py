@@ -15,6 +15,7 @@ from gcc_dask.runtime.placement import backup_worker, copy_slot, round_robin
 from gcc_dask.runtime.plans import MAX_ATTEMPTS, SchemePlan, _BatchState, _SchemeState
 from gcc_dask.runtime.runner_failures import _error_of
 from gcc_dask.runtime.tasks import decode_task, evaluate_shard, reference_task, score_task
+from gcc_dask.runtime.window import priority
 
 __all__ = ["SubmitRunner"]
 
@@ -43,17 +44,16 @@ class SubmitRunner:
             return {}
         return {"workers": [round_robin(workers, batch, w)], "allow_other_workers": True}
 
-    def _background_priority(self, state: _BatchState) -> int:
-        """Below every shard of the batches in flight, spares included: a reference, the labels and a score
-        are needed only for the metrics, never by a decode."""
-        return -state.seq - 2 * self.max_in_flight - 1
+    def _priority(self, state: _BatchState, what: str) -> int:
+        """The priority of a task of the batch (:func:`~.window.priority`)."""
+        return priority(state.seq, what, self.max_in_flight)
 
     def _submit_reference(self, state: _BatchState, update: GraphUpdate | None = None) -> None:
         """(Re)submit the batch's reference task, if the run has one; attempts > 0 get new keys. A run without
         a reference still writes the batch's labels (a task of its own, off the latency path). Added to
         `update` when given, else submitted at once."""
         sfx = f"-a{state.attempt}" if state.attempt else ""
-        priority = self._background_priority(state)
+        priority = self._priority(state, "background")
         own = update is None
         update = self._update() if own else update
         if self.reference:
@@ -112,7 +112,7 @@ class SubmitRunner:
         # regular shards first: an idle worker starts whatever reaches it first
         for (_, is_regular), (place, ws) in sorted(groups.items(), key=lambda g: not g[0][1]):
             self._map_shards(state, s, ws, place, update, watch=not direct,
-                             priority=-state.seq if is_regular else -state.seq - self.max_in_flight)
+                             priority=self._priority(state, "shard" if is_regular else "spare"))
         state.schemes[plan.name] = s
         if direct:
             self._submit_direct(state, s, decode[0], update)
@@ -181,7 +181,7 @@ class SubmitRunner:
             place = self._placement(state.batch, w)
             groups.setdefault(repr(place), (place, []))[1].append(w)
         for place, group in groups.values():
-            self._map_shards(state, s, group, place, update, priority=-state.seq, sfx=sfx)
+            self._map_shards(state, s, group, place, update, priority=self._priority(state, "shard"), sfx=sfx)
 
     def _submit_batch(self, batch: int, schemes: list[str]) -> None:
         """Submit one batch (its tasks in one graph update)."""
@@ -222,15 +222,14 @@ class SubmitRunner:
             s.decode = futs[0]
             self._events.watch([(s.decode, ("decode", state.batch, plan.name, -1))])
 
-        away = self._away_from_quiet()
+        away, rank = self._away_from_quiet(), self._priority(state, "decode")
         if update is None:
             bind([self._submit(decode_task, self.plugin.name, plan.name, state.batch, state.n_real, s.received,
-                               [s.shards[w] for w in s.received], s.meta, key=key, priority=-state.seq + 1,
-                               **away)])
+                               [s.shards[w] for w in s.received], s.meta, key=key, priority=rank, **away)])
             return
         update.add(decode_task, [(self.plugin.name, plan.name, state.batch, state.n_real, s.received,
                                   [self._shard_key(state.batch, w, s) for w in s.received], s.meta)],
-                   keys=[f"{key}-{self.token}"], priority=-state.seq + 1, then=bind, **away)
+                   keys=[f"{key}-{self.token}"], priority=rank, then=bind, **away)
 
     def _submit_score(self, state: _BatchState, s: _SchemeState) -> None:
         """Join the scheme's decoded batch with the batch's reference (a reference lost with its worker is
@@ -244,6 +243,6 @@ class SubmitRunner:
         s.score = self.client.submit(
             score_task, s.decode, reference,
             key=f"score-b{state.batch}-{s.plan.name}{self._keys_suffix(s)}-{self.token}", pure=False, retries=0,
-            priority=self._background_priority(state),
+            priority=self._priority(state, "background"),
         )
         self._events.watch([(s.score, ("score", state.batch, s.plan.name, -1))])

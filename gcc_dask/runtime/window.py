@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-__all__ = ["Window", "WorkerLoss", "refill_size", "takes_more", "turns"]
+__all__ = ["Window", "WorkerLoss", "priority", "refill_size", "takes_more", "turns"]
 
 
 def refill_size(max_in_flight: int) -> int:
@@ -21,6 +21,23 @@ def refill_size(max_in_flight: int) -> int:
 def takes_more(free: int, in_flight: int, max_in_flight: int) -> bool:
     """Whether the window submits more batches now: :func:`refill_size` slots are free, or none is in flight."""
     return free >= refill_size(max_in_flight) or not in_flight
+
+
+def priority(seq: int, what: str, max_in_flight: int) -> int:
+    """The Dask priority (higher runs first) of a task of the batch submitted `seq`-th, of a window of
+    `max_in_flight`: ``"decode"`` above its shards; ``"shard"`` (regular shards, backup copies, promoted spares,
+    rescued shards) in the order of submission; ``"spare"`` (lazy spares) below the shards of every batch in
+    flight and above the next batches'; ``"background"`` (a reference, labels, a score: for the metrics only,
+    never needed by a decode) below every spare.
+
+    Examples
+    --------
+    >>> [priority(1, what, 4) for what in ("decode", "shard", "spare", "background")]
+    [0, -1, -5, -10]
+    """
+    base = -int(seq)
+    return {"decode": base + 1, "shard": base, "spare": base - max_in_flight,
+            "background": base - 2 * max_in_flight - 1}[what]
 
 
 def turns(waiting: Iterable[int], older_than: int | None = None) -> list[int]:

@@ -39,3 +39,16 @@ def test_every_worker_gone_is_said_once_back_is_said_and_the_run_stops_past_the_
     assert loss.step(3, now=11.5) == "back" and loss.step(3, now=12.0) is None
     assert loss.step(0, now=20.0) == "gone"  # a second loss counts from its own start
     assert loss.step(0, now=30.5) == "stop"
+
+
+def test_priorities_rank_a_decode_over_its_shards_and_spares_and_metrics_below_every_batch_in_flight():
+    from gcc_dask.runtime.window import priority
+
+    window = 4
+    ranks = {seq: {what: priority(seq, what, window) for what in ("decode", "shard", "spare", "background")}
+             for seq in range(window)}
+    assert ranks[0] == {"decode": 1, "shard": 0, "spare": -4, "background": -9}
+    # every batch's shards above every spare of the batches in flight, every spare above every metrics task
+    assert min(r["shard"] for r in ranks.values()) > max(r["spare"] for r in ranks.values())
+    assert min(r["spare"] for r in ranks.values()) > max(r["background"] for r in ranks.values())
+    assert all(r["decode"] > r["shard"] for r in ranks.values())
