@@ -10,6 +10,7 @@ import time
 
 from gcc_dask import dashboard
 from gcc_dask.runtime.batch_machine import BackUp, Copy, Cut, Promote
+from gcc_dask.runtime.late_shards import first_copy
 from gcc_dask.runtime.plans import INF, _BatchState, _SchemeState
 from gcc_dask.runtime.window import turns
 
@@ -50,13 +51,14 @@ class MachineRunner:
         copy = s.backup.get(w)
         if (fut is not s.shards[w] and fut is not copy) or s.decode is not None or s.done or s.known[w]:
             return  # a late report (decided already, or from a resubmitted scheme's first attempt)
-        if copy is not None:  # a late shard with a backup copy: the first result wins, a failure waits for the other
+        if copy is not None:  # a late shard with a backup copy (:func:`~.late_shards.first_copy`)
             other = copy if fut is s.shards[w] else s.shards[w]
             del s.backup[w]
-            s.shards[w] = other if status != "finished" else fut
-            if status != "finished" and other.status in ("pending", "finished"):
-                return  # (the other's own report may still be on its way: it decides)
-            if status == "finished":
+            outcome = first_copy(status, other.status)
+            s.shards[w] = fut if outcome == "won" else other
+            if outcome == "wait":
+                return
+            if outcome == "won":
                 self._cancel([other])
         if status == "finished":
             s.machine.arrive(w, t - s.start_mono)

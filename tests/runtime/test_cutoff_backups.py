@@ -16,7 +16,7 @@ import gcc_dask as gd
 from gcc_dask.config import load_config
 from gcc_dask.pipeline import build_codes, build_plans
 from gcc_dask.runtime.backups import Speculation
-from gcc_dask.runtime.late_shards import late_shards_due
+from gcc_dask.runtime.late_shards import first_copy, late_shards_due
 
 INF = math.inf
 SLOW_S = 3.0  # the slow worker's delay on every shard
@@ -56,6 +56,14 @@ def test_only_the_shards_the_cutoff_cannot_do_without_get_a_copy():
     assert late_shards_due(few, np.zeros(10), awaited, none, none, 8, 9.0, Speculation(quantile=0.5))[0].size == 3
     with pytest.raises(ValueError, match="expected one shape"):
         late_shards_due(arr, np.zeros(9), awaited, none, none, 8, 1.0, rule)
+
+
+def test_of_a_shard_and_its_copy_the_first_result_wins_and_a_failure_waits_for_the_other():
+    """The rule alone (late_shards.first_copy); the runner carrying it out is tested below."""
+    assert [first_copy("finished", other) for other in ("pending", "finished", "error")] == ["won"] * 3
+    assert [first_copy(status, "pending") for status in ("error", "lost", "cancelled")] == ["wait"] * 3
+    assert first_copy("error", "finished") == "wait"  # its result is on its way: its own report decides
+    assert [first_copy("error", other) for other in ("error", "lost", "cancelled")] == ["erased"] * 3
 
 
 def _cfg(path, workload, backups: bool, num_samples: int = 64):
