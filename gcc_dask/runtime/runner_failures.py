@@ -1,5 +1,5 @@
 """Failures: a decode, score or labels task that failed (run again when it died with a worker, at most
-:data:`~.batch_machine.MAX_ATTEMPTS` times; the machine decides for a decode), a batch whose data is bad (the run
+:data:`~.batch_machine.MAX_ATTEMPTS` times; the machine decides for a decode and a score), a batch whose data is bad (the run
 stops with one line), and the one line that tells the user the first batch of a scheme without an estimate.
 A mixin of :class:`~.executor.BatchRunner`."""
 
@@ -10,7 +10,7 @@ import logging
 import numpy as np
 from distributed import KilledWorker
 
-from gcc_dask.runtime.batch_machine import Fail, Redecode, Restart, WatchShards
+from gcc_dask.runtime.batch_machine import Fail, Redecode, Rescore, Restart, WatchShards
 from gcc_dask.runtime.plans import MAX_ATTEMPTS, _BatchState, _SchemeState
 from gcc_dask.runtime.tasks import failed_record, is_bad_batch, is_storage_error, strip_record
 
@@ -124,16 +124,15 @@ class FailuresRunner:
         exc = _error_of(fut)
         if is_storage_error(exc):  # the reference (or the labels) cannot be written: stop with that one line
             raise exc
-        if isinstance(exc, KilledWorker) and s.attempt + 1 < MAX_ATTEMPTS:
-            # the score, the reference or the decode's record died with a worker: join them again
-            s.attempt += 1
-            if s.decode.status != "finished":
-                self._submit_decode(state, s)  # its record was lost: decode again, then score
-                s.score = None
-            else:
-                self._submit_score(state, s)
+        action = s.machine.score_failed(isinstance(exc, KilledWorker), s.decode.status == "finished")[0]
+        if isinstance(action, Redecode):  # the decode's record died with a worker: decode again, then score
+            self._submit_decode(state, s)
+            s.score = None
             return
-        # no reference for this batch (f raised on the uncoded batch): keep the record without metrics
+        if isinstance(action, Rescore):  # the score or the reference died with a worker: join them again
+            self._submit_score(state, s)
+            return
+        # (Unscored) no reference for this batch (f raised on the uncoded batch): keep the record without metrics
         logger.warning("batch %d (%s): no reference to score against (%r)", batch, scheme, exc)
         try:
             s.result = strip_record(s.decode.result())
