@@ -63,3 +63,34 @@ def slow_on(x, address: str | list = "", seconds: float = 1.0):
     if here is not None and here in ([address] if isinstance(address, str) else address):
         cooperative_sleep(seconds)
     return np.tanh(np.asarray(x, dtype=np.float64))
+
+
+#: opened by a test to let the shards :func:`held_on` holds go on (a threaded cluster's workers share it)
+GATE = threading.Event()
+#: shards :func:`held_on` has held so far, and those it let go on because the gate opened (not cancelled)
+HELD = {"held": 0, "let_through": 0}
+
+
+def held_on(x, address: str = ""):
+    """f(x) = tanh(x), but a shard (a task ``eval-...``) on the Dask worker at `address` is held until
+    :data:`GATE` opens or the task is cancelled (a worker slower than any timeout: the shards there never finish
+    while the gate is closed; the batch's reference, off the latency path, is not held)."""
+    from distributed import get_worker
+    from distributed.worker import thread_state
+
+    from gcc_dask.runtime.cancel import is_cancelled
+
+    try:
+        here = get_worker().address
+    except ValueError:  # called outside a task (the driver's check on one sample)
+        here = None
+    if here == address and str(getattr(thread_state, "key", "")).startswith("eval-"):
+        with _CALLS_LOCK:
+            HELD["held"] += 1
+        while not GATE.wait(0.05):
+            if is_cancelled():
+                break
+        else:
+            with _CALLS_LOCK:
+                HELD["let_through"] += 1
+    return np.tanh(np.asarray(x, dtype=np.float64))

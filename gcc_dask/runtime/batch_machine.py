@@ -22,9 +22,10 @@ arrival is its drawn latency (``delays``), whatever ``now``.
 Events (methods): :meth:`~BatchMachine.start`, :meth:`~BatchMachine.shard_finished`,
 :meth:`~BatchMachine.shard_failed` (an erasure, never retried), :meth:`~BatchMachine.tick`,
 :meth:`~BatchMachine.promote`, :meth:`~BatchMachine.take_turn`, :meth:`~BatchMachine.short_of`,
-:meth:`~BatchMachine.decode_finished`, :meth:`~BatchMachine.decode_failed`. Actions (returned, in order):
-:class:`Submit`, :class:`Decode`, :class:`Copy`, :class:`BackUp`, :class:`Promote`, :class:`Rescue`, :class:`Cut`,
-:class:`Redecode`, :class:`Restart`, :class:`WatchShards`, :class:`Fail`.
+:meth:`~BatchMachine.decode_finished`, :meth:`~BatchMachine.decode_failed`, :meth:`~BatchMachine.score_failed`.
+Actions (returned, in order): :class:`Submit`, :class:`Decode`, :class:`Copy`, :class:`BackUp`, :class:`Promote`,
+:class:`Rescue`, :class:`Cut`, :class:`Redecode`, :class:`Restart`, :class:`Rescore`, :class:`Unscored`,
+:class:`WatchShards`, :class:`Fail`.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from gcc_dask.runtime.spares import spares_due
 
 __all__ = [
     "BatchMachine", "Submit", "Decode", "Copy", "BackUp", "Promote", "Rescue", "Cut", "Redecode", "Restart",
-    "WatchShards", "Fail", "MAX_ATTEMPTS", "WAITING", "CUT", "DONE", "FAILED",
+    "Rescore", "Unscored", "WatchShards", "Fail", "MAX_ATTEMPTS", "WAITING", "CUT", "DONE", "FAILED",
 ]
 
 INF = math.inf
@@ -115,6 +116,16 @@ class Redecode:
 @dataclass(frozen=True)
 class Restart:
     """Run the scheme's batch again from its shards, new keys, same draws (kept shards lost with a worker)."""
+
+
+@dataclass(frozen=True)
+class Rescore:
+    """Join the decoded batch with its reference again (the score, or the reference, died with its worker)."""
+
+
+@dataclass(frozen=True)
+class Unscored:
+    """Keep the decode's record without metrics (no reference to score against)."""
 
 
 @dataclass(frozen=True)
@@ -330,6 +341,15 @@ class BatchMachine:
                 self.attempt += 1
                 return [Redecode()]
         return [self.fail(f"decode failed: {error}")]
+
+    def score_failed(self, killed: bool, decoded: bool) -> list:
+        """The score (the decoded batch joined with its reference) failed; `killed`: with its worker (or the
+        reference's, or the decode's record's), `decoded`: the decode's record is still there. Decode again (then
+        score), score again, or keep the record without metrics (at most :data:`MAX_ATTEMPTS` tries)."""
+        if killed and self.attempt + 1 < MAX_ATTEMPTS:
+            self.attempt += 1
+            return [Rescore()] if decoded else [Redecode()]
+        return [Unscored()]
 
     def fail(self, reason: str) -> Fail:
         """The scheme's batch has no estimate."""

@@ -1,48 +1,21 @@
 """The driver loop: submit coded batches, apply the cutoff, cancel stragglers, decode, bound the work in flight.
 
-This is the Dask shell of the runtime (docs/architecture.rst, section 'The batch machine'): every straggler
-decision of a scheme's batch is taken by its pure :class:`~.batch_machine.BatchMachine`; :class:`BatchRunner`
-turns futures into the machine's events and its actions into futures. Its parts live in modules of their own,
-one concern each: :mod:`~.runner_machine` (events in, actions out), :mod:`~.runner_submit` (graph updates),
-:mod:`~.runner_quiet` (quiet workers), :mod:`~.runner_failures` (failed tasks, bad data),
-:mod:`~.runner_records` (fetches) and :mod:`~.runner_cluster` (plugin, workers, scheduler, cancels); this
-module keeps the loop.
+This is the Dask shell of the runtime (docs/architecture.rst, section 'The batch machine'): every decision is
+taken by pure code, a scheme's batch by its :class:`~.batch_machine.BatchMachine` and the window of batches by
+:mod:`~.window`; :class:`BatchRunner` turns futures into their events and their actions into futures. This module
+keeps the loop; :mod:`~.runner_tasks` submits tasks and carries out the machine's actions,
+:mod:`~.runner_results` fetches records and handles failed tasks, :mod:`~.runner_cluster` the plugin, the
+workers (quiet ones included), a lost scheduler and the cancels.
 
-Per batch ``b`` and scheme ``s`` (docs/pipeline.rst, section 'Cutoff'): N shard futures with unique
-keys ``eval-b{b}-w{n}-{s}-{token}`` (``pure=False``, ``retries=0``; each reads the batch on its worker, once
-per worker, and encodes its own row: :meth:`~.plugin.RunPlugin.shard_input`, so shards depend on no other task
-and no coded input moves between workers), then, once :func:`~.cutoff.decide`
-says the cutoff is final, one decode task over the kept shards; the other shards are cancelled and stop
-cooperatively. The uncoded reference (for MSE and RelAcc) is never an input of the decode: a score task
-joins the two afterwards, off the latency path. The driver never calls ``.result()`` per shard: futures
-report through ``add_done_callback`` into one queue, which the loop drains with a timeout (for wall-clock
-deadlines and the worker watchdog).
-
-Worker death: a shard lost with its worker is an erasure, never re-run (``allowed-failures: 0``; except for a
-scheme decoded with its shards, :meth:`BatchRunner._submit_direct`, whose finished shards Dask recomputes). The
-batch's other tasks (reference, decode, score) are deterministic and are submitted again when they
-die with a worker (``KilledWorker``), at most :data:`MAX_ATTEMPTS` times; when a decode's kept shards were
-lost too, the scheme's batch is run again from its shards (on the virtual clock it keeps the same set).
-A batch's shards are spread over the workers round-robin, so one death erases about N/W of them, not all
-(except a scheme decoded with its shards, whose shards the scheduler places).
-When every worker is gone for longer than ``worker_timeout`` the run stops with a
-:class:`~gcc_dask.errors.ClusterError` (the store keeps what finished; a rerun resumes).
-
-Clocks: with a latency model the cutoff runs on the *virtual clock* (a shard's arrival time is its
-injected latency, seeded by run seed, batch and worker), so the kept set depends on the seed alone; without
-one, or with ``stragglers.clock: wall``, it runs on the wall clock and the store records what arrived.
-
-Spares (``cutoff.spares: lazy``, wall clock only): a batch runs the shards its cutoff needs
-(:meth:`~.plans.SchemePlan.regular`) at its own priority and the others below every batch in flight, so a busy
-cluster computes them only when a thread is free. When a regular shard fails, or a batch submitted later
-reaches its cutoff first, the batch's spares are submitted again at its own priority
-(:meth:`~.batch_machine.BatchMachine.promote`).
-
-Backups (a plan with a :class:`~.backups.Speculation`, the ``speculative`` scheme): the batch runs its K
-originals only; the next copy of an input is submitted, at the batch's priority and on another worker, when
-its copies so far failed or the latest is late by Spark's rule on the batch's own results
-(:func:`~.backups.backups_due`; :meth:`~.batch_machine.BatchMachine.tick`), up to ``speculation.copies`` backups. The
-cutoff waits for one copy of every input; the others are cancelled.
+Per batch ``b`` and scheme ``s`` (docs/pipeline.rst, sections 'Cutoff' and 'Failures and erasures'): N shard
+futures with keys ``eval-b{b}-w{n}-{s}-{token}`` (``pure=False``, ``retries=0``; each reads and encodes its
+batch on its worker, so shards depend on no other task), then one decode over the kept shards once the cutoff
+is final; the others are cancelled and stop cooperatively. A score task joins the decode with the uncoded
+reference, off the latency path. Futures report through ``add_done_callback`` into one queue, which the loop
+drains with a timeout (wall-clock deadlines, the worker watchdog). A shard lost with its worker is an erasure,
+never re-run; the other tasks of a batch are submitted again when they die with a worker, at most
+:data:`MAX_ATTEMPTS` times. With a latency model the cutoff runs on the *virtual clock* of the drawn latencies
+(the kept set depends on the seed alone); without one, or with ``stragglers.clock: wall``, on the wall clock.
 """
 
 from __future__ import annotations
@@ -59,14 +32,13 @@ from gcc_dask import dashboard
 from gcc_dask.errors import GccDaskError
 from gcc_dask.runtime.events import FutureEvents
 from gcc_dask.runtime.plans import INF, MAX_ATTEMPTS, SchemePlan, _BatchState, _SchemeState  # noqa: F401
+from gcc_dask.runtime.rescue import quiet_line
 from gcc_dask.runtime.runner_cluster import ClusterRunner, _LostFetchLogFilter  # noqa: F401
-from gcc_dask.runtime.runner_failures import FailuresRunner, _error_of, _samples_text  # noqa: F401
-from gcc_dask.runtime.runner_machine import MachineRunner
-from gcc_dask.runtime.runner_quiet import QuietRunner, quiet_line
-from gcc_dask.runtime.runner_records import RecordsRunner, _final  # noqa: F401
-from gcc_dask.runtime.runner_submit import SubmitRunner
+from gcc_dask.runtime.runner_results import ResultsRunner, _error_of, _final, _samples_text  # noqa: F401
+from gcc_dask.runtime.runner_tasks import TasksRunner
 from gcc_dask.runtime.signals import SignalFlag
 from gcc_dask.runtime.tasks import RunPlugin
+from gcc_dask.runtime.window import Window, WorkerLoss, refill_size, takes_more
 from gcc_dask.runtime.workers import WorkerList
 
 logger = logging.getLogger(__name__)
@@ -81,7 +53,7 @@ LOAD_SAY_S = 2.0
 MAX_WAIT_S = 0.5
 
 
-class BatchRunner(MachineRunner, SubmitRunner, QuietRunner, FailuresRunner, RecordsRunner, ClusterRunner):
+class BatchRunner(TasksRunner, ResultsRunner, ClusterRunner):
     """Run batches of a coded pipeline on a Dask client.
 
     Parameters
@@ -177,7 +149,8 @@ class BatchRunner(MachineRunner, SubmitRunner, QuietRunner, FailuresRunner, Reco
         self.token = plugin.name_token  # the keys end with it (the workers' log filter recognises them)
         self._resources = {"resources": {"GPU": 1}} if use_gpu else {}
         self._events = FutureEvents(client)
-        self._decided: dict[str, int] = {}  # per scheme: the latest batch (its seq) that reached its cutoff
+        self._window = Window()  # per scheme: the latest batch that reached its cutoff (the others overtaken)
+        self._loss = WorkerLoss(worker_timeout)  # the wait once every worker is gone
         self._submitted = 0  # batches submitted so far (the next batch's seq)
         self._inflight: dict[int, _BatchState] = {}
         # the workers shards are spread over (refreshed off the loop; unresponsive ones ended)
@@ -187,16 +160,14 @@ class BatchRunner(MachineRunner, SubmitRunner, QuietRunner, FailuresRunner, Reco
         self._page_quiet: tuple[frozenset, frozenset] = (frozenset(), frozenset())  # as the run page last heard
         self._canceller: ThreadPoolExecutor | None = None  # cancels stragglers, off the loop (_cancel)
         self._fetch_gen = 0  # the fetch whose records the loop takes (an abandoned one's are dropped)
-        self._no_workers_since: float | None = None
         self._signals = SignalFlag()
         self._scheduler_address = getattr(getattr(client, "scheduler", None), "address", None)
 
     # -- the loop ---------------------------------------------------------------------------------
     @property
     def refill_size(self) -> int:
-        """Batches submitted together once that many slots of the window are free (one graph update for all
-        of them, not one per batch): a quarter of ``max_in_flight``, at least 1."""
-        return max(1, self.max_in_flight // 4)
+        """Batches submitted together once that many slots are free (:func:`~.window.refill_size`)."""
+        return refill_size(self.max_in_flight)
 
     def run(self, work: Iterable[tuple[int, list[str]]], on_batch_done: Callable[[int, list[dict]], None] | None = None) -> list[dict]:
         """Run every ``(batch, schemes)`` of ``work``; return one metrics dict per (scheme, batch).
@@ -228,7 +199,7 @@ class BatchRunner(MachineRunner, SubmitRunner, QuietRunner, FailuresRunner, Reco
         try:
             while True:
                 free = self.max_in_flight - len(self._inflight)
-                if not exhausted and (free >= self.refill_size or not self._inflight):
+                if not exhausted and takes_more(free, len(self._inflight), self.max_in_flight):
                     batches = []
                     while len(batches) < free:
                         try:

@@ -10,7 +10,7 @@ import numpy as np
 
 from gcc_dask.runtime.backups import Speculation, _rule_fire
 
-__all__ = ["late_shards_due"]
+__all__ = ["late_shards_due", "first_copy"]
 
 
 def late_shards_due(arrivals: np.ndarray, launch: np.ndarray, awaited: np.ndarray, backed: np.ndarray,
@@ -89,3 +89,19 @@ def late_shards_due(arrivals: np.ndarray, launch: np.ndarray, awaited: np.ndarra
         due.sort()
     pending = candidates & ~late
     return due, float(late_at[pending].min()) if pending.any() else math.inf
+
+
+def first_copy(status: str, other: str) -> str:
+    """A shard with a backup copy (or the copy) reported `status` (``"finished"``, ``"error"``, ``"lost"``, ...)
+    while the other copy is `other` (its Dask status): ``"won"`` (the first result wins: the other is
+    cancelled), ``"wait"`` (this one failed, the other may still bring a result: its own report, maybe on its
+    way, decides) or ``"erased"`` (both failed: an erasure).
+
+    Examples
+    --------
+    >>> first_copy("finished", "pending"), first_copy("error", "finished"), first_copy("error", "error")
+    ('won', 'wait', 'erased')
+    """
+    if status == "finished":
+        return "won"
+    return "wait" if other in ("pending", "finished") else "erased"

@@ -12,11 +12,13 @@ which the quiet worker may hold).
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["awaited", "blocked", "shortfall", "spares_left"]
+from gcc_dask.runtime.liveness import MISSED_HEARTBEATS  # (a constant: liveness imports Dask in its functions only)
+
+__all__ = ["awaited", "blocked", "quiet_line", "reruns", "shortfall", "spares_left", "stuck_shards"]
 
 
 def awaited(regular: np.ndarray, promoted: np.ndarray, known: np.ndarray, failed: np.ndarray) -> np.ndarray:
@@ -73,3 +75,57 @@ def blocked(num_inputs: int, known: np.ndarray, failed: np.ndarray, launched: np
         if live and all(stuck[w] for w in live):
             return True
     return False
+
+
+def reruns(waits: Mapping[str, Sequence[tuple]], stuck: set[str], blocked_: Callable[[tuple], bool]) -> dict:
+    """What runs again because of the tasks `stuck` on a quiet worker: per ``(batch, scheme)`` (scheme ``""``:
+    the batch's inputs), the last entry found that calls for it. `waits` maps a task's key to what waits for it, ``(why,
+    batch, scheme, ...)`` tuples: ``why`` is ``"scheme"`` (its decode, score or kept results), ``"inputs"``
+    (its labels or reference), ``"record"`` (a record being fetched) or ``"copy"`` (a copy of a speculative
+    scheme, which runs again only when an input of it is :func:`blocked`: ``blocked_(entry)``).
+
+    Examples
+    --------
+    >>> waits = {"a": [("scheme", 0, "gcc")], "b": [("copy", 1, "speculative")], "c": [("inputs", 2, "")]}
+    >>> reruns(waits, {"a", "b"}, lambda entry: False)
+    {(0, 'gcc'): ('scheme', 0, 'gcc')}
+    """
+    again: dict = {}
+    for key in stuck:
+        for entry in waits.get(key, ()):
+            if entry[0] != "copy" or blocked_(entry):
+                again[(entry[1], entry[2])] = entry
+    return again
+
+
+def stuck_shards(shards: Mapping[str, tuple], stuck: set[str], again: Mapping[tuple, object]) -> dict:
+    """The awaited shards stuck on a quiet worker of the ``(batch, scheme)`` not run again whole (`again`):
+    `shards` maps a key to ``(batch, scheme, w, ...)``; per ``(batch, scheme)``, its first entry and the
+    stuck shards' numbers, in the order of their keys (the machine decides which of them run again,
+    :func:`shortfall`).
+
+    Examples
+    --------
+    >>> shards = {"k1": (0, "gcc", 1), "k2": (0, "gcc", 2), "k3": (1, "gcc", 0)}
+    >>> stuck_shards(shards, {"k1", "k2", "k3"}, {(1, "gcc"): "scheme"})
+    {(0, 'gcc'): ((0, 'gcc', 1), [1, 2])}
+    """
+    found: dict = {}
+    for key in sorted(stuck & shards.keys()):
+        entry = shards[key]
+        if (entry[0], entry[1]) not in again:
+            found.setdefault((entry[0], entry[1]), (entry, []))[1].append(entry[2])
+    return found
+
+
+def quiet_line(quiet, what: list[str], said: set[str]) -> str | None:
+    """The line a run says when it runs `what` again because of the `quiet` workers, or None: only when
+    something runs again, and once per worker per run (`said`, updated, holds those said already; a worker
+    behind on its heartbeats on a busy machine would otherwise be named at every look)."""
+    new = sorted(set(quiet) - said)
+    if not what or not new:
+        return None
+    said.update(new)
+    return (f"Dask worker{'s' if len(new) > 1 else ''} {', '.join(new)} missed {MISSED_HEARTBEATS} heartbeats: "
+            f"{'what batches' if len(what) > 1 else 'what batch'} {', '.join(what)} waited for there runs again "
+            "on the other workers (said once a run)")

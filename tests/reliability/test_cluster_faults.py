@@ -49,6 +49,16 @@ def _kill_tree(proc) -> None:
     proc.wait()
 
 
+def _wait_until_no_worker(sched_file) -> None:
+    """Wait until the scheduler lists no worker (an event, not a duration: it has noticed that every worker is
+    gone; no time bound here, pytest-timeout ends a hang)."""
+    from distributed import Client
+
+    with Client(scheduler_file=str(sched_file), timeout="60s", set_as_default=False) as client:
+        while client.scheduler_info(n_workers=-1)["workers"]:
+            time.sleep(0.05)
+
+
 def test_every_worker_killed_and_replaced_the_run_goes_on(tmp_path):
     env = subprocess_env()
     sched_file = tmp_path / "scheduler.json"
@@ -81,7 +91,7 @@ def test_every_worker_killed_and_replaced_the_run_goes_on(tmp_path):
         assert run.poll() is None, run.communicate()
         for w in first:  # every worker tree (nanny and worker process), at once
             _kill_tree(w)
-        time.sleep(1.0)
+        _wait_until_no_worker(sched_file)  # the new ones replace them: none of the old ones is seen beside them
         procs += workers()
         out, err = run.communicate(timeout=300)  # it used to wait forever here
         assert run.returncode == 0, (run.returncode, out[-2000:], err)

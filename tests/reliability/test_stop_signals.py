@@ -98,19 +98,25 @@ def test_a_signal_mid_run_stops_with_one_line_and_the_rerun_resumes(tmp_path, si
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_while_the_cluster_starts_stops_the_run(tmp_path, signum):
-    """Each worker takes 3 s to start (a preload), and the signal is sent once the first worker process is
-    there: the cluster is still starting. The run stops once it has started (and closes it) instead of going
-    on to completion; the workers, which start with both signals blocked, print nothing."""
+    """Each worker is held in its start (a preload, tests/reliability/slow_start.py) until the test lets it go
+    on, and the signal is sent once a worker is held there: the cluster is still starting, whatever the
+    machine's load. The run stops once the cluster has started (and closes it) instead of going on to
+    completion; the workers, which start with both signals blocked, print nothing."""
+    from slow_start import GATE_ENV
+
     store, pipe = _pipeline(tmp_path, batches=20)
-    env = {**subprocess_env(), "DASK_DISTRIBUTED__WORKER__PRELOAD": '["slow_start"]'}
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    env = {**subprocess_env(), "DASK_DISTRIBUTED__WORKER__PRELOAD": '["slow_start"]', GATE_ENV: str(gate)}
     proc = _start(pipe, env)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None and not _workers(proc):
-        time.sleep(0.05)
-    assert proc.poll() is None, proc.communicate()
-    time.sleep(0.5)  # the worker is in its 3 s preload: the cluster has not started
-    workers = _workers(proc)
-    _send(proc, signum)
+    try:
+        while proc.poll() is None and not any(gate.glob("in-preload-*")):  # (no time bound: pytest-timeout)
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.communicate()
+        workers = _workers(proc)  # a worker is in its preload: the cluster has not started
+        _send(proc, signum)
+    finally:
+        (gate / "open").touch()  # the workers go on starting; the run stops once they have
     out, err, alive = _finish(proc, workers)
     assert proc.returncode == CODES[signum], (proc.returncode, out[-2000:], err)
     assert [line for line in err.splitlines() if line.strip()] == [LINES[signum]], err

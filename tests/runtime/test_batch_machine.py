@@ -22,9 +22,11 @@ from gcc_dask.runtime.batch_machine import (
     Fail,
     Promote,
     Redecode,
+    Rescore,
     Rescue,
     Restart,
     Submit,
+    Unscored,
     WatchShards,
 )
 from gcc_dask.runtime.cutoff import CutoffPolicy, Speculation
@@ -245,3 +247,15 @@ def test_the_machine_is_deterministic(virtual):
         return out
 
     assert run() == run() and len(run()) == 1 and isinstance(run()[0], Cut)
+
+
+def test_a_score_lost_with_its_worker_is_made_again_and_one_without_a_reference_keeps_the_record():
+    plan = _plan(n=4, wait_for=3)
+    m = _machine(plan)
+    for w in range(3):
+        m.shard_finished(w, 0.1)
+    assert m.score_failed(killed=True, decoded=True) == [Rescore()]  # the score or its reference died
+    assert m.score_failed(killed=True, decoded=False) == [Redecode()]  # the decode's record died too
+    assert m.attempt == 2
+    assert m.score_failed(killed=True, decoded=True) == [Unscored()]  # MAX_ATTEMPTS tries in all
+    assert _machine(plan).score_failed(killed=False, decoded=True) == [Unscored()]  # f raised on the reference

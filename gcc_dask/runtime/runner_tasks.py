@@ -1,26 +1,33 @@
-"""Submission: a batch's tasks in one graph update (its shards placed round-robin over the workers, spares
-below every batch in flight, a scheme that keeps every result with its decode), backup copies and spares
-submitted again, the decode and the score. A mixin of :class:`~.executor.BatchRunner`."""
+"""The batches' tasks, for :class:`~.executor.BatchRunner`: a batch's tasks in one graph update (its shards placed
+round-robin over the workers, spares below every batch in flight, a scheme that keeps every result with its
+decode), a shard's report turned into its machine's event (:mod:`~.batch_machine`) and the machine's actions into
+tasks (backup copies, spares promoted, the cutoff's decode), the batches in flight ordered (:mod:`~.window`: a
+batch overtaken by a later one promotes its spares; the oldest waiting takes its turn for backups of late
+shards), the decode and the score."""
 
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
 from distributed import KilledWorker
 
 from gcc_dask import dashboard
+from gcc_dask.runtime.batch_machine import BackUp, Copy, Cut, Promote
 from gcc_dask.runtime.graph import GraphUpdate
+from gcc_dask.runtime.late_shards import first_copy
 from gcc_dask.runtime.placement import backup_worker, copy_slot, round_robin
-from gcc_dask.runtime.plans import MAX_ATTEMPTS, SchemePlan, _BatchState, _SchemeState
-from gcc_dask.runtime.runner_failures import _error_of
+from gcc_dask.runtime.plans import INF, MAX_ATTEMPTS, SchemePlan, _BatchState, _SchemeState
+from gcc_dask.runtime.runner_results import _error_of
 from gcc_dask.runtime.tasks import decode_task, evaluate_shard, reference_task, score_task
+from gcc_dask.runtime.window import priority, turns
 
-__all__ = ["SubmitRunner"]
+__all__ = ["TasksRunner"]
 
 
-class SubmitRunner:
-    """Submission of :class:`~.executor.BatchRunner`."""
+class TasksRunner:
+    """Submission, events into the machine and its actions into tasks, of :class:`~.executor.BatchRunner`."""
 
     def _submit(self, func, *args, key: str, priority: int, **kwargs):
         return self.client.submit(
@@ -43,17 +50,16 @@ class SubmitRunner:
             return {}
         return {"workers": [round_robin(workers, batch, w)], "allow_other_workers": True}
 
-    def _background_priority(self, state: _BatchState) -> int:
-        """Below every shard of the batches in flight, spares included: a reference, the labels and a score
-        are needed only for the metrics, never by a decode."""
-        return -state.seq - 2 * self.max_in_flight - 1
+    def _priority(self, state: _BatchState, what: str) -> int:
+        """The priority of a task of the batch (:func:`~.window.priority`)."""
+        return priority(state.seq, what, self.max_in_flight)
 
     def _submit_reference(self, state: _BatchState, update: GraphUpdate | None = None) -> None:
         """(Re)submit the batch's reference task, if the run has one; attempts > 0 get new keys. A run without
         a reference still writes the batch's labels (a task of its own, off the latency path). Added to
         `update` when given, else submitted at once."""
         sfx = f"-a{state.attempt}" if state.attempt else ""
-        priority = self._background_priority(state)
+        priority = self._priority(state, "background")
         own = update is None
         update = self._update() if own else update
         if self.reference:
@@ -112,7 +118,7 @@ class SubmitRunner:
         # regular shards first: an idle worker starts whatever reaches it first
         for (_, is_regular), (place, ws) in sorted(groups.items(), key=lambda g: not g[0][1]):
             self._map_shards(state, s, ws, place, update, watch=not direct,
-                             priority=-state.seq if is_regular else -state.seq - self.max_in_flight)
+                             priority=self._priority(state, "shard" if is_regular else "spare"))
         state.schemes[plan.name] = s
         if direct:
             self._submit_direct(state, s, decode[0], update)
@@ -181,7 +187,7 @@ class SubmitRunner:
             place = self._placement(state.batch, w)
             groups.setdefault(repr(place), (place, []))[1].append(w)
         for place, group in groups.values():
-            self._map_shards(state, s, group, place, update, priority=-state.seq, sfx=sfx)
+            self._map_shards(state, s, group, place, update, priority=self._priority(state, "shard"), sfx=sfx)
 
     def _submit_batch(self, batch: int, schemes: list[str]) -> None:
         """Submit one batch (its tasks in one graph update)."""
@@ -222,15 +228,14 @@ class SubmitRunner:
             s.decode = futs[0]
             self._events.watch([(s.decode, ("decode", state.batch, plan.name, -1))])
 
-        away = self._away_from_quiet()
+        away, rank = self._away_from_quiet(), self._priority(state, "decode")
         if update is None:
             bind([self._submit(decode_task, self.plugin.name, plan.name, state.batch, state.n_real, s.received,
-                               [s.shards[w] for w in s.received], s.meta, key=key, priority=-state.seq + 1,
-                               **away)])
+                               [s.shards[w] for w in s.received], s.meta, key=key, priority=rank, **away)])
             return
         update.add(decode_task, [(self.plugin.name, plan.name, state.batch, state.n_real, s.received,
                                   [self._shard_key(state.batch, w, s) for w in s.received], s.meta)],
-                   keys=[f"{key}-{self.token}"], priority=-state.seq + 1, then=bind, **away)
+                   keys=[f"{key}-{self.token}"], priority=rank, then=bind, **away)
 
     def _submit_score(self, state: _BatchState, s: _SchemeState) -> None:
         """Join the scheme's decoded batch with the batch's reference (a reference lost with its worker is
@@ -244,6 +249,129 @@ class SubmitRunner:
         s.score = self.client.submit(
             score_task, s.decode, reference,
             key=f"score-b{state.batch}-{s.plan.name}{self._keys_suffix(s)}-{self.token}", pure=False, retries=0,
-            priority=self._background_priority(state),
+            priority=self._priority(state, "background"),
         )
         self._events.watch([(s.score, ("score", state.batch, s.plan.name, -1))])
+
+    def _give_turn(self, name: str, older_than: int | None = None) -> None:
+        """Give the batches of scheme `name` whose turn for backups of their late shards comes now
+        (:func:`~.window.turns`) that turn, from now on (:meth:`~.batch_machine.BatchMachine.take_turn`; the loop
+        looks at their cutoff again at once)."""
+        waiting = {other.seq: o for other in self._inflight.values() if (o := other.schemes.get(name)) is not None
+                   and o.machine.wants_turn}
+        for seq in turns(waiting, older_than):
+            o = waiting[seq]
+            if o.machine.take_turn(time.monotonic() - o.start_mono):
+                o.wake = None
+
+    def _cut_early(self, state: _BatchState, s: _SchemeState) -> None:
+        """On the virtual clock the cutoff may be final before any shard reports (every injected latency
+        beyond the deadline): decide once the shards are submitted, not on the first arrival."""
+        if s.virtual:
+            s.wake = self._maybe_cut(state, s)
+
+    def _maybe_promote(self, state: _BatchState, s: _SchemeState) -> None:
+        """Run spares at the batch's own priority when a regular shard failed, or when a batch submitted
+        later has reached its cutoff first (:meth:`~.batch_machine.BatchMachine.promote`)."""
+        overtaken = self._window.overtaken(s.plan.name, state.seq)
+        self._act(state, s, s.machine.promote(overtaken, time.monotonic() - s.start_mono))
+
+    def _on_shard(self, t: float, batch: int, scheme: str, w: int, fut, status: str) -> None:
+        state = self._inflight.get(batch)
+        if state is None:
+            return
+        s = state.schemes[scheme]
+        copy = s.backup.get(w)
+        if (fut is not s.shards[w] and fut is not copy) or s.decode is not None or s.done or s.known[w]:
+            return  # a late report (decided already, or from a resubmitted scheme's first attempt)
+        if copy is not None:  # a late shard with a backup copy (:func:`~.late_shards.first_copy`)
+            other = copy if fut is s.shards[w] else s.shards[w]
+            del s.backup[w]
+            outcome = first_copy(status, other.status)
+            s.shards[w] = fut if outcome == "won" else other
+            if outcome == "wait":
+                return
+            if outcome == "won":
+                self._cancel([other])
+        if status == "finished":
+            s.machine.arrive(w, t - s.start_mono)
+        else:  # erred, or lost with its worker: an erasure, never retried
+            s.machine.erase(w)
+        s.wake = self._maybe_cut(state, s)
+        if s.failed[w]:
+            self._maybe_promote(state, s)
+
+    def _maybe_cut(self, state: _BatchState, s: _SchemeState) -> float:
+        """Act on the machine's :meth:`~.batch_machine.BatchMachine.tick` (backups due, the cutoff once final);
+        return the wall time (monotonic) to look again, or inf."""
+        actions, wake = s.machine.tick(time.monotonic() - s.start_mono)
+        self._act(state, s, actions)
+        return s.start_mono + wake if math.isfinite(wake) else INF
+
+    def _act(self, state: _BatchState, s: _SchemeState, actions: list) -> None:
+        """Turn the machine's actions into tasks: backup copies, spares promoted, the cutoff's decode."""
+        plan = s.plan
+        for a in actions:
+            if isinstance(a, Copy):  # a speculative plan's next copies, each at its round-robin slot
+                groups: dict[str, tuple[dict, list[int]]] = {}
+                for w in a.shards:
+                    place = self._placement(state.batch, self._slot(plan, w))
+                    groups.setdefault(repr(place), (place, []))[1].append(w)
+                update = self._update()
+                for place, batch_ws in groups.values():
+                    self._map_shards(state, s, batch_ws, place, update, priority=self._priority(state, "shard"))
+                update.send()
+            elif isinstance(a, BackUp):  # a copy of each late shard, on a worker that sent a result of the batch
+                update = self._update()
+                for i, w in enumerate(a.shards):
+                    self._map_shards(state, s, [w], self._backup_place(state, s, w, a.first + i), update,
+                                     priority=self._priority(state, "shard"), sfx="-b", backup=True)
+                update.send()
+            elif isinstance(a, Promote):  # again under new keys; the low-priority copies cancelled
+                picked = list(a.shards)
+                self._cancel([s.shards[w] for w in picked])
+                update = self._update()
+                self._map_placed(state, s, picked, update, sfx="-p")
+                update.send()
+            elif isinstance(a, Cut):
+                self._decode(state, s, a)
+
+    def _decode(self, state: _BatchState, s: _SchemeState, cut: Cut) -> None:
+        """The machine's :class:`~.batch_machine.Cut`: cancel the shards not kept, submit the decode of the kept
+        ones."""
+        plan = s.plan
+        received = s.received
+        if s.failed.any() and (not received or self._selects(plan.name)):
+            self._raise_if_bad_data(state, s, every=bool(received))
+        keep = set(received)
+        drop = [f for w, f in enumerate(s.shards) if w not in keep and f is not None] + list(s.backup.values())
+        s.backup.clear()
+        if drop:
+            self._cancel(drop)
+        dashboard.publish(self.client, {"kind": "cutoff", "run": self.token, "batch": state.batch, "scheme": plan.name,
+                                        "kept": received, "cutoff_s": cut.cutoff_s, "status": cut.status})
+        self._overtake(plan.name, state.seq)
+        s.meta = {
+            "status": cut.status,
+            "cutoff_s": cut.cutoff_s,
+            "latency_s": s.machine.latency(),
+            "failed": s.failed.copy(),
+            "batch_start": s.start_wall,
+            "output_size": self.output_size,
+            "score": self.reference,
+            "backups": s.backups,
+        }
+        self._submit_decode(state, s)
+        self._give_turn(plan.name)
+
+    def _overtake(self, scheme: str, seq: int) -> None:
+        """The batch submitted ``seq``-th reached its cutoff for ``scheme``: the batches submitted before it
+        that still wait for regular results of that scheme are overtaken (:class:`~.window.Window`), and run
+        spares for them (:meth:`_maybe_promote`)."""
+        if not self._window.cut(scheme, seq):
+            return
+        for older in self._inflight.values():
+            s = older.schemes.get(scheme)
+            if older.seq < seq and s is not None:
+                self._maybe_promote(older, s)
+        self._give_turn(scheme, older_than=seq)
