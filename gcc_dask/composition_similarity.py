@@ -1,8 +1,10 @@
-"""What the ``pc1`` and ``similarity`` compositions compare samples on, and the chain that orders them.
+"""What the ``pc1``, ``similarity`` and ``tree`` compositions compare samples on, and the orders they cut into groups.
 
 :func:`fit_projection` fits a :class:`Projection` onto the samples' leading principal components (a randomized
 SVD); :func:`chain_order` is the greedy nearest-neighbour chain through their features that the ``similarity``
-policy cuts into groups (:func:`gcc_dask.composition.compose`). Pure NumPy.
+policy cuts into groups (:func:`gcc_dask.composition.compose`), O(n) work per sample; :func:`tree_order` is the
+``tree`` policy's: a k-d tree on the features into leaves of about ``leaf`` samples, each leaf chained, so that
+its work per sample is O(leaf), whatever n. Pure NumPy.
 """
 
 from __future__ import annotations
@@ -12,10 +14,12 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DEFAULT_DIMS", "Projection", "chain_order", "fit_projection"]
+__all__ = ["DEFAULT_DIMS", "DEFAULT_LEAF", "Projection", "chain_order", "fit_projection", "tree_order"]
 
-#: Principal components the ``similarity`` and ``pc1`` policies compare samples on.
+#: Principal components the ``similarity``, ``tree`` and ``pc1`` policies compare samples on.
 DEFAULT_DIMS = 32
+#: Samples (at most, rounded up to whole groups) per leaf of the ``tree`` policy's k-d tree.
+DEFAULT_LEAF = 256
 
 
 @dataclass(frozen=True)
@@ -130,3 +134,103 @@ def chain_order(features: np.ndarray) -> np.ndarray:
         np.subtract(left, dist, out=dist)
         cur = int(dist.argmin())
     return order
+
+
+def tree_order(features: np.ndarray, leaf: int = DEFAULT_LEAF, group_size: int = 1) -> np.ndarray:
+    """A k-d tree through `features` into leaves of at most `leaf` samples, each leaf ordered by the greedy
+    nearest-neighbour chain (:func:`chain_order`'s), the leaves in the tree's order: a permutation of
+    ``range(len(features))``.
+
+    A node of more than `leaf` samples (rounded up to whole groups of `group_size`, at least one group) is split
+    on the feature of largest variance among its samples, at the median rounded to whole groups: its lower
+    ⌊g/2⌋ of g whole groups go first, the rest (with a short last group, if any) after. So no group of
+    `group_size` consecutive entries straddles two leaves, and neighbouring leaves are neighbouring cells of the
+    tree. Splitting costs O(dims · log(n / leaf)) per sample and chaining O(leaf · dims): the work per sample
+    does not grow with n. The leaves are chained together, step by step in lockstep (one matrix product per
+    step for all of them), the visited samples dropped from the search as in :func:`chain_order`.
+
+    Parameters
+    ----------
+    features : ndarray of shape (n, dims), float (compared in float32)
+    leaf : int
+        Most samples per leaf (>= 1; rounded up to a multiple of `group_size`).
+    group_size : int
+        K: the leaves hold whole groups of K consecutive entries.
+
+    Returns
+    -------
+    ndarray of int64, shape (n,)
+    """
+    f = np.ascontiguousarray(features, dtype=np.float32)
+    if f.ndim != 2:
+        raise ValueError(f"features: got shape {f.shape}; expected (n, dims)")
+    unit = max(1, int(group_size))
+    cap = max(unit, -(-int(leaf) // unit) * unit)
+    return _chain_leaves(f, _kd_leaves(f, cap, unit))
+
+
+def _kd_leaves(f: np.ndarray, cap: int, unit: int) -> list[np.ndarray]:
+    """The leaves of :func:`tree_order`'s k-d tree, in the tree's order (lower half first): sample indices, int64."""
+    leaves: list[np.ndarray] = []
+    stack = [np.arange(f.shape[0], dtype=np.int64)]
+    while stack:
+        idx = stack.pop()
+        if idx.size <= cap or f.shape[1] == 0:
+            leaves.append(idx)
+            continue
+        sub = f[idx]
+        mean = np.ones(idx.size, dtype=np.float32) @ sub / np.float32(idx.size)
+        spread = np.einsum("ij,ij->j", sub, sub) / np.float32(idx.size) - mean * mean  # the variances, 6x faster
+        dim = int(np.argmax(spread))  # ties to the first (leading) component
+        m = unit * max(1, (idx.size // unit) // 2)  # whole groups below; 1 <= m < idx.size
+        part = np.argpartition(sub[:, dim], m - 1, kind="introselect")
+        lower, upper = idx[part[:m]], idx[part[m:]]
+        stack.append(np.sort(upper))  # ascending indices, so that a chain's ties go to the lowest index
+        stack.append(np.sort(lower))  # popped first: the lower half comes first
+    return leaves
+
+
+def _chain_leaves(f: np.ndarray, leaves: list[np.ndarray]) -> np.ndarray:
+    """:func:`chain_order` of every leaf's features, computed for all leaves at once, concatenated in the order of
+    `leaves`: dataset indices, int64.
+
+    The leaves are padded to the longest (a padded column is never a candidate: its squared norm is inf) and
+    stacked (leaves, dims, columns); each step takes every leaf's current sample, one batched product gives its
+    distances to the leaf's columns, and the argmin of each row is the leaf's next sample (ties to the lowest
+    column, and the columns stay in ascending sample order)."""
+    n = f.shape[0]
+    if n == 0:
+        return np.empty(0, dtype=np.int64)
+    sizes = np.array([leaf.size for leaf in leaves], dtype=np.int64)
+    nl, width = len(leaves), int(sizes.max())
+    ids = np.full((nl, width), -1, dtype=np.int64)  # the leaf's sample of each column (-1: padding)
+    for i, leaf in enumerate(leaves):
+        ids[i, :leaf.size] = leaf
+    pad = ids < 0
+    ft = f[np.where(pad, 0, ids)]  # (leaves, width, dims)
+    ft[pad] = 0.0
+    left = np.einsum("lwd,lwd->lw", ft, ft)  # ||f_j||²; inf once visited or padding
+    left[pad] = np.inf
+    two_ft = np.ascontiguousarray(2.0 * ft.transpose(0, 2, 1))  # (leaves, dims, width)
+    rows = np.arange(nl)
+    first = np.where(pad, np.inf, ft[:, :, 0]) if f.shape[1] else np.zeros((nl, width), dtype=np.float32)
+    cur = np.argmin(first, axis=1)
+    order = np.empty((nl, width), dtype=np.int64)
+    visited = 0
+    for step in range(width):
+        order[:, step] = ids[rows, cur]
+        left[rows, cur] = np.inf
+        visited += 1
+        if step + 1 == width:
+            break
+        here = two_ft[rows, :, cur] * np.float32(0.5)  # (leaves, dims): f_cur exactly
+        if 4 * visited >= left.shape[1] and left.shape[1] > 64:
+            keep = np.isfinite(left)  # visited and padding dropped; the leaves' columns stay ascending
+            cols = np.argsort(~keep, axis=1, kind="stable")[:, :int(keep.sum(axis=1).max())]
+            ids, left = np.take_along_axis(ids, cols, axis=1), np.take_along_axis(left, cols, axis=1)
+            two_ft = np.ascontiguousarray(np.take_along_axis(two_ft, cols[:, None, :], axis=2))
+            visited = 0
+        dist = np.matmul(here[:, None, :], two_ft)[:, 0, :]  # 2 f_j·f_cur, (leaves, width)
+        np.subtract(left, dist, out=dist)
+        cur = np.argmin(dist, axis=1)
+    return order[np.arange(width)[None, :] < sizes[:, None]]  # row by row: leaf after leaf, each in chain order
