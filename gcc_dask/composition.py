@@ -25,9 +25,10 @@ Policies (:func:`compose`), all deterministic for a seed and all blind to labels
     window.
 ``tree``
     the same windows (and pieces) as ``similarity``, each split by a k-d tree on the inputs' leading principal
-    components into leaves of at most ``leaf`` samples (whole groups), each leaf ordered by the greedy chain,
-    the leaves in the tree's order (:func:`~gcc_dask.composition_similarity.tree_order`): O(leaf · dims) work
-    per sample, whatever the window, so a window can be large and cheap.
+    components into leaves of at most ``leaf`` samples (whole groups), each leaf ordered by the greedy chain
+    until half of it is left, the leftovers of neighbouring leaves chained together up the tree
+    (:func:`~gcc_dask.composition_similarity.tree_order`): O(leaf · dims) work per sample, whatever the
+    window, so a window can be large and cheap. Its groups are looser than the chain's over the same window.
 
 A policy's sequence (groups as consecutive runs) is put into slots by
 :meth:`~gcc_dask.batch_layout.BatchLayout.from_sequence`. The features, the chain and the tree of ``pc1``,

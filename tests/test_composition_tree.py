@@ -7,7 +7,7 @@ import pytest
 
 from gcc_dask.composition import chain_order, compose, tree_order
 from gcc_dask.composition_cache import CompositionCache
-from gcc_dask.composition_similarity import _kd_leaves
+from gcc_dask.composition_similarity import _chain_pools, _kd_leaves
 from gcc_dask.config import load_config
 from gcc_dask.errors import ConfigError
 from gcc_dask.sources import make_source
@@ -53,16 +53,30 @@ def test_tree_groups_are_tighter_than_random():
     assert spread["tree"] < 0.5 * spread["random"], spread
 
 
-def test_leaves_hold_whole_groups_and_each_is_the_greedy_chain():
-    """Every leaf holds at most `leaf` samples rounded up to whole groups, every leaf but the last a multiple of
-    K (so no group straddles two leaves), and the order is each leaf's greedy chain, leaf after leaf."""
+def test_leaves_hold_whole_groups():
+    """Every leaf holds at most `leaf` samples rounded up to whole groups, and every leaf but the last a multiple
+    of K (the last one holds the short last group), so no group straddles two leaves."""
     rng = np.random.default_rng(1)
     f = rng.integers(-20, 20, size=(1003, 5)).astype(np.float32)  # a short last group of 3
     leaves = _kd_leaves(f, 104, 8)  # leaf 100 rounded up to 13 groups of 8
     assert all(leaf.size <= 104 for leaf in leaves) and len(leaves) > 1
     assert all(leaf.size % 8 == 0 for leaf in leaves[:-1]) and leaves[-1].size % 8 == 1003 % 8
-    order = tree_order(f, leaf=100, group_size=8)
-    np.testing.assert_array_equal(order, np.concatenate([leaf[chain_order(f[leaf])] for leaf in leaves]))
+    np.testing.assert_array_equal(np.sort(np.concatenate(leaves)), np.arange(1003))
+
+
+def test_the_pools_chained_in_lockstep_are_each_the_greedy_chain():
+    """Chained together, step by step, each pool's chain is the first `steps` samples of its own greedy chain
+    (:func:`chain_order`, ties and all: integer features with duplicates), and the rest are the samples it did
+    not visit."""
+    rng = np.random.default_rng(2)
+    f = rng.integers(-6, 6, size=(700, 4)).astype(np.float32)  # many exact ties
+    pools = [np.sort(rng.choice(700, size, replace=False)) for size in (300, 1, 64, 250, 0)]
+    steps = np.array([225, 1, 64, 100, 0])
+    chains, rest = _chain_pools(f, pools, steps)
+    for pool, step, chain, left in zip(pools, steps, chains, rest):
+        np.testing.assert_array_equal(chain, pool[chain_order(f[pool])][:step])
+        np.testing.assert_array_equal(np.sort(np.concatenate([chain, left])), pool)
+        assert np.all(np.diff(left) > 0)
 
 
 def test_a_leaf_as_large_as_the_window_is_the_similarity_chain():
@@ -78,9 +92,12 @@ def test_the_tree_splits_the_widest_component_at_the_median():
     rng = np.random.default_rng(2)
     f = rng.normal(size=(64, 2)).astype(np.float32)
     f[:, 1] += np.where(np.arange(64) % 2 == 0, -50.0, 50.0)
+    lower, upper = _kd_leaves(f, 32, 8)
+    np.testing.assert_array_equal(lower, np.arange(0, 64, 2))
+    np.testing.assert_array_equal(upper, np.arange(1, 64, 2))
+    # the leaves' chains come first (whole groups, half of each leaf), then the chain of their leftovers
     order = tree_order(f, leaf=32, group_size=8)
-    np.testing.assert_array_equal(np.sort(order[:32]), np.arange(0, 64, 2))
-    np.testing.assert_array_equal(np.sort(order[32:]), np.arange(1, 64, 2))
+    assert set(order[:16]) < set(lower) and set(order[16:32]) < set(upper)
 
 
 def _counting():

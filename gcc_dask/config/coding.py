@@ -77,7 +77,8 @@ class CompositionConfig(_Section):
         ``similarity`` (the default) chains similar inputs (greedy nearest neighbours on their leading
         principal components, within windows of ``window`` samples) and cuts the chain into groups of K;
         ``tree`` splits each window by a k-d tree on the same components into leaves of at most ``leaf``
-        samples and chains each leaf (work per sample O(leaf), whatever the window); ``pc1`` sorts by the
+        samples and chains each leaf, the leaves' leftovers chained up the tree (work per sample O(leaf),
+        whatever the window; groups a little looser than the chain's over the same window); ``pc1`` sorts by the
         first principal component; ``random`` is a seeded permutation; ``as_stored`` keeps the source's order.
     window
         Samples per window of the ``similarity`` chain and the ``tree`` (rounded up to a multiple of K): each
