@@ -145,7 +145,8 @@ def test_compose_rejects_a_bad_leaf(leaf, match):
 
 
 def test_the_config_takes_the_tree_and_its_leaf():
-    base = {"source": {"kind": "synthetic", "num_samples": 64, "shape": [4]}, "workload": {"kind": "analytic", "name": "xsinx"},
+    base = {"source": {"kind": "synthetic", "num_samples": 64, "shape": [4]},
+            "workload": {"kind": "analytic", "name": "xsinx"},
             "code": {"num_inputs": 8, "num_workers": 12}, "schemes": ["gcc"]}
     cfg = load_config({**base, "composition": {"policy": "tree", "leaf": 512}}, check_paths=False)
     assert cfg.composition.policy == "tree" and cfg.composition.leaf == 512
