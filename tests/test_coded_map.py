@@ -555,3 +555,46 @@ def test_estimates_read_each_store_chunk_once(process_client, tmp_path, monkeypa
         assert len(reads) == root["gcc/decoded"].nchunks == 10  # one per batch
     else:
         assert not reads  # blocks of X read their rows themselves
+
+
+@pytest.mark.parametrize("op", ["as stored", "scaled"])
+def test_a_zarr_array_rewritten_in_place_is_refused_on_resume_over_its_dask_array(client, tmp_path, op):
+    """A breaker's find: ``da.from_zarr(path)`` is fingerprinted by its path, so a store made over it resumed
+    after the Zarr array was rewritten in place with other values, and mixed the old rows with the new ones. The
+    array's folder now counts in the inputs digest (``data_folders``), as read or under further operations: the
+    resume is refused, one line; over the same unchanged files it resumes."""
+    import dask.array as da
+    import zarr
+
+    path = str(tmp_path / "x.zarr")
+    zarr.create_array(store=path, data=X[:256], chunks=(64, 4))
+    out = tmp_path / "over-dask.zarr"
+
+    def lazy():
+        return da.from_zarr(path) if op == "as stored" else da.from_zarr(path) * np.float32(0.5)
+
+    first = gd.coded_map(f, lazy(), client=client, out=out, **CONFIG)
+    assert gd.open_run(out).attrs["data_folders"] == [path]
+    again = gd.coded_map(f, lazy(), client=client, out=out, **CONFIG)  # unchanged: resumed
+    np.testing.assert_array_equal(again.estimates, first.estimates)
+    root = zarr.open_group(str(out), mode="r+")  # as a store made before the data folders counted: resumed
+    attrs, made_with = dict(root.attrs), dict(root.attrs)
+    del attrs["data_folders"]
+    from gcc_dask.pipeline_resume import _inputs_digest
+    from gcc_dask.sources import make_source
+    from gcc_dask.workloads import make_workload
+
+    old = _inputs_digest(make_source("array", array=lazy()), make_workload("callable", function=f),
+                         list(attrs["model_sources"]), stored=False)
+    assert old != attrs["inputs_digest"]
+    root.attrs.clear()
+    root.attrs.update({**attrs, "inputs_digest": old})
+    np.testing.assert_array_equal(gd.coded_map(f, lazy(), client=client, out=out, **CONFIG).estimates,
+                                  first.estimates)
+    root.attrs.clear()
+    root.attrs.update(made_with)
+    w = zarr.open_array(path, mode="r+")
+    w[:] = X[:256] + 100  # rewritten in place: same path, same shape, same chunks
+    with pytest.raises(gd.errors.StoreError, match=r"other model or data files"):
+        gd.coded_map(f, lazy(), client=client, out=out, **CONFIG)
+    assert gd.open_run(out).attrs["data_folders"] == [path]  # the refusal wrote nothing

@@ -9,6 +9,8 @@ cutoff p50/p99, samples/s, and how many batches were undecodable or failed (docs
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -127,13 +129,23 @@ KIND_COLUMNS = {"classifier": ("rel_acc", "accuracy", "accuracy_uncoded", "rmse"
 _METRIC_COLUMNS = ("rel_acc", "accuracy", "accuracy_uncoded", "rmse", "rel_rmse", "r2", "max_abs_err")
 
 
+def _output_kind(attrs: Any, shape: Any) -> str:
+    """The run's ``run.output_kind`` as its stored config gives it, or (``auto``, or a store made before the
+    key existed) the kind inferred from f's output shape (:func:`gcc_dask.metrics.output_kind`)."""
+    config = attrs.get("config")
+    run = config.get("run") if isinstance(config, Mapping) else None
+    given = run.get("output_kind") if isinstance(run, Mapping) else None
+    return given if given in metrics.OUTPUT_KINDS else metrics.output_kind(tuple(shape or ()))
+
+
 @names_corrupt_chunks
 def summarize_run(path: str) -> pd.DataFrame:
     """Summarise a run store: one row per scheme, indexed by scheme name.
 
     Columns: ``code`` (the registered code the scheme runs), ``num_workers`` (its N), ``output_kind``
-    (``"classifier"`` or ``"regression"``, inferred from f's output shape by
-    :func:`gcc_dask.metrics.output_kind`: two or more values per sample, or one), the metrics of that kind
+    (``"classifier"`` or ``"regression"``: the run's ``run.output_kind``, or with ``auto`` inferred from f's
+    output shape by :func:`gcc_dask.metrics.output_kind`: two or more values per sample, or one), the metrics
+    of that kind
     (:data:`KIND_COLUMNS`): for a classifier ``rel_acc``, ``accuracy``, ``accuracy_uncoded``, ``rmse``; for
     a regression ``rmse``, ``rel_rmse`` (relative RMSE, √MSE over the RMS of f), ``r2`` (R² of the estimates
     against f) and ``max_abs_err`` (the largest absolute error), and never a RelAcc or an accuracy (the
@@ -177,7 +189,7 @@ def summarize_run(path: str) -> pd.DataFrame:
     shape = root.attrs.get("output_shape")
     if shape is None and schemes:
         shape = root[schemes[0]]["decoded"].shape[1:]
-    kind = metrics.output_kind(tuple(shape or ()))
+    kind = _output_kind(root.attrs, shape)
     rows = []
     for scheme in schemes:
         # the per-batch arrays straight from zarr: xarray would build a pandas index over the million-row
@@ -328,6 +340,6 @@ def format_summary(summary: pd.DataFrame) -> str:
         notes.append(f"poor estimates: {name}: {why} (an exact scheme, speculative or uncoded, gives f itself; "
                      "docs/concepts.rst, section 'When estimates are poor')")
     if kind == "regression":
-        notes.append("output_kind regression (one value per sample): relative RMSE, R², largest "
+        notes.append("output_kind regression (one value per sample, or set): relative RMSE, R², largest "
                      "error; no RelAcc")
     return "\n".join([line(header), rule, *(line(r) for r in body), *notes])

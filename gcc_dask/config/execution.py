@@ -111,6 +111,12 @@ class RunConfig(_Section):
         need to score turns it off.
     progress
         Show a progress bar (``--no-progress`` turns it off).
+    output_kind
+        What f returns, which decides the metrics of the summary (docs/concepts.rst, section 'Metrics'):
+        ``auto`` infers it from f's output shape (two or more values per sample: ``classifier``, scored by
+        RelAcc and accuracy; one value: ``regression``, scored by the relative RMSE, R² and the largest error);
+        set ``regression`` for an f with several outputs that are not class scores (a multi-output regressor,
+        an embedding), which ``auto`` would score by the argmax.
     """
 
     max_batches_in_flight: PosInt = 16
@@ -118,3 +124,4 @@ class RunConfig(_Section):
     nan_policy: Literal["raise", "propagate"] = "raise"
     reference: bool = True
     progress: bool = True
+    output_kind: Literal["auto", "classifier", "regression"] = "auto"

@@ -31,7 +31,7 @@ _FINGERPRINT_EXCLUDE = ("store", "cluster", ("run", "progress"), ("run", "max_ba
 FINGERPRINT_IGNORED: tuple[str, ...] = tuple(".".join(i) if isinstance(i, tuple) else i for i in _FINGERPRINT_EXCLUDE)
 #: (section, key) of the keys added after stores were first made: a store made before a key existed resumes under
 #: a config that leaves it at its default (:meth:`PipelineConfig.fingerprint` with ``stored``)
-ADDED_KEYS: tuple[tuple[str, str], ...] = (("advise", "margin"), ("speculation", "copies"),
+ADDED_KEYS: tuple[tuple[str, str], ...] = (("advise", "margin"), ("speculation", "copies"), ("run", "output_kind"),
                                            ("composition", "leaf"))
 
 

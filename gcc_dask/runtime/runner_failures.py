@@ -39,7 +39,7 @@ def _samples_text(samples: np.ndarray, limit: int = 8) -> str:
 class FailuresRunner:
     """Failed tasks and bad data of :class:`~.executor.BatchRunner`."""
 
-    def _raise_if_bad_data(self, state: _BatchState, s: _SchemeState) -> None:
+    def _raise_if_bad_data(self, state: _BatchState, s: _SchemeState, every: bool = False) -> None:
         """Stop the run with one line when the batch's shards failed on its data, not on f or a worker.
 
         Every shard reads and encodes its batch, so bad data (NaN with ``nan_policy: raise``, an unreadable
@@ -47,18 +47,33 @@ class FailuresRunner:
         (:func:`~.tasks.is_bad_batch`). Only for a batch with no result at all is one error fetched (a round
         trip); an f that raised (even a ``WorkloadError``) or a dead worker leaves erasures, decoded around.
 
+        A selection scheme's shard (uncoded, speculative, replication) reads only its own samples of the batch,
+        so bad data fail only the shards that hold them while the others send results: with `every`, each
+        failed shard's error is fetched (a round trip each; failures are rare), and none is told of but bad data.
+
         Known limit: a wall-clock deadline that fires before any shard has even started (shorter than the
         queue) leaves such a batch undecodable (status 3) without this check, as nothing has failed yet.
         """
-        first = int(np.flatnonzero(s.failed)[0])
-        exc = _error_of(s.shards[first])
+        failed = np.flatnonzero(s.failed)
+        for w in failed if every else failed[:1]:
+            exc = _error_of(s.shards[int(w)])
+            self._raise_bad_batch(state, exc)
+        if not every and not isinstance(exc, KilledWorker):  # f raised on every shard: say why once, go on
+            self._tell_failure(s, state.batch, f"every shard that ran failed; shard {int(failed[0])}: {exc!r}")
+
+    def _raise_bad_batch(self, state: _BatchState, exc: BaseException) -> None:
+        """Stop the run with one line naming the batch and its samples when `exc` was raised by its data."""
         if is_bad_batch(exc):
             # the codes' own advice names their keyword; a run is configured by its run section
             why = str(exc).replace("pass nan_policy='propagate'", "set run.nan_policy: propagate")
             raise type(exc)(f"source: batch {state.batch} ({_samples_text(self.layout.samples(state.batch))}): "
                             f"{why}") from None
-        if not isinstance(exc, KilledWorker):  # f raised on every shard: say why once, the run goes on
-            self._tell_failure(s, state.batch, f"every shard that ran failed; shard {first}: {exc!r}")
+
+    def _selects(self, scheme: str) -> bool:
+        """Whether `scheme`'s shards each read their own samples of a batch (a selection scheme: uncoded,
+        speculative, replication), so bad data fail only some of them."""
+        code = getattr(self.plugin, "codes", {}).get(scheme)
+        return code is not None and code.selected_input(0) is not None
 
     def _tell_failure(self, s: _SchemeState, batch: int, why: str) -> None:
         """One line for the user the first time a batch of a scheme has no estimate because f (or the decode of
@@ -91,6 +106,7 @@ class FailuresRunner:
         exc = _error_of(fut)
         if is_storage_error(exc):  # the store cannot be written: stop the run with that one line
             raise exc
+        self._raise_bad_batch(state, exc)  # NaN in samples that a fill would have estimated
         killed = isinstance(exc, KilledWorker)
         lost = [w for w in s.received if s.shards[w].status in ("error", "lost", "cancelled")] \
             if killed and not s.direct else []

@@ -110,8 +110,8 @@ class MachineRunner:
         ones."""
         plan = s.plan
         received = s.received
-        if not received and s.failed.any():
-            self._raise_if_bad_data(state, s)
+        if s.failed.any() and (not received or self._selects(plan.name)):
+            self._raise_if_bad_data(state, s, every=bool(received))
         keep = set(received)
         drop = [f for w, f in enumerate(s.shards) if w not in keep and f is not None] + list(s.backup.values())
         s.backup.clear()

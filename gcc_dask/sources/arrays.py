@@ -96,6 +96,13 @@ class ArraySource(Source):
         folder = _local_zarr_folder(self.data)
         return [] if folder is None else [folder]
 
+    def data_folders(self) -> list[str]:
+        """As :meth:`Source.data_folders`: the local folders of the Zarr arrays that the array (or its labels)
+        reads, a ``zarr.Array`` or the Zarr arrays in a dask array's graph (``dask.array.from_zarr``, whatever
+        operations follow)."""
+        return list(dict.fromkeys([*_zarr_folders(self.data),
+                                   *([] if self.labels is None else _zarr_folders(self.labels))]))
+
     def take(self, indices: Any, chunk: Callable | None = None) -> tuple[np.ndarray, np.ndarray | None]:
         """As :meth:`Source.take`; on a dask array without a chunk reader, one selection of the sorted indices,
         so that each block that holds some of them is computed once (a composed batch spans many short runs
@@ -143,6 +150,19 @@ def _local_zarr_folder(a: Any) -> str | None:
         if original is None or tuple(getattr(original, "shape", ())) != tuple(a.shape):
             return None
         a = original
+    return _zarr_array_folder(a)
+
+
+def _zarr_folders(a: Any) -> list[str]:
+    """The local folders of every Zarr array that `a` reads: `a` itself (a ``zarr.Array``), or the Zarr arrays
+    in a dask array's graph (``dask.array.from_zarr``'s, whatever operations follow), in the graph's order."""
+    values = a.__dask_graph__().values() if _is_dask(a) else [a]
+    folders = (_zarr_array_folder(v) for v in values)
+    return list(dict.fromkeys(f for f in folders if f is not None))
+
+
+def _zarr_array_folder(a: Any) -> str | None:
+    """The local folder of a ``zarr.Array`` in a local store; None for anything else."""
     if type(a).__module__.split(".")[0] != "zarr" or not hasattr(a, "store"):
         return None
     store = a.store

@@ -245,6 +245,12 @@ class Source(ABC):
         so a resume refuses data that changed. Empty for generated and in-memory sources."""
         return []
 
+    def data_folders(self) -> list[str]:
+        """Local Zarr folders that an in-memory source reads (a dask array's graph can read Zarr arrays that its
+        fingerprint names only by their paths): their state goes into a run's inputs digest beside
+        :meth:`files`, so a resume refuses data rewritten in place. Empty by default."""
+        return []
+
     def stored_files(self) -> list[str]:
         """Local files (or Zarr folders) whose bytes are exactly the samples this source reads, with nothing
         computed on them: while they do not change (their sizes and modification times), neither do the samples.

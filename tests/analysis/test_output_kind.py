@@ -84,7 +84,7 @@ def test_single_output_summary_has_relative_errors_and_no_relacc(tmp_path):
     assert "rel_acc" not in text and "acc " not in text
     header = text.splitlines()[0]
     assert [c.strip() for c in header.strip("|").split("|")][:5] == ["scheme", "N", "rel_rmse", "r2", "max_err"]
-    assert "output_kind regression (one value per sample)" in text and "no RelAcc" in text
+    assert "output_kind regression (one value per sample, or set)" in text and "no RelAcc" in text
     assert max(len(line) for line in text.splitlines()) <= 100
 
 
@@ -132,3 +132,31 @@ def test_report_of_a_single_output_run_has_no_relacc(tmp_path):
     per_scheme = rep.markdown.split("## Per scheme")[1].split("##")[0]
     assert "rel_acc" not in per_scheme and "rel_rmse" in per_scheme and "r2" in per_scheme
     assert "output kind: regression" in rep.markdown
+
+
+@pytest.mark.parametrize("given, kind", [(None, "classifier"), ("auto", "classifier"),
+                                         ("regression", "regression"), ("classifier", "classifier")])
+def test_run_output_kind_scores_a_multi_output_regressor_by_its_error(tmp_path, given, kind):
+    """A breaker's find: an f with 3 outputs that are not class scores was scored as a classifier (by the
+    argmax), so estimates 0.4 off in relative RMSE were not flagged poor. ``run.output_kind: regression`` (the
+    stored config's) scores them by the relative RMSE, and flags them; ``auto`` (or a store made before the
+    key) infers from the shape as before."""
+    rng = np.random.default_rng(0)
+    ref = rng.normal(size=(K * BATCHES, 3))
+    ref[:, 0] += 10.0  # the argmax is the first output, which the estimates get right: RelAcc 1 as a classifier
+    dec = ref + 3.0 * rng.normal(size=ref.shape)
+    dec[:, 0] = ref[:, 0]
+    path = _run_store(tmp_path / "multi.zarr", ref, dec)
+    if given is not None:
+        import zarr
+
+        root = zarr.open_group(str(path), mode="r+")
+        root.attrs["config"] = {**dict(root.attrs["config"]), "run": {"output_kind": given}}
+    table = summarize_run(str(path))
+    assert table.attrs["output_kind"] == kind and table.loc["gcc", "output_kind"] == kind
+    if kind == "regression":
+        rel = metrics.relative_rmse(dec, ref)
+        assert table.loc["gcc", "rel_rmse"] == pytest.approx(rel) and "rel_acc" not in table.columns
+        assert table.loc["gcc", "poor"].startswith("relative RMSE")
+    else:
+        assert table.loc["gcc", "rel_acc"] == 1.0 and table.loc["gcc", "poor"] == ""

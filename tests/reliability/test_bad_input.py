@@ -289,6 +289,26 @@ def test_an_f_raising_a_gcc_dask_error_on_every_shard_is_an_erasure(client, tmp_
     assert np.isnan(inputs["reference"][2]).all() and np.isfinite(np.delete(inputs["reference"], 2, axis=0)).all()
 
 
+@pytest.mark.parametrize("scheme", ["uncoded", "speculative", "replication"])
+def test_nan_in_x_stops_a_selection_scheme_run_alone(client, tmp_path, scheme):
+    """A breaker's find: a selection scheme's shard reads only its own samples, so a NaN in X (nan_policy:
+    raise) failed that one shard, which was decoded around as an erasure: uncoded and speculative gave the
+    shard's rows as NaN and replication filled them in with finite values, with no error. A failed shard of a
+    selection scheme is now checked for bad data too: the run stops with the same line as gcc's."""
+    x = np.random.default_rng(0).uniform(-1, 1, (64, 4)).astype(np.float32)
+    x[37, 2] = np.nan
+    with pytest.raises(gd.errors.InvalidInputError, match=r"^source: batch \d+ \(samples .*NaN or Inf.*"
+                       r"set run.nan_policy: propagate"):
+        gd.coded_map(_tanh4, x, schemes=[scheme], client=client, out=tmp_path / "nan.zarr",
+                     code={"num_inputs": 4, "num_workers": 8, "block_size": 4}, cutoff={"stragglers": 2},
+                     stragglers={"model": "none"})
+    assert zarr.open_group(str(tmp_path / "nan.zarr"), mode="r").attrs["status"] == "failed"
+
+
+def _tanh4(x):
+    return np.tanh(x @ np.ones((4, 3), np.float32))
+
+
 def _propagated(tmp_path, sample):
     cfg = _base(tmp_path, source={"kind": "npy", "path": _with_nan(tmp_path, sample)},
                 run={"progress": False, "nan_policy": "propagate"})
