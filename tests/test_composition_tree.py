@@ -153,3 +153,33 @@ def test_the_config_takes_the_tree_and_its_leaf():
     assert load_config(base, check_paths=False).composition.leaf == 256
     with pytest.raises(ConfigError, match=r"^composition.leaf: got -4; expected a number greater than or equal"):
         load_config({**base, "composition": {"policy": "tree", "leaf": -4}}, check_paths=False)
+
+
+def test_a_store_made_before_leaf_existed_resumes_at_its_default():
+    """``composition.leaf`` is an added key: a store whose resolved config lacks it resumes under a config that
+    leaves it at its default (the same fingerprint), not under one that sets another leaf."""
+    base = {"source": {"kind": "synthetic", "num_samples": 64, "shape": [4]},
+            "workload": {"kind": "analytic", "name": "xsinx"},
+            "code": {"num_inputs": 8, "num_workers": 12}, "schemes": ["gcc"], "composition": {"policy": "tree"}}
+    cfg = load_config(base, check_paths=False)
+    stored = cfg.resolved()
+    del stored["composition"]["leaf"]
+    assert "leaf" not in cfg.resolved_for(stored)["composition"]
+    other = load_config({**base, "composition": {"policy": "tree", "leaf": 512}}, check_paths=False)
+    assert other.resolved_for(stored)["composition"]["leaf"] == 512
+    assert other.fingerprint(stored) != cfg.fingerprint(stored)
+
+
+def test_sweeps_and_frontiers_take_the_tree():
+    """Every place that lists the policies lists ``tree``: a sweep's scheme, a frontier, the composition."""
+    import typing
+
+    from gcc_dask.composition import POLICIES
+    from gcc_dask.config.coding import CompositionConfig
+    from gcc_dask.frontier.config import FrontierConfig
+    from gcc_dask.sweep_sections import SchemeSpec
+
+    assert SchemeSpec(label="g", code="gcc", composition="tree").composition == "tree"
+    for annotation in (CompositionConfig.model_fields["policy"].annotation,
+                       FrontierConfig.model_fields["composition"].annotation):
+        assert set(typing.get_args(annotation)) == set(POLICIES)
