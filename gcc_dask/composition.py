@@ -23,14 +23,22 @@ Policies (:func:`compose`), all deterministic for a seed and all blind to labels
     passes a ``map_windows``). With a chunked source (a compressed Zarr array) the windows hold whole
     batches and whole chunks (:func:`window_unit`), so a batch's samples come from the few chunks of its
     window.
+``tree``
+    the same windows (and pieces) as ``similarity``, each split by a k-d tree on the inputs' leading principal
+    components into leaves of at most ``leaf`` samples (whole groups), each leaf ordered by the greedy chain
+    until half of it is left, the leftovers of neighbouring leaves chained together up the tree
+    (:func:`~gcc_dask.composition_similarity.tree_order`): O(leaf · dims) work per sample, whatever the
+    window, so a window can be large and cheap. Its groups are looser than the chain's over the same window.
 
 A policy's sequence (groups as consecutive runs) is put into slots by
-:meth:`~gcc_dask.batch_layout.BatchLayout.from_sequence`. The features and the chain of ``pc1`` and ``similarity``
-are :mod:`gcc_dask.composition_similarity`'s. Pure NumPy: nothing here imports Dask, Zarr or the coding schemes.
+:meth:`~gcc_dask.batch_layout.BatchLayout.from_sequence`. The features, the chain and the tree of ``pc1``,
+``similarity`` and ``tree`` are :mod:`gcc_dask.composition_similarity`'s. Pure NumPy: nothing here imports Dask,
+Zarr or the coding schemes.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from typing import Any, Callable, Sequence
@@ -41,13 +49,21 @@ from gcc_dask._blas import one_blas_thread
 from gcc_dask._digest import files_state
 from gcc_dask.batch_layout import BatchLayout, _positive, is_permutation, permutation_or_raise  # noqa: F401
 from gcc_dask.composition_cache import CompositionCache, cache_key, window_digest
-from gcc_dask.composition_similarity import DEFAULT_DIMS, Projection, chain_order, fit_projection  # noqa: F401
+from gcc_dask.composition_similarity import (  # noqa: F401
+    DEFAULT_DIMS,
+    DEFAULT_LEAF,
+    Projection,
+    chain_order,
+    fit_projection,
+    tree_order,
+)
 from gcc_dask.errors import ConfigError, SourceError
 from gcc_dask.limits import MAX_FIT_SAMPLES, MAX_WINDOW
 
-# BatchLayout, is_permutation and permutation_or_raise (batch_layout), Projection, fit_projection, chain_order and
-# DEFAULT_DIMS (composition_similarity) are importable from here too
+# BatchLayout, is_permutation and permutation_or_raise (batch_layout), Projection, fit_projection, chain_order,
+# tree_order, DEFAULT_DIMS and DEFAULT_LEAF (composition_similarity) are importable from here too
 __all__ = [
+    "COMPOSED",
     "POLICIES",
     "compose",
     "composition_key",
@@ -56,8 +72,12 @@ __all__ = [
     "window_unit",
 ]
 
-POLICIES = ("as_stored", "random", "pc1", "similarity")
-#: Samples per window of the ``similarity`` chain (rounded up to a multiple of K).
+POLICIES = ("as_stored", "random", "pc1", "similarity", "tree")
+#: the policies that order each window in pieces of ``window`` samples (:func:`composition_items`)
+ORDERED = ("similarity", "tree")
+#: the policies that read and project the windows: a pass over the data, kept in the composition cache
+COMPOSED = ("pc1", *ORDERED)
+#: Samples per window of the ``similarity`` chain and the ``tree`` (rounded up to a multiple of K).
 DEFAULT_WINDOW = 8192
 #: Samples the principal components are fitted on (spread evenly over the dataset).
 DEFAULT_FIT_SAMPLES = 4096
@@ -130,20 +150,21 @@ def _checked_features(source: Any, projection: Projection, x: np.ndarray, index:
     return f
 
 
-def _window_chain(source: Any, projection: Projection, piece: int, bounds: tuple[int, int]
-                  ) -> tuple[np.ndarray, str]:
-    """Read one window of `source`, project it and chain it: dataset indices in chain order (int64), and the
-    window's :func:`~gcc_dask.composition_cache.window_digest`.
+def _window_chain(source: Any, projection: Projection, piece: int, order: Callable[[np.ndarray], np.ndarray],
+                  bounds: tuple[int, int]) -> tuple[np.ndarray, str]:
+    """Read one window of `source`, project it and order it with `order` (:func:`chain_order` for ``similarity``,
+    :func:`tree_order` for ``tree``): dataset indices in that order (int64), and the window's
+    :func:`~gcc_dask.composition_cache.window_digest`.
 
     A window longer than `piece` samples (one that holds a whole batch longer than ``composition.window``) is
-    chained in consecutive pieces of `piece` samples, concatenated: the chain's cost per sample stays that of
+    ordered in consecutive pieces of `piece` samples, concatenated: the chain's cost per sample stays that of
     ``composition.window``, whatever the batch size."""
     start, stop = bounds
     x, _ = source.read(start, stop)
     f = _checked_features(source, projection, x, start)
     if f.shape[0] <= piece:
-        return start + chain_order(f), window_digest(x)
-    chains = [start + p + chain_order(f[p:p + piece]) for p in range(0, f.shape[0], piece)]
+        return start + order(f), window_digest(x)
+    chains = [start + p + order(f[p:p + piece]) for p in range(0, f.shape[0], piece)]
     return np.concatenate(chains), window_digest(x)
 
 
@@ -177,6 +198,7 @@ def compose(
     window: int = DEFAULT_WINDOW,
     dims: int = DEFAULT_DIMS,
     fit_samples: int = DEFAULT_FIT_SAMPLES,
+    leaf: int = DEFAULT_LEAF,
     map_windows: Callable[..., list] | None = None,
     run_task: Callable[..., Any] | None = None,
     cache: CompositionCache | None = None,
@@ -192,12 +214,12 @@ def compose(
         K.
     block_size : int
         B, groups per batch.
-    policy : {"as_stored", "random", "pc1", "similarity"}
+    policy : {"as_stored", "random", "pc1", "similarity", "tree"}
         See the module docs.
     seed : int
         Seeds ``random`` and the randomized PCA.
     window : int
-        Samples per window of the ``similarity`` chain and of the ``pc1`` reads (1 to
+        Samples per window of the ``similarity`` chain and the ``tree``, and of the ``pc1`` reads (1 to
         :data:`~gcc_dask.limits.MAX_WINDOW`; rounded up to a multiple of :func:`window_unit`: K, or for a source
         with :attr:`~gcc_dask.sources.Source.chunks` whole batches and, where they fit, whole chunks).
     dims : int
@@ -205,6 +227,9 @@ def compose(
     fit_samples : int
         Samples the principal components are fitted on, spread evenly over the source (1 to
         :data:`~gcc_dask.limits.MAX_FIT_SAMPLES`).
+    leaf : int
+        Most samples per leaf of the ``tree`` policy (1 to :data:`~gcc_dask.limits.MAX_WINDOW`; rounded up to
+        whole groups of K): its work per sample is O(leaf · dims). Ignored by the other policies.
     map_windows : callable, optional
         ``map_windows(func, items, *shared) -> [func(*shared, item) for item in items]``, e.g. running each
         window as a Dask task (the pipeline's :func:`gcc_dask.runtime.cluster.map_on_cluster`); default:
@@ -214,9 +239,9 @@ def compose(
         `fit_samples` samples), e.g. as one Dask task, for a source that is read on the workers only (a dask
         array: its ``remote`` attribute); default: in this process.
     cache : gcc_dask.composition_cache.CompositionCache, optional
-        Where a ``similarity`` or ``pc1`` composition is kept, keyed by these parameters and checked against
-        the windows' content: a second call over the same data reads and digests the windows (through
-        `map_windows`) instead of composing them.
+        Where a ``similarity``, ``tree`` or ``pc1`` composition is kept, keyed by these parameters (`leaf` too for
+        ``tree``) and checked against the windows' content: a second call over the same data reads and digests
+        the windows (through `map_windows`) instead of composing them.
     say : callable, optional
         ``say(line)`` is told when the composition came from `cache`.
 
@@ -235,10 +260,12 @@ def compose(
     if policy not in POLICIES:
         raise ConfigError(f"composition.policy: got {policy!r}; expected one of {', '.join(POLICIES)}")
     for name, value in (("group_size", group_size), ("block_size", block_size), ("composition.window", window),
-                        ("composition.dims", dims), ("composition.fit_samples", fit_samples)):
+                        ("composition.dims", dims), ("composition.fit_samples", fit_samples),
+                        ("composition.leaf", leaf)):
         _positive(name, value)
     for name, value, limit in (("composition.window", window, MAX_WINDOW),
-                               ("composition.fit_samples", fit_samples, MAX_FIT_SAMPLES)):
+                               ("composition.fit_samples", fit_samples, MAX_FIT_SAMPLES),
+                               ("composition.leaf", leaf, MAX_WINDOW)):
         if int(value) > limit:
             raise ConfigError(f"{name}: got {value!r}; expected an integer from 1 to {limit:,} (samples read at once)")
     n = int(source.num_samples)
@@ -254,7 +281,7 @@ def compose(
     stored = None
     if cache is not None:
         key = composition_key(source, group_size=group_size, block_size=block_size, policy=policy, seed=seed,
-                              window=window, dims=dims, fit_samples=fit_samples)
+                              window=window, dims=dims, fit_samples=fit_samples, leaf=leaf)
         entry = cache.load(key, n)
         stored = _stored_state(source)
         if entry is not None and entry.files and stored is not None and stored[0] == entry.files:
@@ -279,7 +306,9 @@ def compose(
             parts = run(_window_pc1, bounds, source, projection)
             sequence = np.argsort(np.concatenate([p for p, _ in parts]), kind="stable").astype(np.int64)
         else:
-            parts = run(_window_chain, bounds, source, projection, piece)
+            order = chain_order if policy == "similarity" else functools.partial(
+                tree_order, leaf=int(leaf), group_size=int(group_size))
+            parts = run(_window_chain, bounds, source, projection, piece, order)
             sequence = np.concatenate([p for p, _ in parts]).astype(np.int64)
     if cache is not None:
         cache.save(key, sequence, tuple(d for _, d in parts), _vouched(stored, _stored_state(source), started))
@@ -322,15 +351,17 @@ def _bounds(source: Any, group_size: int, block_size: int, policy: str, window: 
 
 def composition_key(source: Any, *, group_size: int, block_size: int, policy: str, seed: int = 0,
                     window: int = DEFAULT_WINDOW, dims: int = DEFAULT_DIMS,
-                    fit_samples: int = DEFAULT_FIT_SAMPLES) -> str:
-    """The :class:`~gcc_dask.composition_cache.CompositionCache` key of :func:`compose`'s ``similarity`` or
-    ``pc1`` composition of `source` with these parameters (the same arguments; nothing of the source is read:
-    an entry found under it is still checked against the windows' content)."""
+                    fit_samples: int = DEFAULT_FIT_SAMPLES, leaf: int = DEFAULT_LEAF) -> str:
+    """The :class:`~gcc_dask.composition_cache.CompositionCache` key of :func:`compose`'s ``similarity``, ``tree``
+    or ``pc1`` composition of `source` with these parameters (the same arguments; nothing of the source is read:
+    an entry found under it is still checked against the windows' content). `leaf` is in the key of ``tree``
+    only (the other policies ignore it, and keep the keys they had)."""
     bounds = _bounds(source, group_size, block_size, policy, window)
     return cache_key(policy=policy, n=int(source.num_samples), group_size=int(group_size),
                      block_size=int(block_size), bounds=[list(b) for b in bounds], window=int(window),
                      dims=int(dims), fit_samples=int(fit_samples), seed=int(seed),
-                     shape=list(source.sample_shape), dtype=str(source.dtype), source=getattr(source, "name", ""))
+                     shape=list(source.sample_shape), dtype=str(source.dtype), source=getattr(source, "name", ""),
+                     **({"leaf": int(leaf)} if policy == "tree" else {}))
 
 
 def _call(func: Callable[..., Any], *args: Any) -> Any:
@@ -371,12 +402,13 @@ CHUNKS_PER_TASK = 4
 def composition_items(num_samples: int, window: int, group_size: int, unit: int | None = None,
                       policy: str = "similarity", chunks: int | None = None) -> list[tuple[int, int]]:
     """``[start, stop)`` of each task of :func:`compose`: the windows (:func:`window_bounds`), and for the
-    ``similarity`` chain each window cut into runs of whole pieces of `window` samples (whole groups), so that the
-    workers share the chaining evenly when a window holds a batch longer than `window`: one piece a task, or for a
-    source with `chunks` (samples per chunk) as many pieces as hold :data:`CHUNKS_PER_TASK` chunks. The chains are
-    those of chaining each window's pieces in turn (:func:`_window_chain`)."""
+    ``similarity`` chain and the ``tree`` each window cut into runs of whole pieces of `window` samples (whole
+    groups), so that the workers share the ordering evenly when a window holds a batch longer than `window`: one
+    piece a task, or for a source with `chunks` (samples per chunk) as many pieces as hold
+    :data:`CHUNKS_PER_TASK` chunks. The orders are those of ordering each window's pieces in turn
+    (:func:`_window_chain`)."""
     bounds = window_bounds(num_samples, window, group_size, unit)
-    if policy != "similarity":
+    if policy not in ORDERED:
         return bounds
     piece = _piece(window, group_size)
     run = piece * max(1, -(-CHUNKS_PER_TASK * int(chunks) // piece)) if chunks else piece

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gcc_dask.composition import BatchLayout, compose, composition_items, composition_key, window_unit
+from gcc_dask.composition import COMPOSED, BatchLayout, compose, composition_items, composition_key, window_unit
 from gcc_dask.composition_cache import CompositionCache
 from gcc_dask.config import PipelineConfig
 from gcc_dask.runtime.cluster import map_on_cluster, run_on_cluster
@@ -51,7 +51,7 @@ def _cached_choice(cfg: PipelineConfig, source, seconds_per_row: float, measured
     block size of a second run over the same data, timed on a busier machine, composed everything again."""
     policy = composition_policy(cfg)
     cache = CompositionCache.default()
-    if policy not in ("similarity", "pc1") or cache is None:
+    if policy not in COMPOSED or cache is None:
         return None
     comp = cfg.composition
     steps = int(np.log2(CACHED_COST_FACTOR))
@@ -59,7 +59,7 @@ def _cached_choice(cfg: PipelineConfig, source, seconds_per_row: float, measured
         candidate = measured if step == 0 else choice(seconds_per_row * 2.0 ** step)
         key = composition_key(source, group_size=cfg.code.num_inputs, block_size=candidate.block_size,
                               policy=policy, seed=comp.seed, window=comp.window, dims=comp.dims,
-                              fit_samples=comp.fit_samples)
+                              fit_samples=comp.fit_samples, leaf=comp.leaf)
         if cache.has(key):
             if step == 0:
                 return None
@@ -105,8 +105,8 @@ def _compose(cfg: PipelineConfig, block: int, source, client, say) -> BatchLayou
     unit = window_unit(cfg.code.num_inputs, block, source.chunks, comp.window)
     windows = len(composition_items(source.num_samples, comp.window, cfg.code.num_inputs, unit, policy,
                                     source.chunks)) \
-        if policy in ("similarity", "pc1") else 1
-    if policy in ("similarity", "pc1"):
+        if policy in COMPOSED else 1
+    if policy in COMPOSED:
         say(f"composing {source.num_samples:,} samples into groups of {cfg.code.num_inputs} ({policy}, "
             f"{windows} window{'s' if windows != 1 else ''})")
     elif policy != comp.policy:
@@ -124,4 +124,4 @@ def _compose(cfg: PipelineConfig, block: int, source, client, say) -> BatchLayou
                                   what="composing the samples")
     return compose(source, group_size=cfg.code.num_inputs, block_size=block, policy=policy,
                    seed=comp.seed, window=comp.window, dims=comp.dims, fit_samples=comp.fit_samples,
-                   map_windows=mapper, run_task=run_task, cache=CompositionCache.default(), say=say)
+                   leaf=comp.leaf, map_windows=mapper, run_task=run_task, cache=CompositionCache.default(), say=say)

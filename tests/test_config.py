@@ -177,6 +177,11 @@ BAD = [
     ("fit-samples-1e9", "composition.fit_samples", 10**9,
      "composition.fit_samples: got 1000000000; expected an integer from 1 to 65,536 (samples read at once, as "
      "float64"),
+    ("leaf-zero", "composition.leaf", 0, "composition.leaf: got 0; expected a number greater than or equal to 1"),
+    ("leaf-word", "composition.leaf", "big", "composition.leaf: got 'big'; expected a valid integer"),
+    ("leaf-1e9", "composition.leaf", 10**9,
+     "composition.leaf: got 1000000000; expected an integer from 1 to 65,536 (samples chained at once"),
+    ("policy-unknown", "composition.policy", "kdtree", "composition.policy: got 'kdtree'; expected "),
     ("replication-1e6-copies", "replication.copies", 10**6,
      "replication.copies: got 1000000; expected a value with at most 65,536 workers for scheme 'replication'"),
     ("hang-delay-1e12", "stragglers.hang_delay", 1e12,

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field
 
 from ..sizing import MAX_BLOCK_SIZE
-from .fields import FitSamples, InputCount, Points, PosInt, WindowSize, WorkerCount, _Invalid, _Section
+from .fields import FitSamples, InputCount, LeafSize, Points, PosInt, WindowSize, WorkerCount, _Invalid, _Section
 
 
 def _block_size(value: Any) -> Any:
@@ -76,12 +76,18 @@ class CompositionConfig(_Section):
     policy
         ``similarity`` (the default) chains similar inputs (greedy nearest neighbours on their leading
         principal components, within windows of ``window`` samples) and cuts the chain into groups of K;
-        ``pc1`` sorts by the first principal component; ``random`` is a seeded permutation; ``as_stored``
-        keeps the source's order.
+        ``tree`` splits each window by a k-d tree on the same components into leaves of at most ``leaf``
+        samples and chains each leaf, the leaves' leftovers chained up the tree (work per sample O(leaf),
+        whatever the window; groups a little looser than the chain's over the same window); ``pc1`` sorts by the
+        first principal component; ``random`` is a seeded permutation; ``as_stored`` keeps the source's order.
     window
-        Samples per window of the ``similarity`` chain (rounded up to a multiple of K): each window is read,
-        projected and chained on its own (a Dask task each when there are several), so a large source is
-        never loaded whole. Larger windows group better and cost O(window) more per sample. At most 65,536.
+        Samples per window of the ``similarity`` chain and the ``tree`` (rounded up to a multiple of K): each
+        window is read, projected and ordered on its own (a Dask task each when there are several), so a large
+        source is never loaded whole. Larger windows group better; the chain costs O(window) more per sample,
+        the tree O(log window). At most 65,536.
+    leaf
+        Most samples per leaf of the ``tree`` policy (rounded up to a multiple of K): each leaf is chained, so
+        its work per sample is O(leaf). At most 65,536; ignored by the other policies.
     dims
         Principal components the samples are compared on.
     fit_samples
@@ -91,8 +97,9 @@ class CompositionConfig(_Section):
         Seeds ``random`` and the randomized PCA.
     """
 
-    policy: Literal["as_stored", "random", "pc1", "similarity"] = "similarity"
+    policy: Literal["as_stored", "random", "pc1", "similarity", "tree"] = "similarity"
     window: WindowSize = 8192
+    leaf: LeafSize = 256
     dims: PosInt = 32
     fit_samples: FitSamples = 4096
     seed: Annotated[int, Field(ge=0)] = 0

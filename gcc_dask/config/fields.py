@@ -31,7 +31,8 @@ _FINGERPRINT_EXCLUDE = ("store", "cluster", ("run", "progress"), ("run", "max_ba
 FINGERPRINT_IGNORED: tuple[str, ...] = tuple(".".join(i) if isinstance(i, tuple) else i for i in _FINGERPRINT_EXCLUDE)
 #: (section, key) of the keys added after stores were first made: a store made before a key existed resumes under
 #: a config that leaves it at its default (:meth:`PipelineConfig.fingerprint` with ``stored``)
-ADDED_KEYS: tuple[tuple[str, str], ...] = (("advise", "margin"), ("speculation", "copies"), ("run", "output_kind"))
+ADDED_KEYS: tuple[tuple[str, str], ...] = (("advise", "margin"), ("speculation", "copies"), ("run", "output_kind"),
+                                           ("composition", "leaf"))
 
 
 class _Invalid(ValueError):
@@ -183,6 +184,9 @@ WindowSize = Annotated[int, Field(ge=1), AfterValidator(
     _at_most(MAX_WINDOW, "samples read and chained at once; larger windows cost time per sample"))]
 FitSamples = Annotated[int, Field(ge=1), AfterValidator(
     _at_most(MAX_FIT_SAMPLES, "samples read at once, as float64, to fit the principal components"))]
+#: The ``tree`` composition's leaf size, bounded like a window (a leaf is chained: O(leaf) work per sample).
+LeafSize = Annotated[int, Field(ge=1), AfterValidator(
+    _at_most(MAX_WINDOW, "samples chained at once; larger leaves cost time per sample"))]
 
 
 def _accepts_none(annotation: Any) -> bool:

@@ -181,7 +181,8 @@ def advise(pipeline: Any, *, samples: int = DEFAULT_SAMPLES, target: float | Non
     out_dir = Path(writable_dir("--out" if out is not None else "advise output folder", out_dir))
     ratios = _ratios(cfg, max_redundancy, target)
     candidates, skipped = candidates_for_specs(_specs(cfg), K, ratios)
-    index, X, labels = groups_of(source, K, cfg.composition.policy, cfg.composition.seed, samples=samples)
+    index, X, labels = groups_of(source, K, cfg.composition.policy, cfg.composition.seed, samples=samples,
+                                 leaf=cfg.composition.leaf)
     G = int(index.shape[0])
     if known is not None and known.shape[:2] != (G, K):
         raise ConfigError(f"--out: got {str(out_dir)!r}, whose stored outputs are of {known.shape[0]} groups of "
@@ -310,7 +311,10 @@ def _data_fingerprint(cfg, source, workload, samples: int) -> str:
     from gcc_dask._digest import files_digest
 
     resolved = cfg.resolved()
-    data = {"source": resolved["source"], "workload": resolved["workload"], "composition": resolved["composition"],
+    composition = dict(resolved["composition"])
+    if composition.get("policy") != "tree":  # leaf is the tree's only: the other policies keep their digests
+        composition.pop("leaf", None)
+    data = {"source": resolved["source"], "workload": resolved["workload"], "composition": composition,
             "samples": samples, "K": cfg.code.num_inputs,
             "files": files_digest([*workload.files(), *source.files()])}
     blob = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)

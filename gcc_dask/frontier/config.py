@@ -107,8 +107,9 @@ class FrontierConfig(_Section):
         f and its inputs, as in a sweep (``dnn`` with a ``source`` and a ``workload``, or an analytic
         function).
     composition
-        How the groups of K are formed: the pipeline's composition policies (``similarity``, ``pc1``,
-        ``random``, ``as_stored``), applied to the source (``dnn``) or to the drawn inputs (analytic).
+        How the groups of K are formed: the pipeline's composition policies (``similarity``, ``tree``,
+        ``pc1``, ``random``, ``as_stored``, with their default parameters), applied to the source (``dnn``) or
+        to the drawn inputs (analytic).
     groups
         Analytic functions: how many groups of K inputs to draw. ``dnn``: at most this many of the split's
         groups (a seeded choice; null: every group).
@@ -134,7 +135,7 @@ class FrontierConfig(_Section):
     kind: Literal["frontier"]
     name: str = "frontier"
     function: FunctionConfig
-    composition: Literal["as_stored", "random", "pc1", "similarity"] = "similarity"
+    composition: Literal["as_stored", "random", "pc1", "similarity", "tree"] = "similarity"
     groups: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
     samples: Annotated[int, Field(ge=2, le=10_000_000)] | None = None
     num_inputs: Annotated[int, Field(ge=2, le=MAX_INPUTS)]
