@@ -298,12 +298,12 @@ def decode_task(
     with np.errstate(over="ignore"):  # beyond float32's range: ±inf, counted and said once by the run
         decoded = decoded.astype(np.float32)
     filled = code.filled(received_mask) if status in (1, 2) else np.zeros(code.num_inputs, dtype=bool)
-    if filled.any() and getattr(code, "nan_policy", None) == "raise":
-        # samples no shard read (their copies straggled): read them now, so NaN or Inf there stops the run as
-        # it does where a shard read them, instead of hiding under a finite fill
-        for k in np.flatnonzero(filled).tolist():
-            p.shard_input(batch, scheme, next(w for w in range(code.num_workers) if code.selected_input(w) == k))
     if filled.any():  # the positions a fill estimated, for every group of the batch, in slot order
+        if getattr(code, "nan_policy", None) == "raise":
+            # samples no shard read (their copies straggled): read them now, so NaN or Inf there stops the run
+            # as it does where a shard read them, instead of hiding under a finite fill
+            for k in np.flatnonzero(filled).tolist():
+                p.shard_input(batch, scheme, next(w for w in range(code.num_workers) if code.selected_input(w) == k))
         g = p.layout.batch_groups(batch)
         filled = p.layout.from_blocks(np.repeat(filled[:, None], g, axis=1), n_real)
         digest = _write(p, scheme, batch, decoded=decoded, filled=filled)
