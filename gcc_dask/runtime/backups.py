@@ -18,7 +18,7 @@ import numpy as np
 from gcc_dask.errors import ConfigError
 from gcc_dask.limits import MAX_BACKUP_COPIES
 
-__all__ = ["Speculation", "backup_schedule", "backup_threshold", "backup_time", "backups_due"]
+__all__ = ["Speculation", "backup_schedule", "backup_threshold", "backup_time", "backups_due", "backups_due_since_launch"]
 
 
 def _rule_time(finite: list[float], q: int, multiplier: float, min_runtime: float) -> float:
@@ -197,6 +197,62 @@ def backups_due(first: np.ndarray, launch: np.ndarray, failed: np.ndarray, now: 
     last = np.where(started, launch, -math.inf).max(axis=0)
     fire, threshold = _backup_rule(t, rule)
     due_at = np.where(erased, -math.inf, np.where(copies > 1, last + threshold, fire))
+    due = waiting & (due_at <= now)
+    later = due_at[waiting & ~due]
+    return np.flatnonzero(due).astype(np.int64), float(later.min()) if later.size else math.inf
+
+
+def backups_due_since_launch(first: np.ndarray, launch: np.ndarray, failed: np.ndarray, now: float,
+                             rule: Speculation) -> tuple[np.ndarray, float]:
+    """:func:`backups_due` for tasks launched at different times: a map of more items than the cluster has
+    threads, each item launched as a thread frees (:func:`~gcc_dask.runtime.cluster_map.map_on_cluster`).
+
+    Spark's rule on run times, not on times since a common start: the median is over the durations of the
+    results in (arrival − launch of the original), and an item is late once its original (or its latest
+    backup) has run longer than ``max(multiplier × median, min_runtime)``, counted from its own launch. An item
+    not launched yet (every entry of its column ``inf``) is never due: waiting for a thread is not being late.
+
+    Parameters
+    ----------
+    first : array of float, shape (K,)
+        Per item, when its first result arrived (seconds since the map's start); ``inf`` for none yet.
+    launch, failed : arrays, shape (copies + 1, K)
+        As in :func:`backups_due` (seconds since the map's start).
+    now : float
+        Seconds since the map's start.
+    rule : Speculation
+
+    Returns
+    -------
+    (ndarray of int64, float)
+        The items due now, ascending; the earliest time a further one comes due (``inf``: none without another
+        result or launch).
+
+    Examples
+    --------
+    >>> inf = np.inf
+    >>> first = np.array([1.0, 1.0, 2.0, 2.0, inf])  # 2 threads: items 2 and 3 launched at 1, item 4 at 2
+    >>> launch = np.array([[0.0, 0.0, 1.0, 1.0, 2.0], [inf] * 5])
+    >>> no = np.zeros((2, 5), dtype=bool)
+    >>> backups_due_since_launch(first, launch, no, now=2.5, rule=Speculation())  # ran 0.5 s of 1.5 allowed
+    (array([], dtype=int64), 3.5)
+    """
+    t = np.asarray(first, dtype=float)
+    launch = np.asarray(launch, dtype=float)
+    failed = np.asarray(failed, dtype=bool)
+    if launch.shape != (rule.copies + 1, t.size) or failed.shape != launch.shape:
+        raise ValueError(f"launch and failed: got shapes {launch.shape} and {failed.shape}; expected "
+                         f"({rule.copies + 1}, {t.size})")
+    started = np.isfinite(launch)
+    launched = started[0]
+    with np.errstate(invalid="ignore"):
+        took = np.where(np.isfinite(t) & launched, t - np.where(launched, launch[0], 0.0), math.inf)
+    threshold = backup_threshold(took, rule)
+    copies = started.sum(axis=0)
+    waiting = launched & ~np.isfinite(t) & (copies <= rule.copies)
+    erased = launched & (failed | ~started).all(axis=0)
+    last = np.where(started, launch, -math.inf).max(axis=0)  # finite for every launched item
+    due_at = np.where(erased, -math.inf, np.where(launched, last, math.inf) + threshold)
     due = waiting & (due_at <= now)
     later = due_at[waiting & ~due]
     return np.flatnonzero(due).astype(np.int64), float(later.min()) if later.size else math.inf

@@ -143,21 +143,26 @@ def _small(shared: tuple) -> bool:
 def _map_with_backups(client, call, args: tuple, items: list, todo: list[int], results: list, rule,
                       watch: _WorkerWatch | None = None) -> list[int]:
     """Run ``call(*args, items[i])`` for each i in `todo` into ``results[i]``, with backup copies of the late
-    ones (:func:`~gcc_dask.runtime.backups.backups_due`) and of those whose every copy runs on a worker that has
+    ones (:func:`~gcc_dask.runtime.backups.backups_due_since_launch`) and of those whose every copy runs on a worker that has
     missed :data:`~gcc_dask.runtime.liveness.MISSED_HEARTBEATS` heartbeats (a frozen worker may hold more than
     the quarter of the tasks Spark's rule lets wait); return the items whose every copy was lost with its
     worker. Every copy still out is cancelled on the way out.
 
     A result held only by workers that froze after its task finished (the fetch would wait for as long as they
     stay frozen) counts as a lost copy: the item gets its next copy at once, away from them
-    (:func:`_fetch`)."""
+    (:func:`_fetch`).
+
+    At most one original per thread of the cluster is out at a time; the next item is launched as one returns.
+    An item queued behind others is then not taken for a late one (Spark's rule counts a task's run time, and
+    a copy launched for a queued item would hold a worker's thread after its original's result came: a
+    cancelled task runs to its end)."""
     import math
     import time
 
     import numpy as np
     from distributed import KilledWorker, wait
 
-    from gcc_dask.runtime.cutoff import backups_due
+    from gcc_dask.runtime.backups import backups_due_since_launch
     from gcc_dask.runtime.liveness import MISSED_HEARTBEATS, heartbeat_interval
 
     k = len(todo)
@@ -174,21 +179,31 @@ def _map_with_backups(client, call, args: tuple, items: list, todo: list[int], r
     silent_after = MISSED_HEARTBEATS * beat
     check_at = silent_after  # the first look at the workers' heartbeats
 
+    slots = max(1, sum(client.nthreads().values()))
+    launched = 0  # items 0 .. launched - 1 have their original out (or back)
+
     def submit(j: int, away: set[str] | None = None) -> None:
         kwargs = {"workers": sorted(away), "allow_other_workers": True} if away else {}
         copies[j].append(client.submit(call, *args, items[todo[j]], pure=False, **kwargs))
         launch[len(copies[j]) - 1, j] = time.monotonic() - start
 
+    def launch_next() -> None:
+        nonlocal launched
+        out = sum(1 for j in open_ if j < launched and not failed[:len(copies[j]), j].all())
+        while launched < k and out < slots:
+            submit(launched)
+            launched += 1
+            out += 1
+
     try:
-        for j in range(k):
-            submit(j)
+        launch_next()
         while open_:
             now = time.monotonic() - start
-            due, later = backups_due(first, launch, failed, now, rule)
+            due, later = backups_due_since_launch(first, launch, failed, now, rule)
             # (an item with a finished copy is fetched below: no copy, even when a slow fetch held this loop)
             due = {j for j in due.tolist() if j in open_
                    and not any(f.status == "finished" and not failed[c, j] for c, f in enumerate(copies[j]))}
-            spare = [j for j in open_ if len(copies[j]) <= rule.copies]
+            spare = [j for j in open_ if j < launched and len(copies[j]) <= rule.copies]
             if due or (spare and now >= check_at):
                 check_at = now + beat  # the heartbeats move once a beat: no need to look more often
                 running, workers, behind = _placement(client, {j: [f.key for f in copies[j]] for j in spare},
@@ -238,6 +253,7 @@ def _map_with_backups(client, call, args: tuple, items: list, todo: list[int], r
                     failed[c, j] = True  # died with its worker (or was dropped with it): an erasure
                 if j in open_ and failed[:len(copies[j]), j].all() and len(copies[j]) > rule.copies:
                     open_.discard(j)  # lost, every copy: the next attempt
+            launch_next()
         return [todo[j] for j in range(k) if not math.isfinite(first[j])]
     finally:
         client.cancel([f for fs in copies for f in fs])

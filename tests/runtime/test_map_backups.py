@@ -215,3 +215,42 @@ def test_a_slow_fetch_from_a_worker_that_answers_is_waited_for(client, monkeypat
     assert out == [i + 100 for i in range(6)]
     assert len(looks) >= 3  # it waited for the slow one, past three looks at its holder
     assert all(len(ws) == 1 for ws in _calls_per_item(6).values())  # and computed nothing again
+
+
+def _tenfold(item: int) -> int:
+    return item * 10
+
+
+def test_no_more_originals_are_out_than_the_cluster_has_threads(client, monkeypatch):
+    """30 items on the 16 threads of the session's cluster: an item is launched as a thread frees, never queued
+    behind others (a queued item looked late to Spark's rule, and its backup copy held a thread after its
+    original returned)."""
+    threads = sum(client.nthreads().values())
+    futures, outstanding = [], []
+    submit = client.submit
+
+    def counting(*args, **kwargs):
+        outstanding.append(sum(1 for f in futures if f.status == "pending"))
+        futures.append(submit(*args, **kwargs))
+        return futures[-1]
+
+    monkeypatch.setattr(client, "submit", counting)
+    assert map_on_cluster(client, _tenfold, range(30)) == [i * 10 for i in range(30)]
+    assert len(futures) >= 30 and max(outstanding) < threads  # (counted before each submission)
+
+
+def test_an_item_waiting_for_a_thread_is_not_late():
+    """Spark's rule on run times: with 2 threads, items 2 and 3 launched at 1 s and item 4 at 2 s, item 4 has
+    run 0.5 s at 2.5 s, not 2.5 s: not due until 1.5 x the median run time (1 s) after its launch."""
+    from gcc_dask.runtime.backups import backups_due_since_launch
+
+    inf = np.inf
+    first = np.array([1.0, 1.0, 2.0, 2.0, inf, inf])
+    launch = np.array([[0.0, 0.0, 1.0, 1.0, 2.0, inf], [inf] * 6])
+    no = np.zeros((2, 6), dtype=bool)
+    due, later = backups_due_since_launch(first, launch, no, now=2.5, rule=Speculation())
+    assert due.tolist() == [] and later == 3.5  # item 5, never launched, is neither due nor erased
+    assert backups_due_since_launch(first, launch, no, now=3.5, rule=Speculation())[0].tolist() == [4]
+    failed = no.copy()
+    failed[0, 4] = True  # its original lost with its worker: a copy at once
+    assert backups_due_since_launch(first, launch, failed, now=2.1, rule=Speculation())[0].tolist() == [4]
