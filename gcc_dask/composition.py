@@ -63,8 +63,10 @@ from gcc_dask.limits import MAX_FIT_SAMPLES, MAX_WINDOW
 # BatchLayout, is_permutation and permutation_or_raise (batch_layout), Projection, fit_projection, chain_order,
 # tree_order, DEFAULT_DIMS and DEFAULT_LEAF (composition_similarity) are importable from here too
 __all__ = [
+    "AUTO_CHAIN_MIN_SECONDS_PER_ROW",
     "COMPOSED",
     "POLICIES",
+    "auto_composition",
     "compose",
     "composition_key",
     "serial_map",
@@ -75,12 +77,42 @@ __all__ = [
 POLICIES = ("as_stored", "random", "pc1", "similarity", "tree")
 #: the policies that order each window in pieces of ``window`` samples (:func:`composition_items`)
 ORDERED = ("similarity", "tree")
+
+
 #: the policies that read and project the windows: a pass over the data, kept in the composition cache
 COMPOSED = ("pc1", *ORDERED)
 #: Samples per window of the ``similarity`` chain and the ``tree`` (rounded up to a multiple of K).
 DEFAULT_WINDOW = 8192
 #: Samples the principal components are fitted on (spread evenly over the dataset).
 DEFAULT_FIT_SAMPLES = 4096
+
+
+#: ``composition.policy: auto`` chains (``similarity``) when f costs at least this many seconds a sample, and
+#: takes the ``tree`` below it: the chain costs about 10-20 µs a sample on one core (windows of 8,192, 32
+#: components), the tree 2-5 µs with groups almost as close, so for a cheaper f the chain would cost the run
+#: several times f itself (docs/pipeline.rst, section 'Composition')
+AUTO_CHAIN_MIN_SECONDS_PER_ROW = 5e-6
+
+
+def auto_composition(seconds_per_row: float | None, num_samples: int | None = None,
+                     window: int = DEFAULT_WINDOW) -> str:
+    """The policy ``composition.policy: auto`` takes for an f of `seconds_per_row` (its measured cost a sample,
+    :attr:`~gcc_dask.sizing.FCost.seconds_per_row`; None: not measured) over `num_samples` samples:
+    ``similarity`` from :data:`AUTO_CHAIN_MIN_SECONDS_PER_ROW` up, when not measured, and for a source of at
+    most one `window` (chained in a fraction of a second, whatever f costs); ``tree`` otherwise.
+
+    Examples
+    --------
+    >>> auto_composition(25e-6, 200_000), auto_composition(0.5e-6, 200_000), auto_composition(None, 200_000)
+    ('similarity', 'tree', 'similarity')
+    >>> auto_composition(0.5e-6, 8192)
+    'similarity'
+    """
+    if seconds_per_row is None or seconds_per_row >= AUTO_CHAIN_MIN_SECONDS_PER_ROW:
+        return "similarity"
+    if num_samples is not None and num_samples <= window:
+        return "similarity"
+    return "tree"
 
 
 def window_unit(group_size: int, block_size: int = 1, chunks: int | None = None, window: int = 0) -> int:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from gcc_dask.config import PipelineConfig
-from gcc_dask.errors import InvalidInputError, SourceError, WorkloadError
+from gcc_dask.errors import GccDaskError, InvalidInputError, SourceError, WorkloadError
 from gcc_dask.sizing import time_f
 from gcc_dask.sources import make_source
 from gcc_dask.workloads import load_workload, make_workload
@@ -53,9 +53,14 @@ def _check_model_fits(workload, source, nan_policy: str = "raise") -> tuple[int,
     return _probe_model(workload, source, nan_policy)[0]
 
 
-def _probe_model(workload, source, nan_policy: str = "raise", timed: bool = False):
+def _probe_model(workload, source, nan_policy: str = "raise", timed: bool | str = False):
     """:func:`_check_model_fits`, and with `timed` f's cost on the source's first samples too
-    (:func:`gcc_dask.sizing.time_f`, for ``code.block_size: auto``): ``(output_shape, FCost or None)``."""
+    (:func:`gcc_dask.sizing.time_f`, for ``code.block_size: auto`` and ``composition.policy: auto``):
+    ``(output_shape, FCost or None)``.
+
+    An f that fails on the timing's blocks of several samples (it passed on one) raises one
+    :class:`~gcc_dask.errors.WorkloadError` line, or, with ``timed="optional"`` (only ``composition.policy: auto``
+    asks: its choice has a default), gives no cost: the run then meets the failure in its shards, as erasures."""
     try:
         x, _ = source.read(0, 1)
     except (MemoryError, ValueError, OSError) as e:  # e.g. an absurd source.shape; a corrupt file
@@ -93,4 +98,16 @@ def _probe_model(workload, source, nan_policy: str = "raise", timed: bool = Fals
     if not timed:
         return shape, None
     fn = load_workload(workload)
-    return shape, time_f(fn, lambda start, stop: source.read(start, stop)[0], source.num_samples)
+    try:
+        return shape, time_f(fn, lambda start, stop: source.read(start, stop)[0], source.num_samples)
+    except (GccDaskError, MemoryError):
+        raise
+    except Exception as e:
+        if timed == "optional":
+            return shape, None
+        text = " ".join(str(e).split())
+        raise WorkloadError(
+            f"workload: got an f that fails on a block of the source's first samples while it is timed for "
+            f"code.block_size: auto ({type(e).__name__}: {text}), after it passed on one sample; expected an f "
+            "that maps (n, ...) samples to (n, ...) outputs for every n (or set code.block_size to a number)"
+        ) from None

@@ -83,10 +83,11 @@ class RunResult:
         Seconds the batches took on the cluster (0 when everything was already done).
     phases_s : dict of str to float
         Where this call's time went, in seconds (wall clock, this process): ``connect`` (the cluster up and its
-        workers in), ``probe`` (f checked on a sample, and timed for ``code.block_size: auto``), ``digests``
-        (the inputs' digest a resume is checked against), ``store`` (the store created or opened, without the
-        composition), ``composition``, ``batches`` (every batch run and written), ``first_batch`` (from the
-        first submission to the first batch written), ``finish`` (the final status written) and ``total``.
+        workers in), ``probe`` (f checked on a sample, and timed for ``code.block_size: auto`` and
+        ``composition.policy: auto``), ``digests`` (the inputs' digest a resume is checked against), ``store``
+        (the store created or opened, without the composition), ``composition``, ``batches`` (every batch run
+        and written), ``first_batch`` (from the first submission to the first batch written), ``finish`` (the
+        final status written) and ``total``.
         A phase the call did not go through is absent (a resume of a finished run has no ``batches``).
     """
 
@@ -206,7 +207,8 @@ def run_pipeline(
                     say(f"gcc-dask run page: {page}")
             return cluster[0]
 
-        timed = cfg.code.block_size == "auto"
+        # f timed for the block size (required) or only for composition.policy: auto (optional: a default)
+        timed = True if cfg.code.block_size == "auto" else "optional" if cfg.composition.policy == "auto" else False
         fixed = None
         if getattr(source, "remote", False):  # a dask array: not one block of it is read on the driver
             c = connected()
@@ -218,7 +220,7 @@ def run_pipeline(
             with phases("probe"):
                 output_shape, cost = _probe_model(workload, source, cfg.run.nan_policy, timed)
             fixed = getattr(load_workload(workload), "fixed_batch", None)  # loaded once by the check above
-            if fixed is not None and not timed and fixed != cfg.code.block_size:
+            if fixed is not None and cfg.code.block_size != "auto" and fixed != cfg.code.block_size:
                 say(f"note: the model {getattr(workload, 'path', workload)!r} has a fixed batch dimension of "
                     f"{fixed}, so f runs each block of code.block_size = {cfg.code.block_size} samples in slices "
                     f"of {fixed} (export it with a dynamic batch dimension, or set code.block_size: {fixed}, for "
@@ -261,6 +263,7 @@ def _run_stored(cfg, path, source, workload, output_shape, connected, say, warn,
     k = cfg.code.num_inputs
     auto = cfg.code.block_size == "auto"
     choice = None if auto else _block_choice(cfg, source, cost, fixed)
+    policy = composition_policy(cfg, None if cost is None else cost.seconds_per_row, source.num_samples)
     latency_model = latency_model_from_config(cfg.stragglers.model_dump(), strict=False)
     with phases("digests"):
         inputs_digest = _inputs_digest(source, workload)
@@ -279,7 +282,7 @@ def _run_stored(cfg, path, source, workload, output_shape, connected, say, warn,
         seed=cfg.seed,
         scheme_attrs={s: {"code": codes[s].params, "code_name": codes[s].name, "num_workers": codes[s].num_workers}
                       for s in cfg.schemes},
-        attrs={"composition": composition_policy(cfg), MODEL_SOURCES: list(getattr(workload, "sources", list)()),
+        attrs={"composition": policy, MODEL_SOURCES: list(getattr(workload, "sources", list)()),
                DATA_FOLDERS: list(source.data_folders()),
                **({"advice": advice} if advice is not None else {})},
     )
@@ -309,7 +312,7 @@ def _run_stored(cfg, path, source, workload, output_shape, connected, say, warn,
                         say(f"block size {choice.block_size} ({choice.reason})")
                     t0 = time.perf_counter()
                     with phases("composition"):
-                        layout = _compose(cfg, choice.block_size, source, c, say)
+                        layout = _compose(cfg, choice.block_size, source, c, say, policy)
                     composed_s = time.perf_counter() - t0
                     with phases("store"):
                         store = store_mod.RunStore.create(

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from gcc_dask.composition import COMPOSED, BatchLayout, compose, composition_items, composition_key, window_unit
+from gcc_dask.composition import (  # noqa: F401 (AUTO_CHAIN_MIN_SECONDS_PER_ROW: named here too)
+    AUTO_CHAIN_MIN_SECONDS_PER_ROW, COMPOSED, BatchLayout, auto_composition, compose, composition_items,
+    composition_key, window_unit,
+)
 from gcc_dask.composition_cache import CompositionCache
 from gcc_dask.config import PipelineConfig
 from gcc_dask.runtime.cluster import map_on_cluster, run_on_cluster
 from gcc_dask.sizing import BlockChoice, batches_in_flight, choose_block_size
 
-__all__ = ["composition_blind", "composition_policy"]
+__all__ = ["AUTO_CHAIN_MIN_SECONDS_PER_ROW", "auto_composition", "composition_blind", "composition_policy"]
 
 
 def _block_choice(cfg: PipelineConfig, source, cost, fixed: int | None, store=None) -> BlockChoice:
@@ -49,7 +52,7 @@ def _cached_choice(cfg: PipelineConfig, source, seconds_per_row: float, measured
 
     The composition's windows hold whole batches, so its cache entry is keyed by B: without this, the auto
     block size of a second run over the same data, timed on a busier machine, composed everything again."""
-    policy = composition_policy(cfg)
+    policy = composition_policy(cfg, seconds_per_row, source.num_samples)
     cache = CompositionCache.default()
     if policy not in COMPOSED or cache is None:
         return None
@@ -87,29 +90,34 @@ def composition_blind(cfg: PipelineConfig, scheme: str) -> bool:
     return cfg.section_for(scheme).fill == "none"
 
 
-def composition_policy(cfg: PipelineConfig) -> str:
-    """The composition the run uses: ``composition.policy``, or ``as_stored`` when every scheme of the run is
-    :func:`composition_blind` (composing would cost a pass over the data, and, from a chunked source, reads of
-    a batch's samples spread over its window's chunks, for the same estimates; docs/pipeline.rst, section
-    'Reads that follow the chunks')."""
+def composition_policy(cfg: PipelineConfig, seconds_per_row: float | None = None,
+                       num_samples: int | None = None) -> str:
+    """The composition the run uses: ``composition.policy`` (``auto`` made concrete for f's measured
+    `seconds_per_row` over `num_samples`, :func:`auto_composition`), or ``as_stored`` when every scheme of the
+    run is :func:`composition_blind` (composing would cost a pass over the data, and, from a chunked source,
+    reads of a batch's samples spread over its window's chunks, for the same estimates; docs/pipeline.rst,
+    section 'Reads that follow the chunks')."""
     if all(composition_blind(cfg, s) for s in cfg.schemes):
         return "as_stored"
+    if cfg.composition.policy == "auto":
+        return auto_composition(seconds_per_row, num_samples, cfg.composition.window)
     return cfg.composition.policy
 
 
-def _compose(cfg: PipelineConfig, block: int, source, client, say) -> BatchLayout:
+def _compose(cfg: PipelineConfig, block: int, source, client, say, policy: str | None = None) -> BatchLayout:
     """The run's composition and batch layout (blocks of `block` groups), with the windows of a large source as
-    Dask tasks."""
+    Dask tasks; `policy` the concrete one (:func:`composition_policy`; default: for an f of unknown cost)."""
     comp = cfg.composition
-    policy = composition_policy(cfg)
+    policy = composition_policy(cfg) if policy is None else policy
     unit = window_unit(cfg.code.num_inputs, block, source.chunks, comp.window)
     windows = len(composition_items(source.num_samples, comp.window, cfg.code.num_inputs, unit, policy,
                                     source.chunks)) \
         if policy in COMPOSED else 1
     if policy in COMPOSED:
-        say(f"composing {source.num_samples:,} samples into groups of {cfg.code.num_inputs} ({policy}, "
+        chosen = " by composition.policy auto" if comp.policy == "auto" else ""
+        say(f"composing {source.num_samples:,} samples into groups of {cfg.code.num_inputs} ({policy}{chosen}, "
             f"{windows} window{'s' if windows != 1 else ''})")
-    elif policy != comp.policy:
+    elif policy != comp.policy and policy == "as_stored":
         say(f"composition: as_stored (the estimates of {', '.join(cfg.schemes)} do not depend on it; "
             f"composition.policy {comp.policy} applies to the approximate schemes and fills)")
     mapper = run_task = None

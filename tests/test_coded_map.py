@@ -370,6 +370,16 @@ def test_an_f_that_fails_on_every_block_is_said_once_with_its_error(process_clie
     assert sum("has no estimate" in str(w.message) for w in caught) == 1  # once per scheme, not per batch
 
 
+def test_an_f_that_fails_on_the_timing_of_an_auto_block_size_is_one_line(client, tmp_path):
+    """``code.block_size: auto`` times f on blocks of 64 samples and more: an f that passed on one sample and
+    fails there stops the run with one line naming the timing, not a traceback out of the timer."""
+    bad = lambda b: np.tanh(b[:, :3]) if len(b) == 1 else 1 / 0  # noqa: E731
+    config = {**CONFIG, "code": {**CONFIG["code"], "block_size": "auto"}}
+    with pytest.raises(WorkloadError, match=r"fails on a block .* timed for code.block_size: auto "
+                                            r"\(ZeroDivisionError: division by zero\)"):
+        gd.coded_map(bad, X[:128], client=client, out=tmp_path / "t.zarr", **config)
+
+
 @pytest.mark.parametrize("given", ["import path", "imported function"])
 def test_an_edited_module_behind_f_is_refused_on_resume(client, tmp_path, monkeypatch, given):
     """Issue 35, case 3: f named by its import path ('module:function'), or an importable function (pickled by

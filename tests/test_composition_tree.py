@@ -180,6 +180,6 @@ def test_sweeps_and_frontiers_take_the_tree():
     from gcc_dask.sweep_sections import SchemeSpec
 
     assert SchemeSpec(label="g", code="gcc", composition="tree").composition == "tree"
-    for annotation in (CompositionConfig.model_fields["policy"].annotation,
-                       FrontierConfig.model_fields["composition"].annotation):
-        assert set(typing.get_args(annotation)) == set(POLICIES)
+    assert set(typing.get_args(FrontierConfig.model_fields["composition"].annotation)) == set(POLICIES)
+    # and a run's, with auto (the similarity chain or the tree, by f's cost: tests/test_composition_auto.py)
+    assert set(typing.get_args(CompositionConfig.model_fields["policy"].annotation)) == {*POLICIES, "auto"}

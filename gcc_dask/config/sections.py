@@ -241,12 +241,18 @@ class PipelineConfig(SchemeLookup, _Section):
     def resolved_for(self, stored: Mapping[str, Any]) -> dict:
         """:meth:`resolved`, less the keys added since the resolved config `stored` was written
         (:data:`~gcc_dask.config.fields.ADDED_KEYS`) that `stored` lacks and this config leaves at their
-        defaults: what this config would have been then."""
+        defaults: what this config would have been then. ``composition.policy: auto`` stands for the policy
+        `stored` names when it is one auto takes (``similarity`` or ``tree``): the store holds its composition,
+        which a resume reads, never makes again (a store made before ``auto`` was :func:`~gcc_dask.coded_map`'s
+        default resumes under it)."""
         data = self.resolved()
         for section, key in ADDED_KEYS:
             default = type(getattr(self, section)).model_fields[key].default
             if key not in (stored.get(section) or {}) and data.get(section, {}).get(key) == default:
                 data[section].pop(key)
+        was = (stored.get("composition") or {}).get("policy")
+        if data.get("composition", {}).get("policy") == "auto" and was in ("similarity", "tree"):
+            data["composition"]["policy"] = was
         return data
 
     def fingerprint(self, stored: Mapping[str, Any] | None = None) -> str:

@@ -149,6 +149,7 @@ def advise(pipeline: Any, *, samples: int = DEFAULT_SAMPLES, target: float | Non
     """
     from gcc_dask.analysis.frontier import frontier_table, open_frontier, plot_frontier
     from gcc_dask.config import load_config
+    from gcc_dask.composition import auto_composition
     from gcc_dask.inputs import _probe_model, build_source_and_workload
     from gcc_dask.runtime.cluster import ClusterSpec, connect
     from gcc_dask.stragglers import latency_model_from_config
@@ -167,13 +168,16 @@ def advise(pipeline: Any, *, samples: int = DEFAULT_SAMPLES, target: float | Non
     path = out_dir / "advice.zarr"
     source, workload = build_source_and_workload(cfg)
     samples = min(int(samples), int(source.num_samples))
-    fingerprint = _data_fingerprint(cfg, source, workload, samples)
+    policy, f_cost = cfg.composition.policy, None
+    if policy == "auto":  # made concrete by f's cost (timed now, on a few rows), before the cached outputs are looked up
+        output_shape, f_cost = _probe_model(workload, source, cfg.run.nan_policy, timed=True)
+        policy = auto_composition(f_cost.seconds_per_row, samples, cfg.composition.window)
+    fingerprint = _data_fingerprint(cfg, source, workload, samples, policy)
     cached = _cached_outputs(path, fingerprint)
     known = cached.get(REFERENCE_KEY)
-    f_cost = None
     if known is not None:  # f's outputs are stored: its shape is known, and f is not run again, not even once
         output_shape = tuple(int(n) for n in known.shape[2:])
-    else:  # one line if the data do not fit f; and f's cost on a few rows, for the expected time
+    elif f_cost is None:  # one line if the data do not fit f; and f's cost on a few rows, for the expected time
         output_shape, f_cost = _probe_model(workload, source, cfg.run.nan_policy, timed=True)
     if target is not None and int(np.prod(output_shape)) > 1 and target > 1:
         raise ConfigError(f"--target-relacc: got {target!r}; expected a RelAcc in (0, 1]")
@@ -181,7 +185,7 @@ def advise(pipeline: Any, *, samples: int = DEFAULT_SAMPLES, target: float | Non
     out_dir = Path(writable_dir("--out" if out is not None else "advise output folder", out_dir))
     ratios = _ratios(cfg, max_redundancy, target)
     candidates, skipped = candidates_for_specs(_specs(cfg), K, ratios)
-    index, X, labels = groups_of(source, K, cfg.composition.policy, cfg.composition.seed, samples=samples,
+    index, X, labels = groups_of(source, K, policy, cfg.composition.seed, samples=samples,
                                  leaf=cfg.composition.leaf)
     G = int(index.shape[0])
     if known is not None and known.shape[:2] != (G, K):
@@ -216,7 +220,7 @@ def advise(pipeline: Any, *, samples: int = DEFAULT_SAMPLES, target: float | Non
     f_rows = (0 if known is not None else G * K) + G * sum(missing.values())
 
     say(f"advice for {cfg.name}: {G} group{'s' if G != 1 else ''} of K = {K} from a sample of {samples:,} samples "
-        f"({cfg.composition.policy}), N = {sorted({c.num_workers for c in candidates})}, "
+        f"({policy}), N = {sorted({c.num_workers for c in candidates})}, "
         + (f"S = {S}" if p is None else f"p = {p:g}"))
     t0 = time.perf_counter()
     if f_rows == 0 and len(have) == len(keys):  # everything is stored: no cluster, no f, no decode
@@ -305,13 +309,15 @@ def _stragglers(cfg, stragglers) -> tuple[int, float | None]:
     return int(stragglers), None
 
 
-def _data_fingerprint(cfg, source, workload, samples: int) -> str:
-    """What fixes the groups and f: the source and workload (their config and file digests), the composition,
-    the sample size, K and the seeds."""
+def _data_fingerprint(cfg, source, workload, samples: int, policy: str | None = None) -> str:
+    """What fixes the groups and f: the source and workload (their config and file digests), the composition
+    (`policy`: the concrete one, for ``auto``), the sample size, K and the seeds."""
     from gcc_dask._digest import files_digest
 
     resolved = cfg.resolved()
     composition = dict(resolved["composition"])
+    if policy is not None:
+        composition["policy"] = policy
     if composition.get("policy") != "tree":  # leaf is the tree's only: the other policies keep their digests
         composition.pop("leaf", None)
     data = {"source": resolved["source"], "workload": resolved["workload"], "composition": composition,
