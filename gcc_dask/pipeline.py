@@ -474,7 +474,8 @@ def _tell_non_finite(odd: dict[str, dict[str, int]], warn: Callable[[str], None]
 
     if odd["nonfinite_rows"]:
         warn(f"f returned NaN or Inf on {per_scheme(odd['nonfinite_rows'])} of its outputs (counted over the "
-             "shards' results): the estimates that use those rows are NaN (counted in missing), the other rows "
+             "shards' results): those rows are erasures (run.nan_policy stops the run on NaN or Inf in the data, "
+             "not in f's outputs), the estimates that use them are NaN (counted in missing), the other rows "
              "were decoded as usual; check f on those samples")
     if odd["overflow_rows"]:
         warn(f"f's values beyond float32's range (|value| > {float(np.finfo(np.float32).max):.3g}) gave "
