@@ -220,12 +220,13 @@ def advise(pipeline, samples, target, max_redundancy, stragglers, margin, out, s
                               "(0, 1))") from None
     adv = run_advice(pipeline, samples=samples, target=target, max_redundancy=max_redundancy, stragglers=value,
                      out=out, overrides=overrides, echo=click.echo, progress=not no_progress, margin=margin)
-    cols = [c for c in ("estimator", "N", "ratio", "value", "se", "rel_rmse", "vs_best", "vs_best_se", "worst",
-                        "worst_se") if c in adv.table]
+    cols = [c for c in ("estimator", "N", "ratio", "value", "se", "rel_rmse", "decodable", "vs_best", "vs_best_se",
+                        "worst", "worst_se") if c in adv.table and (c != "decodable" or adv.metric == "mse")]
     click.echo("\n" + adv.table[cols].rename(columns={"value": adv.metric, "ratio": "N/K"})
                .to_markdown(index=False, floatfmt=".4f"))
     own_store = any(o.partition("=")[0].strip() == "store.path" for o in overrides)  # the user's store stays
-    lines = [line for line in adv.set_lines if not (own_store and line.startswith("--set store.path="))]
+    lines = [line for line in adv.set_lines if not (own_store and line.startswith("--set store.path="))
+             and line not in kept]  # the user's own --set cutoff.stragglers=S, said once
     click.echo(f"\n{adv.text}\napply it with:\n  gcc-dask run {pipeline} " + " ".join([*kept, *lines]))
     click.echo(f"advice: {adv.files[0]}  ({adv.wall_s:.0f} s)")
 

@@ -173,6 +173,7 @@ def _source_section(X: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         store = X.store_path.store
         root = getattr(store, "root", None)
         if root is not None and type(store).__name__ == "LocalStore":  # read by the workers from the files
+            _check_rows(X)
             how["chunks"] = _even_chunks(X.shape[0], X.chunks[0])
             return {"kind": "zarr", "path": str(root), "array": X.store_path.path or None}, how
         import dask.array as da
@@ -184,6 +185,7 @@ def _source_section(X: Any) -> tuple[dict[str, Any], dict[str, Any]]:
             raise ConfigError(f"X: got a dask array of shape {tuple(X.shape)} whose chunk sizes are unknown (NaN, "
                               "as after boolean indexing); expected known chunk sizes: call X.compute_chunk_sizes() "
                               "first")
+        _check_rows(X)
         how.update(lazy=True, chunks=tuple(int(c) for c in sizes))
         return {"kind": "array", "array": X}, how
     if module == "scipy" and hasattr(X, "toarray"):
@@ -191,7 +193,17 @@ def _source_section(X: Any) -> tuple[dict[str, Any], dict[str, Any]]:
                           "(NumPy, dask, xarray or Zarr): pass X.toarray()")
     if not isinstance(X, np.ndarray):
         X = np.asarray(X)
+    _check_rows(X)
     return {"kind": "array", "array": X}, how
+
+
+def _check_rows(X: Any) -> None:
+    """Refuse an X without a row (0-d, or none along its first axis), naming coded_map's argument ``X`` (the
+    config's own check would name ``source.array``, which a coded_map user never wrote)."""
+    shape = tuple(getattr(X, "shape", ()))
+    if not shape or shape[0] == 0:
+        raise ConfigError(f"X: got an array of shape {shape}; expected at least one sample (row) along its first "
+                          "axis")
 
 
 def _even_chunks(n: int, size: int) -> tuple[int, ...]:
@@ -278,11 +290,11 @@ def coded_map(f: Callable[..., Any] | str | os.PathLike, X: Any, *, schemes: Seq
     ------
     gcc_dask.errors.ConfigError
         A config keyword that is unknown or invalid (one line naming the key, the value and what is valid); a
-        DataFrame column that is not numeric, or a Series as X.
+        DataFrame column that is not numeric, a Series as X, or an X without a row (0-d, or of shape (0, ...)).
     gcc_dask.errors.WorkloadError
         f cannot be pickled (named), does not fit X's rows, or returns non-floating outputs.
     gcc_dask.errors.SourceError
-        X is not real floating data, or holds no rows.
+        X is not real floating data, or its samples hold no value (shape (n, 0)).
     gcc_dask.errors.GccDaskError
         As :func:`gcc_dask.run_pipeline` (an unreachable cluster, a store the workers cannot write, ...).
 

@@ -54,7 +54,7 @@ from gcc_dask.runtime.executor import BatchRunner
 from gcc_dask.runtime.liveness import MISSED_HEARTBEATS
 from gcc_dask.runtime.tasks import RunPlugin
 from gcc_dask.store import StoreLock
-from gcc_dask.store.resume_checks import DATA_FOLDERS, MODEL_SOURCES
+from gcc_dask.store.resume_checks import DATA_FOLDERS, LABEL_FILES, MODEL_SOURCES
 from gcc_dask.stragglers import latency_model_from_config
 from gcc_dask.workloads import load_workload
 
@@ -267,7 +267,7 @@ def _run_stored(cfg, path, source, workload, output_shape, connected, say, warn,
     latency_model = latency_model_from_config(cfg.stragglers.model_dump(), strict=False)
     with phases("digests"):
         inputs_digest = _inputs_digest(source, workload)
-        legacy_digest = _inputs_digest(source, workload, sources=False, stored=False)
+        legacy_digest = _inputs_digest(source, workload, sources=False, stored=False, labels=False)
     layout_kwargs = dict(
         fingerprint=cfg.fingerprint(),
         inputs_digest=inputs_digest,
@@ -283,7 +283,7 @@ def _run_stored(cfg, path, source, workload, output_shape, connected, say, warn,
         scheme_attrs={s: {"code": codes[s].params, "code_name": codes[s].name, "num_workers": codes[s].num_workers}
                       for s in cfg.schemes},
         attrs={"composition": policy, MODEL_SOURCES: list(getattr(workload, "sources", list)()),
-               DATA_FOLDERS: list(source.data_folders()),
+               DATA_FOLDERS: list(source.data_folders()), LABEL_FILES: list(source.label_files()),
                **({"advice": advice} if advice is not None else {})},
     )
     with StoreLock(path):
@@ -291,8 +291,8 @@ def _run_stored(cfg, path, source, workload, output_shape, connected, say, warn,
             store = store_mod.RunStore.resume(path, overwrite=cfg.store.overwrite, config_ignore=FINGERPRINT_IGNORED,
                                               fingerprint_for=cfg.fingerprint, config_for=cfg.resolved_for,
                                               legacy_inputs_digest=legacy_digest,
-                                              inputs_digest_for=lambda listed, folders: _inputs_digest(
-                                                  source, workload, listed, folders),
+                                              inputs_digest_for=lambda listed, folders, labels: _inputs_digest(
+                                                  source, workload, listed, folders, labels),
                                               **layout_kwargs)
         work = None
         if store is not None:
@@ -477,7 +477,8 @@ def _tell_non_finite(odd: dict[str, dict[str, int]], warn: Callable[[str], None]
 
     if odd["nonfinite_rows"]:
         warn(f"f returned NaN or Inf on {per_scheme(odd['nonfinite_rows'])} of its outputs (counted over the "
-             "shards' results): the estimates that use those rows are NaN (counted in missing), the other rows "
+             "shards' results): those rows are erasures (run.nan_policy stops the run on NaN or Inf in the data, "
+             "not in f's outputs), the estimates that use them are NaN (counted in missing), the other rows "
              "were decoded as usual; check f on those samples")
     if odd["overflow_rows"]:
         warn(f"f's values beyond float32's range (|value| > {float(np.finfo(np.float32).max):.3g}) gave "

@@ -14,17 +14,21 @@ from gcc_dask.config import PipelineConfig
 from gcc_dask.errors import SourceError
 
 
-def _inputs_digest(source, workload, sources: bool | list[str] = True, stored: bool = True) -> str:
+def _inputs_digest(source, workload, sources: bool | list[str] = True, stored: bool = True,
+                   labels: bool = True) -> str:
     """A digest of the model and data files the run reads (see :mod:`gcc_dask._digest`), of the source file of a
     model's module (an import path ``module:function``: ``workload.sources()``; not with ``sources=False``, the
     digest of the stores made before it counted; a list: those files, as a store lists them, a file gone
     counting as changed), of the local Zarr folders that an in-memory array reads (``source.data_folders()``: a
     dask array's graph over ``dask.array.from_zarr``; not with ``stored=False``, the digest of the stores made
-    before they counted), and of an in-memory f (its cloudpickle bytes: ``workload.params["token"]``)."""
+    before they counted), of the label arrays that ``source.files()`` leaves out (``source.label_files()``: a Zarr
+    source's labels; not with ``labels=False``, the digest of the stores made before they counted), and of an
+    in-memory f (its cloudpickle bytes: ``workload.params["token"]``)."""
     listed = isinstance(sources, list)
     modules = list(sources) if listed else list(getattr(workload, "sources", list)()) if sources else []
     data = list(source.files())
     data += [f for f in (source.data_folders() if stored else []) if f not in data]
+    data += [f for f in (source.label_files() if labels else []) if f not in data]
     try:
         digest = files_digest([*workload.files(), *modules, *data])
     except OSError as e:

@@ -17,6 +17,10 @@ __all__ = ["CodedPostFit"]
 
 _SCORES = ("auto", "decision_function", "predict_proba")
 
+#: the post-fit methods whose outputs are not class scores when they reach :meth:`CodedPostFit._coded` (``predict``
+#: of a classifier decodes its scores instead): their run is scored as a regression (``run.output_kind``)
+_REGRESSION = ("predict", "transform")
+
 
 def _is_dask(a: Any) -> bool:
     return callable(getattr(a, "__dask_graph__", None))
@@ -46,7 +50,9 @@ class CodedPostFit:
     float32), not the estimator's own outputs: how close they come depends on the scheme, N − S and how
     smooth the method is along a group of similar rows (a linear ``decision_function`` decodes best); run
     with ``run={"reference": True}`` to have ``last_result_.summary`` report RelAcc and the RMSE
-    (docs/own_model.rst, section 'scikit-learn').
+    (docs/own_model.rst, section 'scikit-learn'). ``predict`` of a regressor and ``transform`` run with
+    ``run.output_kind: regression`` (scored by the relative RMSE, R² and the largest error, not by the RelAcc
+    of an argmax) unless ``run={"output_kind": ...}`` says otherwise; the class scores keep ``auto``.
 
     Parameters
     ----------
@@ -143,6 +149,10 @@ class CodedPostFit:
 
             out = os.path.join(os.fspath(self.out), f"{method}.zarr")
         config = dict(self.config)
+        run = config.get("run")
+        if method in _REGRESSION and (run is None or (isinstance(run, dict) and "output_kind" not in run)):
+            # outputs that are not class scores: not scored by the RelAcc of their argmax
+            config["run"] = {**(run or {}), "output_kind": "regression"}
         if out is not None:
             config["store"] = {**config.get("store", {}), "overwrite": True}
         result = coded_map(fn, rows.array, schemes=self.schemes, client=self.client, out=out,

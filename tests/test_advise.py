@@ -205,6 +205,7 @@ def test_the_command_that_applies_the_advice_keeps_the_users_overrides(tmp_path)
     assert res.exit_code == 0, res.output
     line = next(ln for ln in res.output.splitlines() if ln.strip().startswith("gcc-dask run"))
     assert "--set cutoff.stragglers=1" in line and line.count("schemes=") == 1
+    assert line.count("cutoff.stragglers=") == 1  # the user's own, which the advice was measured for
     assert line.index("cutoff.stragglers=1") < line.index("schemes=")
     # the pipeline's own store holds a run of its own schemes: the command goes to a store of its own, and runs
     import shlex
@@ -292,6 +293,29 @@ def test_a_single_output_f_gets_its_relative_error_and_never_a_relacc(client, tm
     np.testing.assert_allclose(adv.table["rel_rmse"], np.sqrt(adv.table["value"] / ref_ms))
     assert 1.0 < ref_ms < 4.0  # (x² + 1)² for x in [-1, 1]
     assert "relative RMSE" in adv.text.splitlines()[0] and "agrees" not in adv.text
+
+
+def test_a_candidate_that_leaves_outputs_missing_ranks_last_and_the_command_sets_s(client, tmp_path):
+    """A reviewer's find: on an f with one output, replication/none (no fill) came first at every N with MSE 0 and
+    was the best that vs_best compared with, as its MSE counts only the outputs it estimates (half of them at
+    N = K with S = 2). It is now listed last at its N, without a vs_best, and a line says why; the command that
+    applies the advice sets the S it was measured for (``cutoff.stragglers``), which it used to leave out."""
+    adv = advise(_pipe(tmp_path, [1.0, 0.0, 1.0]), samples=96, client=client, out=tmp_path / "a", progress=False,
+                 stragglers=1)
+    assert adv.metric == "mse"
+    none = adv.table[(adv.table["estimator"] == "replication/none") & (adv.table["decodable"] < 1)]
+    assert set(none["N"]) >= {4, 5} and none["vs_best"].isna().all()  # (at N = 8 its two copies are never both lost)
+    for n, rows in adv.table.groupby("N", sort=False):
+        complete = (rows["decodable"] >= 1).to_numpy()
+        assert complete.any() and not (np.diff(complete.astype(int)) > 0).any(), n  # the complete ones first
+        assert np.isfinite(rows["vs_best"].iloc[0])  # the first one estimates every output
+    assert adv.table.loc[adv.table["vs_best"].idxmin(), "decodable"] == 1.0
+    note = next(line for line in adv.text.splitlines() if line.startswith("Listed last"))
+    assert "replication/none at N = 4 (" in note and "never recommended" in note
+    assert "--set cutoff.stragglers=1" in adv.set_lines  # the S of --stragglers, not the pipeline's 2
+    p_advice = advise(_pipe(tmp_path, [1.0, 0.0, 1.0]), samples=96, client=client, out=tmp_path / "b",
+                      progress=False, stragglers=0.25)
+    assert not any("cutoff.stragglers" in line for line in p_advice.set_lines)  # p: the pipeline's cutoff stays
 
 
 def test_an_output_folder_that_cannot_be_made_is_one_line(tmp_path):

@@ -491,6 +491,9 @@ def test_nan_from_f_on_a_few_rows_blanks_those_rows_only_and_is_said_once(client
         res = gd.coded_map(_nan_on_some, X, schemes=["uncoded", "gcc"], client=client, out=tmp_path / "nan.zarr")
     lines = [str(w.message) for w in said if "NaN or Inf" in str(w.message)]
     assert len(lines) == 1 and "in uncoded" in lines[0], [str(w.message) for w in said]
+    # by design not a stop under the default nan_policy (raise stops on the data): the line says so
+    assert "those rows are erasures (run.nan_policy stops the run on NaN or Inf in the data" in lines[0]
+    assert gd.open_run(res.store).attrs["config"]["run"]["nan_policy"] == "raise"
     est = res.estimates  # the first scheme: uncoded
     bad = np.isnan(est).any(axis=1)
     assert bad.sum() == 8 and set(np.flatnonzero(bad)) == set((np.arange(8) * 250 + 3).tolist())

@@ -154,7 +154,7 @@ BAD = [
     ("address-and-file", "cluster.scheduler_file", "/tmp/s.json", "cluster.scheduler_file: got '/tmp/s.json'"),
     ("bad-nan-policy", "run.nan_policy", "ignore", "run.nan_policy: got 'ignore'"),
     ("zero-in-flight", "run.max_batches_in_flight", 0, "run.max_batches_in_flight: got 0"),
-    ("reference-not-bool", "run.reference", "yes", "run.reference: got 'yes'; expected a valid boolean"),
+    ("reference-not-bool", "run.reference", "yes", "run.reference: got 'yes'; expected true or false"),
     ("bad-source-kind", "source.kind", "imagenet", "source.kind: got 'imagenet'; expected 'mnist'"),
     ("key-of-other-kind", "source.num_samples", 10,
      "source.num_samples: got 10; expected no such key for source kind 'mnist'"),

@@ -78,6 +78,40 @@ def test_changed_zarr_data_is_refused_on_resume(client, tmp_path):
         gd.run_pipeline(cfg, client=client)
 
 
+def test_rewritten_zarr_labels_are_refused_on_resume_and_older_stores_resume(client, tmp_path):
+    """A reviewer's find: a Zarr source's labels array was not in the inputs digest (``files()`` lists the data
+    array only), so a resume after the labels were rewritten in place mixed the old labels with the new ones.
+    Its folder now counts (``label_files``): the resume is refused; a store made before it counted (no
+    ``label_files`` attribute, its digest without the labels) resumes as before."""
+    from gcc_dask.pipeline_resume import _inputs_digest
+    from gcc_dask.sources import make_source
+    from gcc_dask.workloads import make_workload
+
+    root = zarr.open_group(str(tmp_path / "d.zarr"), mode="w")
+    root.create_array("x", data=np.random.default_rng(0).random((40, 5)).astype(np.float32), chunks=(8, 5))
+    labels = root.create_array("y", data=np.arange(40) % 3, chunks=(8,))
+    source = {"kind": "zarr", "path": str(tmp_path / "d.zarr"), "array": "x", "labels": "y"}
+    cfg = _cfg(tmp_path / "run.zarr", source=source, run={"progress": False, "limit_batches": 1})
+    gd.run_pipeline(cfg, client=client)
+    store = zarr.open_group(str(tmp_path / "run.zarr"), mode="r+")
+    assert store.attrs["label_files"] == [str(tmp_path / "d.zarr" / "y")]
+    made_with = dict(store.attrs)
+    old = {k: v for k, v in made_with.items() if k != "label_files"}  # as a store made before the labels counted
+    old["inputs_digest"] = _inputs_digest(make_source(**source), make_workload("analytic", name="smooth", out_dim=3),
+                                          list(made_with["model_sources"]), labels=False)
+    assert old["inputs_digest"] != made_with["inputs_digest"]
+    store.attrs.clear()
+    store.attrs.update(old)
+    cfg["run"] = {"progress": False, "limit_batches": 2}
+    gd.run_pipeline(cfg, client=client)  # resumed
+    store.attrs.clear()
+    store.attrs.update({**made_with, "status": "incomplete"})
+    labels[:] = (np.arange(40) + 1) % 3  # rewritten in place: same shape, same chunks
+    cfg["run"] = {"progress": False}
+    with pytest.raises(StoreError, match="other model or data files"):
+        gd.run_pipeline(cfg, client=client)
+
+
 def test_heavy_tails_are_bounded():
     from gcc_dask.stragglers import Pareto
 

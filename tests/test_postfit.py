@@ -96,6 +96,34 @@ def test_transform_and_regressor(process_client):
     assert pred.shape == (480,) and np.abs(pred - reg.predict(X)).mean() < 0.1 * np.abs(target).mean()
 
 
+def test_a_multi_output_regressor_and_a_transform_are_scored_as_regressions(process_client, fitted):
+    """A reviewer's find: a multi-output regressor's ``predict`` (and ``transform``) ran with ``output_kind:
+    auto``, which takes two or more outputs for class scores, so the summary gave the RelAcc of their argmax.
+    CodedPostFit now runs them as ``regression`` (the relative RMSE against the reference), unless the user says
+    otherwise; a classifier's ``predict_proba`` keeps ``auto`` (classifier)."""
+    from gcc_dask import metrics
+
+    XS = X[:192]
+    targets = XS @ np.random.default_rng(5).random((6, 3)).astype(np.float32)
+    reg = LinearRegression().fit(XS, targets)
+    scored = {**CONFIG, "run": {"reference": True}}
+    wrapped = gd.CodedPostFit(reg, client=process_client, **scored)
+    pred = wrapped.predict(XS)
+    summary = wrapped.last_result_.summary
+    assert summary.attrs["output_kind"] == "regression" and "rel_acc" not in summary.columns
+    assert summary.loc["gcc", "rel_rmse"] == pytest.approx(metrics.relative_rmse(pred, reg.predict(XS)), rel=1e-3)
+    assert wrapped.config == scored  # the wrapper's own config is left as given
+    pca = gd.CodedPostFit(PCA(n_components=3).fit(XS), client=process_client, **scored)
+    pca.transform(XS)
+    assert pca.last_result_.summary.attrs["output_kind"] == "regression"
+    said = gd.CodedPostFit(reg, client=process_client, **{**CONFIG, "run": {"output_kind": "classifier"}})
+    said.predict(XS)
+    assert said.last_result_.summary.attrs["output_kind"] == "classifier"  # the user's choice stands
+    proba = gd.CodedPostFit(fitted, client=process_client, **scored)
+    proba.predict_proba(XS)
+    assert proba.last_result_.summary.attrs["output_kind"] == "classifier"
+
+
 def test_missing_method_and_bad_scores(fitted):
     with pytest.raises(AttributeError, match="does not have a 'transform' method"):
         gd.CodedPostFit(fitted).transform(X)

@@ -103,8 +103,12 @@ class RunConfig(_Section):
     limit_batches
         Run only the first ``limit_batches`` batches (a later run without it continues the store).
     nan_policy
-        ``raise``: NaN or Inf in an input or result stops the run with one line; ``propagate``: they
-        flow through and stay in their batch.
+        ``raise``: NaN or Inf in the data (a sample of X, met while a batch is read or encoded) stops the run
+        with one line naming the batch and its samples, as does NaN or Inf from f on the first sample (its probe,
+        before anything runs). NaN or Inf that f returns on other rows does not stop it: those output rows are
+        erasures, left out of the decode, the estimates that use them are NaN (counted in ``missing``) and the
+        run says once how many there were (docs/pipeline.rst, section 'Failures and erasures').
+        ``propagate``: they flow through unchecked and stay in their batch.
     reference
         Compute f uncoded beside each batch (``inputs/reference``), for MSE and RelAcc. It is never on a
         batch's latency path, but it is K·B more evaluations of f per batch: a production run without the

@@ -72,6 +72,18 @@ def _key_path(parts: Sequence[Any]) -> str:
     return ".".join(str(p) if _PLAIN_KEY.match(str(p)) else repr(p) for p in parts)
 
 
+#: what a pydantic error of these types expects, in the user's words (pydantic says "a valid boolean")
+_EXPECTED_BY_TYPE = {"bool_parsing": "true or false", "bool_type": "true or false"}
+
+
+def _expected(err: Mapping[str, Any]) -> str:
+    """What a pydantic error (one of ``ValidationError.errors()``) expects: the valid values where they are few
+    (a boolean: true or false), else its message without "Input should be "."""
+    if err.get("type") in _EXPECTED_BY_TYPE:
+        return _EXPECTED_BY_TYPE[str(err["type"])]
+    return str(err.get("msg", "a valid value")).removeprefix("Input should be ")
+
+
 def _fail(key: str, value: Any, expected: str) -> ConfigError:
     return ConfigError(f"{key}: got {_short(value)}; expected {expected}")
 

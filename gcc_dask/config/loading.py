@@ -12,7 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from gcc_dask.errors import ConfigError
 
-from .fields import _as_path_str, _fail, _Invalid, _key_path, _short
+from .fields import _as_path_str, _expected, _fail, _Invalid, _key_path, _short
 from .sections import _NAME_RE, _SECTIONS, _SOURCE_KEYS, _WORKLOAD_OBJECTS, PipelineConfig, _default_store_path
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -211,10 +211,7 @@ def _error_line(exc: ValidationError) -> str:
         return f"{path}: got {_short(err.get('input'))}; expected a mapping{keys}"
     if kind == "invalid_key":
         return f"{path}: got {_short(err.get('input'))}; expected string keys"
-    msg = str(err.get("msg", "valid input"))
-    for prefix in ("Input should be ", "Value error, "):
-        if msg.startswith(prefix):
-            msg = msg[len(prefix):]
+    msg = _expected(err).removeprefix("Value error, ")
     if msg.startswith(("greater than", "less than")):
         msg = "a number " + msg
     return f"{path}: got {_short(err.get('input'))}; expected {msg}"

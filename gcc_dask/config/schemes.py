@@ -27,7 +27,7 @@ from pydantic import Field, ValidationError
 
 from gcc_dask.errors import ConfigError
 
-from .fields import SCHEMES, _Invalid, _Section
+from .fields import SCHEMES, _expected, _Invalid, _Section
 
 __all__ = ["ENTRY_KEYS", "LABEL_RE", "SchemeEntry", "SchemeLookup", "split_entries"]
 
@@ -220,7 +220,7 @@ class SchemeLookup:
             if isinstance(cause, _Invalid):
                 expected, value = cause.expected, cause.value
             else:
-                expected, value = str(err.get("msg", "a valid value")).removeprefix("Input should be "), err.get("input")
+                expected, value = _expected(err), err.get("input")
             raise _Invalid(f"schemes.{scheme}.params.{key}", value, expected) from None
 
     def points_for(self, scheme: str) -> Any:

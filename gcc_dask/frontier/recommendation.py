@@ -30,16 +30,18 @@ class Advice:
         One row per candidate (its N): ``estimator``, ``code``, ``N``, ``ratio`` (N/K, the compute per sample
         relative to uncoded), the decision pattern's ``value`` ± ``se`` and ``decodable`` fraction, the paired
         difference to the best ``vs_best`` ± ``vs_best_se``, and the ``worst`` case ± ``worst_se`` when it was
-        measured. With the MSE (an f with one output) a candidate that leaves outputs without an estimate is
-        never recommended.
+        measured. With the MSE (an f with one output) a candidate that leaves outputs without an estimate
+        (``decodable`` below 1) is never recommended: its MSE counts only the outputs it estimates, so it is listed
+        last at its N, without a ``vs_best``, and :attr:`text` says so.
     choice : dict
         The recommended scheme entry ``{"label", "code", "params"}`` (``params`` holds ``num_workers``).
     text : str
         The recommendation, with the ties it resolved.
     set_lines : list of str
-        ``--set`` options that apply it to the pipeline: the scheme entry, and a store of its own
-        (``store.path`` with ``-<label>`` before ``.zarr``: the pipeline's own store holds another
-        configuration's run).
+        ``--set`` options that apply it to the pipeline: the scheme entry, the number of stragglers S it was
+        measured for (``cutoff.stragglers``; not with p, independent stragglers, which leave the pipeline's
+        cutoff as it is), and a store of its own (``store.path`` with ``-<label>`` before ``.zarr``: the
+        pipeline's own store holds another configuration's run).
     pattern : str
         The received sets the choice was made on: ``latency`` (the pipeline's latency model and cutoff),
         ``random`` (S random stragglers) or ``bernoulli`` (each worker lost with probability p).
@@ -85,12 +87,20 @@ def _advice(ds, pattern: str, target: float | None, cfg, path: Path, wall: float
     table = pd.DataFrame(rows)
     pick, tied, reason = choose(table, values, metric, target=target, margin=margin)
     sign = 1.0 if metric == "rel_acc" else -1.0
-    best = table.loc[(sign * table["value"]).idxmax(), "candidate"]
-    table["vs_best"], table["vs_best_se"] = zip(*(paired_difference(values[c], values[best]) for c in table["candidate"]))
+    # an MSE over the outputs a candidate estimated says nothing of those it left without one: such a candidate
+    # is no best, has no vs_best and is listed last at its N (a RelAcc counts a missing output as wrong)
+    partial = (table["decodable"] < 1.0 - 1e-12) if metric == "mse" else pd.Series(False, index=table.index)
+    ranked = table[~partial] if (~partial).any() else table
+    best = ranked.loc[(sign * ranked["value"]).idxmax(), "candidate"]
+    table["vs_best"], table["vs_best_se"] = zip(*(paired_difference(values[c], values[best]) if not cut
+                                                  else (np.nan, np.nan)
+                                                  for c, cut in zip(table["candidate"], partial)))
     ref_ms = float(ds.attrs.get("reference_mean_square", np.nan))
     if metric == "mse" and ref_ms > 0:  # one output: its error relative to f's own size, as the run summary
         table["rel_rmse"] = np.sqrt(table["value"] / ref_ms)
-    table = table.sort_values(["N", "value"], ascending=[True, metric != "rel_acc"]).reset_index(drop=True)
+    table = (table.assign(_partial=partial).sort_values(["N", "_partial", "value"],
+                                                        ascending=[True, True, metric != "rel_acc"])
+             .drop(columns="_partial").reset_index(drop=True))
     chosen = table[table["candidate"] == pick].iloc[0]
     spec_params = json.loads(json.dumps(ds.attrs["params"][pick]))
     label = _entry_label(str(chosen["estimator"]))
@@ -108,6 +118,8 @@ def _advice(ds, pattern: str, target: float | None, cfg, path: Path, wall: float
                      "only, so no standard error can be given and no two "
                      "estimators told apart: this advice is a guess; measure at least 2 groups (--samples of 2·K "
                      "or more, from a dataset that has them)")
+    if partial.any():
+        lines.append(_partial_note(table))
     if tied:
         lines.append(f"As good within 2 standard errors, or a code gaining less than the margin {margin:g} over "
                      f"copying: {', '.join(tied)}; the cheapest was taken.")
@@ -115,9 +127,20 @@ def _advice(ds, pattern: str, target: float | None, cfg, path: Path, wall: float
         lines.append(f"Why: {reason}.")
     set_lines = [f"--set \"schemes=[{{label: {label}, code: {choice['code']}, params: "
                  f"{json.dumps(choice['params']).replace(chr(34), '')}}}]\"",
+                 *([f"--set cutoff.stragglers={int(ds['S'].values[0])}"] if pattern != "bernoulli" else []),
                  f"--set store.path={_store_for(cfg, label)}"]
     return Advice(table=table, choice=choice, text="\n".join(lines), set_lines=set_lines, pattern=pattern,
                   metric=metric, path=str(path), wall_s=wall)
+
+
+def _partial_note(table: pd.DataFrame) -> str:
+    """The line that says which candidates leave outputs without an estimate (MSE), and why they rank last."""
+    rows = table[table["decodable"] < 1.0 - 1e-12]
+    named = "; ".join(
+        f"{est} at N = " + ", ".join(f"{int(r['N'])} ({100 * r['decodable']:.1f}%)" for _, r in group.iterrows())
+        for est, group in rows.groupby("estimator", sort=False))
+    return (f"Listed last at their N and never recommended, as they leave outputs without an estimate (the share "
+            f"estimated in brackets) and their MSE counts only the outputs they estimate: {named}.")
 
 
 def _sentence(chosen, metric: str, what: str) -> str:
@@ -182,8 +205,8 @@ def _files(advice: Advice, ds, out_dir: Path, plot_frontier, frontier_table) -> 
     csv, md, png = out_dir / "advice.csv", out_dir / "advice.md", out_dir / "advice.png"
     advice.table.to_csv(csv, index=False)
     plot_frontier(ds, png, pattern=advice.pattern)
-    cols = [c for c in ("estimator", "N", "ratio", "value", "se", "rel_rmse", "vs_best", "vs_best_se", "worst",
-                        "worst_se") if c in advice.table]
+    cols = [c for c in ("estimator", "N", "ratio", "value", "se", "rel_rmse", "decodable", "vs_best", "vs_best_se",
+                        "worst", "worst_se") if c in advice.table and (c != "decodable" or advice.metric == "mse")]
     md.write_text(f"# gcc-dask advice\n\n{advice.text}\n\n" + "\n".join(advice.set_lines) + "\n\n"
                   + advice.table[cols].to_markdown(index=False, floatfmt=".4f") + f"\n\n![frontier]({png.name})\n")
     return [md, csv, png, Path(advice.path)]

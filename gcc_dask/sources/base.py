@@ -251,6 +251,13 @@ class Source(ABC):
         :meth:`files`, so a resume refuses data rewritten in place. Empty by default."""
         return []
 
+    def label_files(self) -> list[str]:
+        """Local label arrays this source reads that :meth:`files` leaves out (a Zarr source's ``labels`` array):
+        their state goes into a run's inputs digest beside :meth:`files` (stores made since they count have a
+        ``label_files`` attribute), so a resume refuses labels rewritten in place. Empty by default (an ``.npy``
+        source's labels file is among its :meth:`files`)."""
+        return []
+
     def stored_files(self) -> list[str]:
         """Local files (or Zarr folders) whose bytes are exactly the samples this source reads, with nothing
         computed on them: while they do not change (their sizes and modification times), neither do the samples.

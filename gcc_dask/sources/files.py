@@ -75,6 +75,16 @@ class ZarrSource(_ArrayFileSource):
             return []  # a remote store: its content is not fingerprinted
         return [os.path.join(self.path, self.array)] if self.array else [self.path]
 
+    def label_files(self) -> list[str]:
+        """As :meth:`Source.label_files`: the folder of the local ``labels`` array, unless it lies within the data
+        array's folder (already in :meth:`files`); empty for a remote store or without labels."""
+        if self.labels is None or "://" in self.path:
+            return []
+        folder = os.path.join(self.path, self.labels)
+        data = os.path.join(self.path, self.array) if self.array else self.path
+        inside = os.path.commonpath([os.path.abspath(folder), os.path.abspath(data)]) == os.path.abspath(data)
+        return [] if inside else [folder]
+
     def _open(self) -> tuple[Any, Any]:
         import zarr
 

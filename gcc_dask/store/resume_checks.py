@@ -11,7 +11,7 @@ import numpy as np
 
 from gcc_dask.errors import StoreError
 
-__all__ = ["DATA_FOLDERS", "MODEL_SOURCES", "check_resumable"]
+__all__ = ["DATA_FOLDERS", "LABEL_FILES", "MODEL_SOURCES", "check_resumable"]
 
 #: root attribute: the Python source files of the model's module that the store's ``inputs_digest`` covers (an
 #: import path ``module:function``); absent in stores made before they counted
@@ -20,6 +20,10 @@ MODEL_SOURCES = "model_sources"
 #: root attribute: the local Zarr folders read as stored by an in-memory array source (a ``dask.array.from_zarr``
 #: array) that the store's ``inputs_digest`` covers; absent in stores made before they counted
 DATA_FOLDERS = "data_folders"
+
+#: root attribute: the local label arrays of a file source that its files leave out (a Zarr source's ``labels``)
+#: that the store's ``inputs_digest`` covers; absent in stores made before they counted
+LABEL_FILES = "label_files"
 
 
 def _user_key(key: str) -> str:
@@ -54,7 +58,8 @@ def _config_diff(stored: Mapping[str, Any], now: Mapping[str, Any], ignore: tupl
 def check_resumable(store: Any, fingerprint: str, *, inputs_digest: str | None = None,
                     fingerprint_for: Callable[[dict], str] | None = None,
                     config_for: Callable[[dict], dict] | None = None, legacy_inputs_digest: str | None = None,
-                    inputs_digest_for: Callable[[list[str], bool], str] | None = None, **expected: Any) -> None:
+                    inputs_digest_for: Callable[[list[str], bool, bool], str] | None = None,
+                    **expected: Any) -> None:
     """Refuse to resume `store` (a :class:`~gcc_dask.store.RunStore`) from another configuration, other model or
     data files, or another layout; the arguments are :meth:`~gcc_dask.store.RunStore.resume`'s.
 
@@ -82,9 +87,9 @@ def check_resumable(store: Any, fingerprint: str, *, inputs_digest: str | None =
     elif inputs_digest_for is not None and MODEL_SOURCES in store.attrs:
         # the module files the store was made with, as it lists them (a store made when only the model's own
         # module counted is checked on that one; a newer one on the modules it imports from beside it too)
-        # the data folders count when the store says they did (made since they count)
+        # the data folders and the label arrays count when the store says they did (made since they count)
         inputs_digest = inputs_digest_for([str(m) for m in store.attrs.get(MODEL_SOURCES) or []],
-                                          DATA_FOLDERS in store.attrs)
+                                          DATA_FOLDERS in store.attrs, LABEL_FILES in store.attrs)
     if inputs_digest is not None and old_inputs is not None and old_inputs != inputs_digest:
         modules = [str(m) for m in store.attrs.get(MODEL_SOURCES) or []]
         also = f", or another source of the model's module {', '.join(modules)}" if modules else ""

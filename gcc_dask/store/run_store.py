@@ -201,7 +201,8 @@ class RunStore:
     def resume(cls, path: str | os.PathLike, *, fingerprint: str, overwrite: bool = False,
                inputs_digest: str | None = None, fingerprint_for: Callable[[dict], str] | None = None,
                config_for: Callable[[dict], dict] | None = None, legacy_inputs_digest: str | None = None,
-               inputs_digest_for: Callable[[list[str], bool], str] | None = None, **expected: Any) -> RunStore | None:
+               inputs_digest_for: Callable[[list[str], bool, bool], str] | None = None,
+               **expected: Any) -> RunStore | None:
         """The store at `path` ready to resume (status "running"), or None when a new one must be created.
 
         None when `path` does not exist, is an empty directory, or `overwrite` is true. Takes the layout
@@ -216,10 +217,12 @@ class RunStore:
         out): a store whose fingerprint is that one is resumed too; `config_for` gives that config, which a
         refusal compares with the stored one. A store made before the source files of a model's module counted in
         its inputs digest (no ``model_sources`` attribute) is compared with `legacy_inputs_digest` when given
-        (the digest without them); one that lists them is compared with ``inputs_digest_for(listed, folders)``,
-        the digest over the module files it lists, and over the data folders of an in-memory array when the
-        store has a ``data_folders`` attribute (``folders`` true; made since they counted), when given. What an interrupted creation or replacement left next to the store
-        is removed (:func:`remove_leftovers`).
+        (the digest without them); one that lists them is compared with
+        ``inputs_digest_for(listed, folders, labels)``, the digest over the module files it lists, over the data
+        folders of an in-memory array when the store has a ``data_folders`` attribute (``folders`` true; made
+        since they counted), and over a Zarr source's labels array when it has a ``label_files`` attribute
+        (``labels`` true; likewise), when given. What an interrupted creation or replacement left next to the
+        store is removed (:func:`remove_leftovers`).
 
         Raises
         ------
