@@ -358,3 +358,27 @@ def test_integral_float_labels_are_read_as_integers_and_lazy_labels_are_checked_
     np.save(tmp_path / "y.npy", np.array([1, 2, 3, -4]))
     with pytest.raises(SourceError, match=r"got -4 as the label of sample 3 of 'npy:.*x\.npy'"):
         make_source("npy", path=tmp_path / "x.npy", labels=tmp_path / "y.npy")
+
+
+def test_a_dask_array_that_is_from_zarr_alone_is_read_from_its_zarr_array(tmp_path, monkeypatch):
+    """``dask.array.from_zarr(z)`` as it is: its chunks are slices of z, read without running a dask graph (half
+    the cost of a small chunk's read), the same values; any operation on it is still computed by dask."""
+    import dask.array as da
+    import zarr
+
+    from gcc_dask.sources import make_source
+
+    z = zarr.create_array(str(tmp_path / "a.zarr"), shape=(1000, 4), chunks=(100, 4), dtype="float32")
+    z[:] = np.arange(4000, dtype=np.float32).reshape(1000, 4)
+    a = da.from_zarr(str(tmp_path / "a.zarr"))
+    doubled = make_source("array", array=a * 2)
+    np.testing.assert_array_equal(doubled.read_chunk(3)[0], 2 * z[300:400])
+    computed = []
+    compute = da.Array.compute
+    monkeypatch.setattr(da.Array, "compute", lambda self, **kw: computed.append(self.name) or compute(self, **kw))
+    x, labels = make_source("array", array=a).read_chunk(3)
+    assert computed == [] and labels is None
+    np.testing.assert_array_equal(x, z[300:400])
+    assert x.dtype == np.float32 and x.shape == (100, 4)
+    np.testing.assert_array_equal(doubled.read_chunk(3)[0], 2 * z[300:400])
+    assert len(computed) == 1  # the doubled array's read ran its graph
