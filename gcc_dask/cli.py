@@ -262,6 +262,8 @@ def report(store, out, no_recompute) -> None:
     click.echo(f"report: {rep.out_dir / 'report.md'}")
     for path in rep.files[1:]:
         click.echo(f"  {path.relative_to(rep.out_dir)}")
+    if rep.left_out:
+        click.echo(f"note: {rep.left_out}")
 
 
 @main.command()

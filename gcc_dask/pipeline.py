@@ -400,10 +400,15 @@ def _run_batches_on(cfg, c, store, path, workload, codes, source, layout, plans,
         check_gpu_workers(c)  # GPU=1 without CuPy would fail every shard
     slots = thread_slots(c)
     widest = max(p.num_inputs if p.speculation is not None else p.num_workers for p in plans)  # (backups: when late)
-    if 0 < slots < widest:
-        say(f"note: a batch has up to N = {widest} shards but the cluster has {slots} worker threads, so some "
-            "shards queue behind their own batch's stragglers and the cutoff waits for them; add threads "
-            "(cluster.threads_per_worker) or workers (docs/pipeline.rst, section 'Slots and placement')")
+    if 0 < slots < widest:  # a note on the command line, a RuntimeWarning at the caller's line from Python
+        few = (f"a batch has up to N = {widest} shards but the cluster has {slots} worker threads, so some shards "
+               "queue behind their own batch's stragglers and the cutoff waits for them; add threads "
+               "(cluster.threads_per_worker, or the workers' --nthreads) or workers (docs/pipeline.rst, section "
+               "'Slots and placement')")
+        if progress or warn is None:
+            say(f"note: {few}")
+        else:
+            warn(few)
     # the earlier runs of this store whose driver died left their plugins (and maybe running tasks) on a cluster
     # that outlives them: remove them, so that those tasks write nothing (their writes would be refused anyway:
     # they carry another token than the store's)

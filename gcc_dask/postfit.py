@@ -193,7 +193,8 @@ class CodedPostFit:
 
     def predict_proba(self, X):
         """Class probabilities, decoded: ``(n, n_classes)`` (NumPy, or dask for dask input), in the dtype of the
-        estimator's own ``predict_proba``. Rows need not sum exactly to 1 (each probability is estimated)."""
+        estimator's own ``predict_proba``. Each probability is estimated: a row sums to 1 up to rounding, but
+        an approximate scheme's values can fall below 0 or above 1 (docs/own_model.rst, section 'scikit-learn')."""
         return self._decoded("predict_proba", X)
 
     def predict_log_proba(self, X):

@@ -260,6 +260,21 @@ def test_no_warning_on_a_cluster_that_never_reruns(process_client, tmp_path, rec
     assert not [w for w in recwarn if "allowed-failures" in str(w.message)]
 
 
+def test_a_client_with_fewer_threads_than_n_is_warned_of_once_at_the_callers_line(tmp_path):
+    """The CLI notes a cluster with fewer worker threads than a batch's N shards; coded_map on the user's own
+    client said nothing. It is a RuntimeWarning at the caller's line, once per call (4 batches here)."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0",
+                      silence_logs=40) as cluster, Client(cluster, set_as_default=False) as c:
+        with pytest.warns(RuntimeWarning, match=r"^a batch has up to N = 8 shards but the cluster has 2 worker "
+                                                r"threads.*'Slots and placement'") as caught:
+            res = gd.coded_map(f, X[:256], client=c, out=tmp_path / "few.zarr", **CONFIG)
+    said = [w for w in caught if "worker threads" in str(w.message)]
+    assert len(said) == 1 and said[0].filename == __file__, [str(w.message) for w in caught]
+    assert res.run.status == "complete" and gd.open_run(res.store).attrs["num_batches"] == 4
+
+
 def test_default_client_and_temporary_store(client):
     res = gd.coded_map(f, X[:64], **CONFIG)  # the session's client is Dask's default client
     assert os.path.basename(res.store) == "coded-map.zarr" and os.path.isdir(res.store)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 from pathlib import Path
 
 import numpy as np
@@ -215,6 +216,71 @@ def test_callable_object_and_errors():
         make_workload("callable", function="numpy:nope")
     with pytest.raises(WorkloadError, match="not callable"):
         make_workload("callable", function="numpy:pi")
+
+
+@pytest.mark.parametrize("spec, match", [
+    ("no_such_module_xyz:f", r"^cannot import module 'no_such_module_xyz' for workload.name='no_such_module_xyz:f'"),
+    ("numpy:nope", r"^module 'numpy' has no attribute 'nope' \(workload.name='numpy:nope'\)$"),
+    ("numpy:pi", r"^workload.name='numpy:pi' is not callable$"),
+], ids=["no-module", "no-attribute", "not-callable"])
+def test_an_import_path_from_yaml_is_named_by_its_yaml_key(spec, match):
+    """The YAML key of an import path is workload.name: its errors named workload.function, a key the YAML
+    cannot have."""
+    from gcc_dask.config import load_config
+    from gcc_dask.inputs import build_source_and_workload
+
+    cfg = load_config({"source": {"kind": "synthetic", "num_samples": 8, "shape": [2]},
+                       "workload": {"kind": "callable", "name": spec}, "code": {"num_inputs": 2},
+                       "schemes": ["uncoded"]})
+    with pytest.raises(WorkloadError, match=match) as e:
+        build_source_and_workload(cfg)
+    assert "workload.function" not in str(e.value)
+
+
+def _module_beside(folder: Path, name: str) -> str:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.py").write_text("import numpy as np\n\ndef g(x):\n    return np.tanh(x) + 1\n")
+    return f"{name}:g"
+
+
+@pytest.mark.parametrize("where", ["yaml-folder", "cwd"])
+def test_an_import_path_finds_its_module_beside_the_yaml_or_in_the_cwd(tmp_path, monkeypatch, where):
+    """A YAML pipeline whose f is 'module:function' in a module beside the YAML file (or in the working
+    directory, which the gcc-dask script does not put on sys.path) could not be imported: both folders are
+    tried, each on sys.path only while that import runs."""
+    import sys
+    import uuid
+
+    from gcc_dask.config import load_config
+    from gcc_dask.inputs import build_source_and_workload
+
+    name = f"beside_{where.replace('-', '_')}_{uuid.uuid4().hex[:8]}"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
+    spec = _module_beside(tmp_path / ("jobs" if where == "yaml-folder" else "."), name)
+    (tmp_path / "jobs").mkdir(exist_ok=True)
+    yaml = tmp_path / "jobs" / "p.yaml"
+    yaml.write_text("source: {kind: synthetic, num_samples: 8, shape: [2]}\n"
+                    f"workload: {{kind: callable, name: '{spec}'}}\n"
+                    "code: {num_inputs: 2}\nschemes: [uncoded]\n")
+    path_before = list(sys.path)
+    try:
+        _, wl = build_source_and_workload(load_config(yaml))
+        x = np.linspace(-1, 1, 4)
+        np.testing.assert_allclose(wl(x), np.tanh(x) + 1)
+        sys.modules.pop(name)  # a worker process that has not imported it: looks in the same folders
+        np.testing.assert_allclose(pickle.loads(pickle.dumps(wl)).load()(x), np.tanh(x) + 1)
+        assert sys.path == path_before  # only for that import
+    finally:
+        sys.modules.pop(name, None)
+    monkeypatch.chdir(tmp_path / "jobs")  # neither folder holds it: one line naming the folders looked in
+    other = tmp_path / "elsewhere" / "p.yaml"
+    other.parent.mkdir()
+    other.write_text(yaml.read_text().replace(name, name + "_gone"))
+    with pytest.raises(WorkloadError, match=rf"^cannot import module '{name}_gone' for workload.name=.*\(looked on "
+                                            rf"sys.path, then in {re.escape(str(other.parent))}, "
+                                            rf"{re.escape(str(tmp_path / 'jobs'))}\)"):
+        build_source_and_workload(load_config(other))
 
 
 def test_unknown_kind():

@@ -35,11 +35,14 @@ __all__ = ["Report", "make_report", "mse_pivot"]
 
 @dataclass
 class Report:
-    """What :func:`make_report` wrote: the directory, every file (Markdown first), and the Markdown text."""
+    """What :func:`make_report` wrote: the directory, every file (Markdown first), the Markdown text, and
+    `left_out`: one line saying what a run report left out and why (a store without an uncoded reference or
+    without labels, as :func:`gcc_dask.coded_map` makes by default), or None when nothing was."""
 
     out_dir: Path
     files: list[Path] = field(default_factory=list)
     markdown: str = ""
+    left_out: str | None = None
 
     def _repr_markdown_(self) -> str:  # Jupyter shows the report itself
         return self.markdown
@@ -134,6 +137,26 @@ def _sweep_report(path: Path, out: Path, n_boot: int) -> Report:
     return _finish(rep, md)
 
 
+#: the per-scheme columns scored against the uncoded reference, and those scored against the labels
+_REFERENCE_COLUMNS = ("rel_acc", "accuracy_uncoded", "rmse", "rel_rmse", "r2", "max_abs_err", "rmse_mean", "rmse_std",
+                      "rel_acc_std")
+_LABEL_COLUMNS = ("accuracy", "accuracy_uncoded")
+
+
+def _left_out(attrs: dict, classifier: bool) -> str | None:
+    """One line: what a run report leaves out of a store without an uncoded reference or without labels, and
+    why; None when it has what the report scores against."""
+    parts = []
+    if not attrs.get("has_reference", True):
+        shown = [c for c in _REFERENCE_COLUMNS if c != "accuracy_uncoded" and (classifier or "acc" not in c)]
+        parts.append(f"no uncoded reference in this store (run.reference: false): the errors against f "
+                     f"({', '.join(shown)}) and the accuracy-against-deadline table are left out (run.reference: "
+                     "true stores f of every sample)")
+    if classifier and not attrs.get("has_labels", True):
+        parts.append("no labels in this store (its source has none): accuracy and accuracy_uncoded are left out")
+    return "; ".join(parts) or None
+
+
 def _run_report(path: Path, out: Path, recompute) -> Report:
     from gcc_dask.analysis.deadline import deadline_curve, deadline_table, latency_table
 
@@ -146,17 +169,21 @@ def _run_report(path: Path, out: Path, recompute) -> Report:
         df.to_csv(out / name, index=index)
         rep.files.append(out / name)
     cfg = attrs.get("config", {})
+    rep.left_out = _left_out(attrs, summary.attrs.get("output_kind") != "regression")
+    dropped = set(_REFERENCE_COLUMNS if not attrs.get("has_reference", True) else ()) | set(
+        _LABEL_COLUMNS if not attrs.get("has_labels", True) else ())
     md = _header(attrs, "run", path)
     md += [f"- {attrs.get('num_samples')} samples in {attrs.get('num_batches')} batches of "
            f"{attrs.get('batch_size')} (groups of K = {attrs.get('num_inputs', attrs.get('batch_size'))}, blocks of "
            f"B = {attrs.get('block_size', 1)}); workers per scheme {attrs.get('schemes')}",
            f"- stragglers: {cfg.get('stragglers')}", f"- cutoff: {cfg.get('cutoff')}", "",
            f"- output kind: {_kind_line(summary)}", "",
+           *([f"- note: {rep.left_out}", ""] if rep.left_out else []),
            "## Per scheme", "",
            _md(summary[[c for c in ("rel_acc", "accuracy", "accuracy_uncoded", "rmse", "rel_rmse", "r2",
                                     "max_abs_err", "rmse_mean", "rmse_std", "rel_acc_std", "cutoff_p50_s",
                                     "cutoff_p99_s", "latency_p50_s", "latency_p99_s", "decoded", "undecodable", "failed", "mean_received")
-                        if c in summary] + _backups_column(summary)], ".4g"), "",
+                        if c in summary and c not in dropped] + _backups_column(summary)], ".4g"), "",
            *_poor_lines(summary),
            "## Latency percentiles (s)", "", _md(latency, ".4g"), ""]
     for fname, fig in (("latency_cdf.png", plots.plot_latency_cdf(path)), ("deadline.png", plots.plot_deadline(curve)),
@@ -175,7 +202,8 @@ def _run_report(path: Path, out: Path, recompute) -> Report:
                                         f"when re-decoding the recorded sets: {curve.attrs['recompute_max_abs_diff']:.2g})"
                                         if curve.attrs.get("mode") == "recompute" else
                                         "; without re-evaluating f only complete batches are scored") + ".", "",
-           _md(deadline_table(curve), ".4g"), "",
+           _md(deadline_table(curve), ".4g") if attrs.get("has_reference", True) else
+           "_(left out: no uncoded reference in this store; the figure shows the results in by each deadline)_", "",
            "![accuracy against deadline](figures/deadline.png)", ""]
     return _finish(rep, md)
 

@@ -158,7 +158,8 @@ class WorkloadConfig(_Section):
     name
         ``analytic``: ``xsinx``, ``polynomial`` or ``smooth``; ``callable``: an import path
         ``'module:function'`` (e.g. ``'numpy:tanh'``); ``torch``: a ``'module:factory'`` that returns
-        a ``torch.nn.Module``.
+        a ``torch.nn.Module``. A module that is not importable as is (from ``sys.path``) is looked for in the
+        YAML file's folder, then in the working directory, each put on ``sys.path`` only for that import.
     function
         ``callable``, from Python only (not in YAML): the function itself, any callable on batches (a
         lambda, a closure, a fitted estimator's ``predict_proba``), instead of ``name``. It is pickled with

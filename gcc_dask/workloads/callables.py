@@ -6,29 +6,66 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from gcc_dask.errors import ConfigError, WorkloadError
 from gcc_dask.workloads.base import Workload, register_workload
 
 
 # -------------------------------------------------------------------------------------------- callable
-def _import_object(spec: str) -> Any:
+def _import_object(spec: str, key: str = "workload.name", dirs: Sequence[str] = ()) -> Any:
+    """The object at the import path `spec` (``"package.module:function"``), named `key` in errors (the config
+    key the user wrote). A module that is not importable from ``sys.path`` is looked for in `dirs` in turn (the
+    YAML file's folder, the working directory), each on ``sys.path`` only while that import runs."""
     module, sep, attr = spec.partition(":")
     if not sep or not module or not attr:
-        raise ConfigError(f"workload.function: got {spec!r}; expected 'package.module:function'")
-    try:
-        obj: Any = importlib.import_module(module)
-    except ImportError as exc:
-        raise WorkloadError(f"cannot import module {module!r} for workload.function={spec!r}: "
-                            f"{exc}") from exc
+        raise ConfigError(f"{key}: got {spec!r}; expected 'package.module:function'")
+    obj: Any = _import_module(module, spec, key, dirs)
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise WorkloadError(f"module {module!r} has no attribute {attr!r} "
-                                f"(workload.function={spec!r})") from None
+            raise WorkloadError(f"module {module!r} has no attribute {attr!r} ({key}={spec!r})") from None
     return obj
+
+
+def _import_dirs(base_dir: str | os.PathLike | None) -> tuple[str, ...]:
+    """The folders an import path's module is looked for in when it is not on ``sys.path``: `base_dir` (the YAML
+    file's folder), then the working directory; absolute, so that a worker of another working directory looks in
+    the same ones."""
+    return tuple(dict.fromkeys(os.path.abspath(os.fspath(d)) for d in (base_dir, os.getcwd()) if d))
+
+
+def _import_module(module: str, spec: str, key: str, dirs: Sequence[str]) -> Any:
+    """``importlib.import_module(module)``, else from the first of `dirs` that holds it (see
+    :func:`_import_object`); one WorkloadError line naming `key` and the folders tried when none does."""
+    import sys
+
+    top = module.partition(".")[0]
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        first = exc
+        if not isinstance(exc, ModuleNotFoundError) or exc.name not in (top, module) or not dirs:
+            raise WorkloadError(f"cannot import module {module!r} for {key}={spec!r}: {exc}") from exc
+    tried = list(dict.fromkeys(os.path.abspath(d) for d in dirs))
+    importlib.invalidate_caches()
+    for folder in tried:
+        if folder in sys.path or not os.path.isdir(folder):
+            continue
+        sys.path.append(folder)
+        try:
+            return importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name not in (top, module):
+                raise WorkloadError(f"cannot import module {module!r} for {key}={spec!r}: {exc}") from exc
+        except ImportError as exc:
+            raise WorkloadError(f"cannot import module {module!r} for {key}={spec!r}: {exc}") from exc
+        finally:
+            sys.path.remove(folder)
+    raise WorkloadError(f"cannot import module {module!r} for {key}={spec!r}: {first} (looked on sys.path, then in "
+                        f"{', '.join(tried)}); expected a module installed, or a {top}.py (or package {top}/) in "
+                        "one of those folders") from first
 
 
 def _py_file(name: str) -> str | None:
@@ -199,26 +236,30 @@ class CallableWorkload(_InMemory, Workload):
     called once in :meth:`load` (with ``kwargs``) and must return f, e.g. to load a model per worker.
     """
 
+    uses_files = True  # takes base_dir: the YAML file's folder, where an import path's module is looked for too
+
     def __init__(self, function: str | Callable[..., Any] | None = None,
                  kwargs: dict[str, Any] | None = None, factory: bool = False,
-                 name: str | None = None) -> None:
+                 name: str | None = None, base_dir: str | os.PathLike | None = None) -> None:
         if (function is None) == (name is None):
             raise ConfigError(f"workload.name: got name={name!r}, function={function!r}; expected "
                               f"exactly one 'package.module:function' (or, from Python, function=f)")
+        key = "workload.function" if name is None else "workload.name"  # the key the user wrote
         function = name if function is None else function
         self._payload = None
+        self._dirs = _import_dirs(base_dir)
         token = None
         if isinstance(function, str):
-            target = _import_object(function)
+            target = _import_object(function, key, self._dirs)
             label: Any = function
         elif callable(function):
             self._keep(function, "f" if name is None else "workload.name")
             target, label, token = function, _label(function), _payload_token(self._payload)
         else:
-            raise ConfigError(f"workload.function: got {function!r}; expected 'package.module:function'"
-                              f" or a callable")
+            raise ConfigError(f"{key}: got {function!r}; expected 'package.module:function' or a callable")
         if not callable(target):
-            raise WorkloadError(f"workload.function={function!r} is not callable")
+            raise WorkloadError(f"{key}={function!r} is not callable")
+        self._key = key
         self.function, self.kwargs, self.factory = function, dict(kwargs or {}), bool(factory)
         self.params = {"kind": "callable", "function": label, "kwargs": self.kwargs,
                        "factory": self.factory}
@@ -240,7 +281,8 @@ class CallableWorkload(_InMemory, Workload):
         if self._payload is not None:
             fn = self._the_object()
         elif isinstance(self.function, str):
-            fn = _import_object(self.function)
+            fn = _import_object(self.function, self.__dict__.get("_key", "workload.name"),
+                                self.__dict__.get("_dirs", ()))
         else:  # pragma: no cover - unpickled from an older gcc-dask
             fn = self.function
         kwargs = self.kwargs

@@ -12,7 +12,7 @@ import numpy as np
 
 from gcc_dask.errors import ConfigError, WorkloadError
 from gcc_dask.workloads.base import Workload, _is_cupy, _one_line, register_workload, resolve_model_path
-from gcc_dask.workloads.callables import _InMemory, _import_object, _label, _payload_token
+from gcc_dask.workloads.callables import _InMemory, _import_object, _label, _payload_token, _import_dirs
 
 
 # ----------------------------------------------------------------------------------------------- torch
@@ -53,7 +53,9 @@ class TorchWorkload(_InMemory, Workload):
         self.name, self.kwargs = name, dict(kwargs or {})
         self._payload, self.module = None, module
         if name is not None:
-            _import_object(name)  # fail early when the factory cannot be imported
+            # fail early when the factory cannot be imported (looked for beside the YAML file and in the cwd too)
+            self._dirs = _import_dirs(base_dir)
+            _import_object(name, "workload.name", self._dirs)
         if module is not None:
             self._keep(module, "f")
         self.device, self.dtype = device, np.dtype(dtype).name
@@ -78,7 +80,7 @@ class TorchWorkload(_InMemory, Workload):
 
             module = cloudpickle.loads(self._payload).to(device).eval()
         elif self.name is not None:
-            module = _import_object(self.name)(**self.kwargs)
+            module = _import_object(self.name, "workload.name", self.__dict__.get("_dirs", ()))(**self.kwargs)
             if not isinstance(module, torch.nn.Module):
                 raise WorkloadError(f"workload.name={self.name!r} returned {type(module).__name__}; "
                                     f"expected a torch.nn.Module")

@@ -74,6 +74,36 @@ def test_run_report_writes_every_promised_file(smoke_run, tmp_path):
                        "figures/deadline.png", "figures/shards.png"})
     assert "![shards by batch](figures/shards.png)" in rep.markdown
     assert "mean_backups" not in rep.markdown  # no speculative scheme in the run: no backups column
+    assert rep.left_out is None and "- note:" not in rep.markdown  # a reference and labels: nothing left out
+
+
+def test_a_report_of_a_coded_map_store_says_in_one_line_what_it_left_out(client, tmp_path):
+    """coded_map stores no uncoded reference (run.reference: false) and an array X has no labels: the report
+    showed NaN columns and an empty deadline table without a word. It leaves them out and says so in one line,
+    in report.md and on the command line."""
+    X = np.random.default_rng(0).random((128, 4)).astype(np.float32)
+    res = gd.coded_map(lambda b: np.tanh(b[:, :3]), X, client=client, out=tmp_path / "cm.zarr",
+                       code={"num_inputs": 4, "num_workers": 8, "block_size": 8}, cutoff={"stragglers": 2})
+    out = CliRunner().invoke(main, ["report", res.store, "--out", str(tmp_path / "r"), "--no-recompute"])
+    assert out.exit_code == 0, out.output
+    said = [line for line in out.output.splitlines() if line.startswith("note: ")]
+    assert said == ["note: no uncoded reference in this store (run.reference: false): the errors against f (rel_acc, "
+                    "rmse, rel_rmse, r2, max_abs_err, rmse_mean, rmse_std, rel_acc_std) and the "
+                    "accuracy-against-deadline table are left out (run.reference: true stores f of every sample); no "
+                    "labels in this store (its source has none): accuracy and accuracy_uncoded are left out"]
+    text = (tmp_path / "r" / "report.md").read_text()
+    assert f"- {said[0]}" in text
+    table = text.split("## Per scheme")[1].split("##")[0]
+    assert "| gcc " in table and not any(c in table for c in ("rel_acc", "accuracy", "rmse", "r2"))
+    assert "_(left out: no uncoded reference in this store; the figure shows the results in by each deadline)_" \
+        in text
+    with_ref = gd.coded_map(lambda b: np.tanh(b[:, :3]), X, client=client, out=tmp_path / "ref.zarr",
+                            code={"num_inputs": 4, "num_workers": 8, "block_size": 8}, cutoff={"stragglers": 2},
+                            run={"reference": True})
+    rep = make_report(with_ref.store, tmp_path / "r2", recompute=False)  # labels alone are missing
+    assert rep.left_out == ("no labels in this store (its source has none): accuracy and accuracy_uncoded are "
+                            "left out")
+    assert "rel_acc" in rep.markdown.split("## Per scheme")[1].split("##")[0]
 
 
 def test_deadline_curve_ends_at_the_recorded_results(smoke_run):

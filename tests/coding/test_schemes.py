@@ -312,3 +312,31 @@ def test_uncoded_missing_outputs_are_nan():
     assert np.isnan(out[[1, 3]]).all()
     with pytest.raises(ConfigError, match="num_workers must equal num_inputs"):
         make_code("uncoded", num_inputs=5, num_workers=6)
+
+
+@pytest.mark.parametrize("name", ["gcc", "letcc", "bacc", "bspline"])
+def test_decoded_probabilities_sum_to_one_but_can_leave_the_unit_interval(name):
+    """What docs/own_model.rst (section 'scikit-learn') and docs/concepts.rst say of decoded class probabilities:
+    every row of D_F sums to 1 and some weights are negative, so a decoded softmax row sums to 1 while values leave
+    [0, 1]; clipping at 0 and renormalising keeps each row's argmax."""
+    rng = np.random.default_rng(7)
+    code = make_code(name, num_inputs=8, num_workers=16)
+    W = rng.normal(size=(5, 3))
+
+    def softmax(x):
+        z = np.exp(3 * x @ W)
+        return z / z.sum(axis=1, keepdims=True)
+
+    est = []
+    for _ in range(4):
+        F = np.sort(random_received(16, 12, int(rng.integers(1 << 30))))
+        D = code.decoder_matrix(F)
+        np.testing.assert_allclose(D.sum(axis=1), 1.0, atol=1e-12)
+        assert (D < 0).any()
+        est.append(D @ softmax(code.encoder_matrix @ rng.normal(size=(8, 5)))[F])
+    est = np.concatenate(est)
+    np.testing.assert_allclose(est.sum(axis=1), 1.0, atol=1e-12)
+    assert est.min() < 0 or est.max() > 1
+    p = np.clip(est, 0, None)
+    p /= p.sum(axis=1, keepdims=True)
+    assert (p >= 0).all() and (p <= 1).all() and (p.argmax(axis=1) == est.argmax(axis=1)).all()
