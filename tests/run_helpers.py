@@ -48,6 +48,20 @@ def counted_sin(x):
     return np.sin(np.asarray(x, dtype=np.float64))
 
 
+#: the keys of the tasks :func:`keyed_sin` ran in, in the order of its calls ("" for a call outside a task)
+RAN: list[str] = []
+
+
+def keyed_sin(x):
+    """f(x) = sin(x), appending the key of the task that calls it to :data:`RAN` (on a worker with one thread: the
+    order in which the worker ran its shards)."""
+    from distributed.worker import thread_state
+
+    with _CALLS_LOCK:
+        RAN.append(str(getattr(thread_state, "key", "")))
+    return np.sin(np.asarray(x, dtype=np.float64))
+
+
 
 def slow_on(x, address: str | list = "", seconds: float = 1.0):
     """f(x) = tanh(x), but `seconds` late on the Dask worker at `address` (a persistently slow worker; a list:

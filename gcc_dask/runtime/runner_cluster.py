@@ -3,41 +3,31 @@ not waited for), the workers checked (every one lost, or all replaced: :class:`~
 scheduler lost, stragglers cancelled off the loop, and quiet workers (docs/pipeline.rst, section 'Unresponsive
 workers'): what the batches in flight wait for on a worker that missed its heartbeats runs again on the others
 (:meth:`ClusterRunner._rerun_quiet`; what runs again: :func:`~.rescue.reruns`), and the shards a cutoff cannot
-do without run again elsewhere (:meth:`~.batch_machine.BatchMachine.short_of`)."""
+do without run again elsewhere (:meth:`~.batch_machine.BatchMachine.short_of`). What needs no runner is in plain
+functions: :mod:`~.registration` (the plugin), :mod:`~.quiet` (what the batches wait for, task by task) and
+:mod:`~.scheduler_loss` (a lost scheduler)."""
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
-import numpy as np
-
 from gcc_dask import dashboard
 from gcc_dask.errors import ClusterError
-from gcc_dask.runtime.cluster import DebugOnly, past_frozen
 from gcc_dask.runtime.liveness import keys_stuck_on
-from gcc_dask.runtime.plans import MAX_ATTEMPTS, _BatchState, _SchemeState
-from gcc_dask.runtime.rescue import blocked, quiet_line, reruns, stuck_shards
+from gcc_dask.runtime.plans import MAX_ATTEMPTS, _BatchState
+from gcc_dask.runtime.quiet import input_blocked, waits_on
+from gcc_dask.runtime.registration import confirm_when_ready, register, unregister
+from gcc_dask.runtime.rescue import quiet_line, reruns, stuck_shards
 from gcc_dask.runtime.runner_results import _final
+from gcc_dask.runtime.scheduler_loss import LostFetchLogFilter as _LostFetchLogFilter  # noqa: F401 (executor's)
+from gcc_dask.runtime.scheduler_loss import lost_scheduler_error, scheduler_lost
 
 logger = logging.getLogger("gcc_dask.runtime.executor")
 
 __all__ = ["ClusterRunner"]
-
-
-class _LostFetchLogFilter(DebugOnly):
-    """Drop the client's "Couldn't gather N keys, rescheduling" warning about this run's own keys (log it at
-    DEBUG level instead): results lost with a worker are the runner's to handle (a decode is run again, a
-    batch restarted, or the run stops with one line when every worker is gone), not the user's to read. The
-    same for "Failed to reconnect to scheduler": the run then stops with its own line about it."""
-
-    def __init__(self, token: str) -> None:
-        super().__init__(lambda text: (text.startswith("Couldn't gather") and token in text)
-                         or text.startswith("Failed to reconnect"))
-        self.token = token
 
 
 class ClusterRunner:
@@ -61,23 +51,12 @@ class ClusterRunner:
             logger.debug("could not cancel %d tasks", len(futures), exc_info=True)
 
     def _scheduler_lost(self, exc: BaseException | None = None) -> bool:
-        """Whether the client has lost its scheduler for good: it has closed (after failing to reconnect within
-        its timeout), or `exc` is the client's own "closed" error. An error of the driver's own code while
-        the client is connected is a bug, and is not taken for a lost scheduler."""
-        from distributed.client import ClosedClientError
-        from distributed.comm import CommClosedError
-
-        if self.client.status in ("closing", "closed"):
-            return True
-        return isinstance(exc, (ClosedClientError, CommClosedError)) and self.client.status != "running"
+        """Whether the client has lost its scheduler for good (:func:`~.scheduler_loss.scheduler_lost`)."""
+        return scheduler_lost(self.client, exc)
 
     def _lost_scheduler_error(self, exc: BaseException | None = None) -> ClusterError:
-        """The one line that stops a run whose scheduler is gone (docs/pipeline.rst, 'Failures and erasures')."""
-        why = f" ({type(exc).__name__})" if exc is not None else ""
-        return ClusterError(
-            f"cluster: lost the connection to the Dask scheduler at {self._scheduler_address!r}{why}; the "
-            "batches finished before are in the store: run the same command again to resume once the scheduler "
-            "is back")
+        """The one line that stops a run whose scheduler is gone (:func:`~.scheduler_loss.lost_scheduler_error`)."""
+        return lost_scheduler_error(self._scheduler_address, exc)
 
     def _check_workers(self) -> None:
         """Stop the run when no worker has been there for ``worker_timeout`` seconds (they were all lost), or
@@ -158,62 +137,18 @@ class ClusterRunner:
         self._workers.suspect(addresses)
 
     def _register(self) -> None:
-        """Register the run's plugin on the workers; a frozen worker is not waited for (it gets the plugin when
-        it answers, and no shards before: :meth:`suspect`)."""
-        name = self.plugin.name
-
-        def has_plugin(dask_worker, name):  # runs on a worker (shipped by value)
-            plugin = dask_worker.plugins.get(name)
-            if plugin is not None and getattr(plugin, "fn", True) is None:
-                plugin.setup(dask_worker)  # its setup failed there: raise its error here
-            return plugin is not None
-
-        started = []
-
-        def register(workers):
-            if workers is None:
-                started.append(True)
-                return self.client.register_plugin(self.plugin, name=name)
-            if not started:  # workers known frozen from the start: the registration waits for them, in a thread
-                started.append(True)
-                threading.Thread(target=self._register_all, name="gcc-dask-register", daemon=True).start()
-            # the registration under way (still waiting for the frozen workers) reaches the others
-            while not all(self.client.run(has_plugin, workers=workers, name=name).values()):
-                time.sleep(0.05)
-
-        _, frozen = past_frozen(self.client, register, self._suspected)
+        """Register the run's plugin on the workers (:func:`~.registration.register`); a frozen worker is not
+        waited for: no shards there until it has the plugin (:meth:`suspect`,
+        :func:`~.registration.confirm_when_ready`)."""
+        frozen = register(self.client, self.plugin, self._suspected)
         if frozen - self._suspected:
             self.suspect(frozen)
-        # no shard for a worker left out until it has the plugin (a task there would find none); asked in a
-        # thread per worker: the question waits for the worker to answer
         self._workers.unready(frozen)
-
-        def confirm(address):
-            while True:
-                try:
-                    if self.client.run(has_plugin, workers=[address], name=name).get(address):
-                        self._workers.ready([address])
-                        return
-                except Exception as e:  # ended, gone, or its set-up failed there: it stays without shards
-                    logger.debug("worker %s: the run's plugin is not there (%r)", address, e)
-                    return
-                time.sleep(0.2)
-
-        for address in sorted(frozen):
-            threading.Thread(target=confirm, args=(address,), name="gcc-dask-plugin-check", daemon=True).start()
-
-    def _register_all(self) -> None:
-        try:
-            self.client.register_plugin(self.plugin, name=self.plugin.name)
-        except Exception:  # a worker's own error is raised by has_plugin (see _register)
-            logger.debug("registering plugin %s", self.plugin.name, exc_info=True)
+        confirm_when_ready(self.client, self.plugin.name, frozen, self._workers.ready)
 
     def _unregister(self) -> None:
-        """Remove the run's plugin from the workers (what the next run of the store does, if this fails)."""
-        try:
-            self.client.unregister_worker_plugin(self.plugin.name)
-        except Exception:  # pragma: no cover - the cluster may be gone already
-            logger.debug("could not remove plugin %s", self.plugin.name, exc_info=True)
+        """Remove the run's plugin from the workers (:func:`~.registration.unregister`)."""
+        unregister(self.client, self.plugin.name)
 
     def _away_from_quiet(self) -> dict:
         """Where a task the scheduler places (an exact scheme's shards, as a plain map's tasks; a decode,
@@ -242,34 +177,9 @@ class ClusterRunner:
         quiet = self._workers.quiet
         if not quiet or not (self._inflight or fetching):
             return fetching, ready
-        # what waits for which task, as (why, batch, scheme, state, scheme state) (scheme "": the batch's inputs);
-        # the pure policies pick what runs again (:func:`~.rescue.reruns`, :func:`~.rescue.stuck_shards`)
-        waits: dict[str, list[tuple]] = {}
-        shards: dict[str, tuple] = {}  # key -> (batch, scheme, w, state, scheme state): a shard a cutoff waits for
-
-        def wait(fut, why, state, s=None):  # (a finished task counts while its result is held there alone)
-            if fut is not None:
-                waits.setdefault(fut.key, []).append((why, state.batch, "" if s is None else s.plan.name, state, s))
-
-        for state in self._inflight.values():
-            for s in state.schemes.values():
-                if s.result is None and not s.done and s.decode is not None and s.received is not None \
-                        and s.restarts + 1 < MAX_ATTEMPTS:
-                    for fut in (s.decode, s.score, *(s.shards[w] for w in s.received)):
-                        wait(fut, "scheme", state, s)
-                if s.plan.speculation is not None and s.received is None and not s.done \
-                        and s.restarts + 1 < MAX_ATTEMPTS:  # its copies running there (see below)
-                    for w in np.flatnonzero(s.launched & ~s.known).tolist():
-                        wait(s.shards[w], "copy", state, s)
-                if s.plan.speculation is None and s.received is None and s.decode is None and not s.done \
-                        and not s.direct:  # the shards a cutoff waits for (run again only if it needs them)
-                    for w in np.flatnonzero(self._awaited(s)).tolist():
-                        if s.shards[w] is not None and w not in s.backup:
-                            shards[s.shards[w].key] = (state.batch, s.plan.name, w, state, s)
-            if state.attempt + 1 < MAX_ATTEMPTS:
-                if state.labels is not None and state.labels.status != "finished":  # (written once finished)
-                    wait(state.labels, "inputs", state)
-                wait(state.reference, "inputs", state)  # (the scores join its result)
+        # what waits for which task (:func:`~.quiet.waits_on`); the pure policies pick what runs again
+        # (:func:`~.rescue.reruns`, :func:`~.rescue.stuck_shards`)
+        waits, shards = waits_on(self._inflight.values())
         records: dict[str, list[tuple]] = {}
         for state in fetching or ():
             for s in state.schemes.values():
@@ -283,7 +193,7 @@ class ClusterRunner:
             logger.debug("could not ask which tasks wait for %s: %r", sorted(quiet), e)
             return fetching, ready
         both = {key: waits.get(key, []) + records.get(key, []) for key in {*waits, *records}}
-        again = reruns(both, stuck, lambda entry: self._blocked(entry[4], stuck))
+        again = reruns(both, stuck, lambda entry: input_blocked(entry[4], stuck))
         short = self._short_of(shards, stuck, again)
         if not again and not short:
             return fetching, ready
@@ -344,16 +254,3 @@ class ClusterRunner:
             if rescue:
                 short[name] = (state, s, list(rescue[0].shards))
         return short
-
-    @staticmethod
-    def _awaited(s: _SchemeState) -> np.ndarray:
-        """The shards a cutoff scheme's batch waits for (:meth:`~.batch_machine.BatchMachine.awaited`), bool (N,)."""
-        return s.machine.awaited()
-
-    @staticmethod
-    def _blocked(s: _SchemeState, stuck: set[str]) -> bool:
-        """Whether an input of a speculative scheme's batch can get no copy: :func:`~.rescue.blocked` on the keys
-        `stuck` on a quiet worker (a shard not submitted counts as not launched)."""
-        launched = np.array([bool(s.launched[w]) and s.shards[w] is not None for w in range(s.plan.num_workers)])
-        held = np.array([s.shards[w] is not None and s.shards[w].key in stuck for w in range(s.plan.num_workers)])
-        return blocked(s.plan.num_inputs, s.known, s.failed, launched, held)

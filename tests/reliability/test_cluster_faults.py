@@ -444,8 +444,16 @@ def test_what_waits_for_a_quiet_worker_runs_again_elsewhere_and_the_run_ends_whi
 
 
 # ------------------------------------------------- issue 35, case 5: every worker lost while the samples are composed
-def _slow_window(item: int) -> int:
-    time.sleep(0.5)
+def _held_window(item: int) -> int:
+    """A composition window's stand-in that is still out when its worker closes: it returns `item` only once its
+    (in-process) worker can no longer report it, its stream to the scheduler closed. An event, not a duration:
+    before, the window slept 0.5 s (the single task 3 s), and a busy machine could take longer to close the
+    workers, so that the windows finished first."""
+    from distributed import get_worker
+
+    worker = get_worker()
+    while not worker.batched_stream.closed():  # (pytest-timeout ends a hang)
+        time.sleep(0.01)
     return item
 
 
@@ -468,10 +476,10 @@ def test_every_worker_closed_while_composing_ends_the_wait_with_one_line(wait):
         def composing() -> None:
             try:
                 if wait == "map_on_cluster":
-                    box["out"] = map_on_cluster(client, _slow_window, list(range(40)), worker_timeout=1.0,
+                    box["out"] = map_on_cluster(client, _held_window, list(range(40)), worker_timeout=1.0,
                                                 what="composing the samples")
                 else:
-                    box["out"] = run_on_cluster(client, time.sleep, 3, worker_timeout=1.0,
+                    box["out"] = run_on_cluster(client, _held_window, 0, worker_timeout=1.0,
                                                 what="composing the samples")
             except BaseException as e:  # noqa: BLE001 - what the driver would print
                 box["error"] = e
@@ -490,6 +498,11 @@ def test_every_worker_closed_while_composing_ends_the_wait_with_one_line(wait):
     assert ("every Dask worker was lost" in line or "died" in line) and "run the same command again" in line, line
 
 
+def _composing(client) -> bool:
+    """Whether a window of the composition (a task of ``map_on_cluster``) is running on a worker."""
+    return any(str(key).startswith("_returning_errors") for keys in client.processing().values() for key in keys)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("killed", ["workers", "scheduler"])
 def test_an_outside_cluster_lost_while_composing_is_one_line(tmp_path, killed):
@@ -497,6 +510,8 @@ def test_an_outside_cluster_lost_while_composing_is_one_line(tmp_path, killed):
     SIGKILLed, or the scheduler, while ``gcc-dask run`` composes 120,000 samples in 120 windows. The run used to
     hang (the workers) or end with a 75-line traceback, ``RuntimeError: ConnectionPool is closed``, status 1 (the
     scheduler); now one line naming what was lost while composing, and status 2."""
+    from distributed import Client
+
     env = {**subprocess_env(), "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0"}
     np.save(tmp_path / "x.npy", np.random.default_rng(0).random((120_000, 6)).astype("float32"))
     file = tmp_path / "scheduler.json"
@@ -517,13 +532,18 @@ def test_an_outside_cluster_lost_while_composing_is_one_line(tmp_path, killed):
                                         "processes": None, "connect_timeout": "5s"})
         cfg["composition"]["window"] = 1000
         (tmp_path / "pipe.yaml").write_text(yaml.safe_dump(cfg))
-        run = subprocess.Popen(cli("run", str(tmp_path / "pipe.yaml"), "--no-progress"), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, env=env)
-        for line in run.stdout:  # the composition has begun
-            if line.startswith("composing 120,000 samples"):
-                break
-        time.sleep(0.5)
-        _kill_tree(workers if killed == "workers" else scheduler)
+        with Client(scheduler_file=str(file), timeout="60s", set_as_default=False) as watch:
+            run = subprocess.Popen(cli("run", str(tmp_path / "pipe.yaml"), "--no-progress"),
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+            for line in run.stdout:  # the composition has begun
+                if line.startswith("composing 120,000 samples"):
+                    break
+            # its windows are out on the workers (an event, not a duration: before, a sleep of 0.5 s, which a
+            # busy machine can spend before the run submits them)
+            while not _composing(watch):  # (no time bound: pytest-timeout ends a hang)
+                assert run.poll() is None, run.communicate()
+                time.sleep(0.02)
+            _kill_tree(workers if killed == "workers" else scheduler)
         try:
             out, err = run.communicate(timeout=120)  # (the workers' case used to wait for ever)
         except subprocess.TimeoutExpired:

@@ -84,6 +84,38 @@ def test_an_overtaken_batch_promotes_a_spare_for_each_regular_result_it_lacks():
     assert m.promote(True, 0.4) == []  # promoted already
 
 
+def test_a_lazy_batch_whose_regular_results_come_late_runs_no_spare_for_the_wait_alone():
+    """On a busy machine every result may come late: time alone never brings a spare in (only a failure or a
+    later batch's cutoff does), and the batch keeps exactly its regular shards."""
+    plan = _plan(n=8, wait_for=5, order=(1, 6, 3, 4, 2, 5, 0, 7))
+    m = BatchMachine(plan, regular=plan.regular(True))
+    assert m.start() == [Submit(tuple(range(8)), (1, 2, 3, 4, 6))]  # spares 5, 0, 7 below every batch in flight
+    for now, w in zip((0.1, 10.0, 100.0, 1000.0), (6, 1, 4, 3)):
+        assert m.shard_finished(w, now) == []
+        assert m.tick(now * 10) == ([], INF) and m.promote(False, now * 10) == []
+    assert m.shard_finished(2, 1e5) == [Cut((1, 2, 3, 4, 6), 1e5, 1)]
+    assert not m.promoted.any()
+
+
+@pytest.mark.parametrize("first", ["spare", "regular"])
+def test_an_overtaken_batch_keeps_the_first_of_its_late_regular_shard_and_the_spare_promoted_for_it(first):
+    """A regular shard is late and a later batch reaches its cutoff first: one spare (the first in the plan's
+    order) runs at the batch's priority for the one missing result, and the batch keeps whichever of the two
+    reports first; being overtaken again brings no further spare."""
+    plan = _plan(n=8, wait_for=5, order=(1, 6, 3, 4, 2, 5, 0, 7))
+    m = _machine(plan, lazy=True)  # regular 1, 2, 3, 4, 6; spares 5, 0, 7
+    for w in (1, 6, 3, 4):
+        m.shard_finished(w, 0.1)
+    assert m.promote(True, 0.5) == [Promote((5,))]
+    assert m.promote(True, 0.6) == []
+    late, other = (5, 2) if first == "spare" else (2, 5)
+    assert m.shard_finished(late, 0.8) == [Cut(tuple(sorted((1, 3, 4, 6, late))), 0.8, 1)]
+    assert m.shard_finished(other, 0.9) == []
+    assert m.promoted.tolist() == [False] * 5 + [True, False, False]
+    kept = np.isin(np.arange(8), m.received)
+    assert not (kept & ~(m.regular | m.promoted)).any()  # a spare is kept only once promoted
+
+
 def test_a_late_shard_is_backed_up_once_spark_s_rule_says_it_is_late():
     plan = _plan(n=5, wait_for=4, backups=Speculation())  # quantile 0.75, multiplier 1.5, min_runtime 0.1
     m = _machine(plan)
