@@ -99,7 +99,7 @@ if __name__ == "__main__":
             s = page._latest(_Sched)
             cols, labels = page._shard_columns(s)
             html = page._header(s) + page.scheme_table(s) + page.flight_table(s)
-            Serializer().encode({"a": cols, "b": page._marked(cols), "c": page._flight_columns(s), "d": html})
+            Serializer().encode({"a": cols, "c": page._flight_columns(s), "d": html})
 
     t_redraw = best(redraw, 10)
     print(f"plugin, the 5 transitions of one of a run's shards: {t_shard * 1e6:.2f} us; a transition of any other "
