@@ -13,8 +13,10 @@ What it shows, for the run started last on the scheduler (docs/dashboard.rst):
 A sweep's page shows its tasks instead of batches (no cutoff, so no bars of results against N - S).
 
 The page looks at the plugin's state four times a second and redraws when it moved, at most once a second but
-at once for a :func:`milestone` (the run, its first shard, its first batch done, a worker gone quiet); the HTML
-it is served in also holds the run's summary
+at once for a :func:`milestone` (the run, its first shard, its first batch done, a worker gone quiet). A redraw
+sets only what changed, and sends the worker x time view as :class:`ShardRows` keeps it: the shards drawn for
+good streamed once each, those still live (running, or of a batch in flight) sent whole, all of them again only
+for another run or at the run's end. The HTML it is served in also holds the run's summary
 (``<script id="gcc-dask-state" type="application/json">``), for readers without JavaScript.
 """
 
@@ -527,7 +529,7 @@ def make_document(doc, scheduler) -> None:
         mark = milestone(run)
         if mark == shown[1] and time.monotonic() - shown[2] < REDRAW_S:
             return  # it moved, but the last redraw is recent and nothing that is shown at once changed
-        t0 = time.perf_counter()
+        t0 = time.perf_counter()  # (not thread_time: a system call; see DashboardPlugin.cpu)
         doc.hold("combine")  # (changes to one property of one model sent as one)
         try:
             redraw(run, mark)

@@ -221,3 +221,34 @@ def test_the_page_costs_its_redraws_in_the_plugins_accounts(monkeypatch):
     p.redraw()  # nothing moved: no redraw counted
     assert p.scheduler.plugins[PLUGIN_NAME].cpu["redraws"] == 1
     assert time.time() > T0
+
+
+def test_the_plugin_times_its_hooks_and_events_by_the_wall_clock_never_the_threads_cpu_clock(monkeypatch):
+    """Reading the thread's CPU clock is a system call (15 us a call on average on the scheduler's thread in a
+    smoke run): the hook on a run's shard transitions (thousands a run) and the driver's events are timed by
+    the wall clock."""
+    from gcc_dask.dashboard import plugin as plugin_module
+    from gcc_dask.dashboard.plugin import DashboardPlugin
+
+    reads = {"cpu": 0, "wall": 0}
+
+    def thread_time():  # pragma: no cover - never called
+        reads["cpu"] += 1
+        return 0.0
+
+    def perf_counter():
+        reads["wall"] += 1
+        return reads["wall"] * 1e-3  # each read 1 ms after the last
+
+    monkeypatch.setattr(plugin_module.time, "thread_time", thread_time)
+    monkeypatch.setattr(plugin_module.time, "perf_counter", perf_counter)
+    p = DashboardPlugin()
+    p.state = _state()
+    for w in range(4):
+        p.transition(f"eval-b0-w{w}-gcc-{TOKEN}", "waiting", "processing")
+    p.transition("some-other-task", "waiting", "processing")  # not a shard: not counted, not timed
+    assert (p.cpu["transitions"], reads) == (4, {"cpu": 0, "wall": 8})
+    assert p.cpu["transitions_s"] == pytest.approx(4e-3)  # 1 ms each
+    assert len(p.state.latest().shards) == 4
+    p.events([{"kind": "meta", "run": TOKEN, "name": "smoke"}])  # the driver's events: the same
+    assert (p.cpu["events"], p.cpu["events_s"], reads) == (1, pytest.approx(1e-3), {"cpu": 0, "wall": 10})
