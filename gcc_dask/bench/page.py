@@ -18,8 +18,9 @@ for the page) runs on one cluster with its dashboard in three modes, interleaved
 Each round gives a throughput ratio (the two ``off`` runs beside it over the mode's run: above 1 the page
 costs nothing measurable) and a CPU ratio (driver, scheduler and workers' CPU seconds per run, the same way).
 On a loaded machine both swing by far more than the 2% they are held to, so the section also reads the page's
-own accounts of the CPU it took on the scheduler (its hooks on the run's shard transitions, the driver's events,
-the redraws of the open page: :attr:`~gcc_dask.dashboard.plugin.DashboardPlugin.cpu`), as a share of the run's.
+own accounts of the time it took on the scheduler's thread (its hooks on the run's shard transitions, the
+driver's events, the redraws of the open page, by the wall clock: :attr:`~gcc_dask.dashboard.plugin.
+DashboardPlugin.cpu`), as a share of the run's CPU.
 The viewer also says when its document changed: from that, how long after the run's start (its ``start``
 event: the first batch's clock) the page showed the run, its first shard, and its first batch done; and the page
 notes when its redraw first sent each (:attr:`~gcc_dask.dashboard.state.RunState.shown`: the viewer, at the
@@ -151,7 +152,7 @@ def _state(client) -> dict:
 
 
 def _page_cpu(dask_scheduler=None) -> dict:
-    """The CPU seconds the page has cost so far on the scheduler (:attr:`~gcc_dask.dashboard.plugin.
+    """The seconds the page has cost so far on the scheduler's thread (:attr:`~gcc_dask.dashboard.plugin.
     DashboardPlugin.cpu`; zeros without the plugin)."""
     from gcc_dask.dashboard.names import PLUGIN_NAME
 
