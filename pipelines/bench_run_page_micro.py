@@ -1,5 +1,6 @@
 """What the run page costs, piece by piece, without a cluster: the scheduler plugin's hook per task transition,
-the driver's publish() per event, and one redraw of an open page (its columns and Bokeh's serialization of them).
+the driver's publish() per event, and a full redraw of an open page (its columns and Bokeh's serialization of
+them: what a page opened gets, and the run's end sends; a redraw in between sends the shards that changed).
 
 A run of 400 batches of 24 shards (gcc N = 16 and uncoded N = 8) on 2 workers, fed to the plugin as the scheduler
 would; best of 5 repeats. docs/dashboard.rst and BENCHMARKS.md, section 'The run page's cost', have the figures.
@@ -99,11 +100,11 @@ if __name__ == "__main__":
             s = page._latest(_Sched)
             cols, labels = page._shard_columns(s)
             html = page._header(s) + page.scheme_table(s) + page.flight_table(s)
-            Serializer().encode({"a": cols, "b": page._marked(cols), "c": page._flight_columns(s), "d": html})
+            Serializer().encode({"a": cols, "c": page._flight_columns(s), "d": html})
 
     t_redraw = best(redraw, 10)
     print(f"plugin, the 5 transitions of one of a run's shards: {t_shard * 1e6:.2f} us; a transition of any other "
           f"task: {t_other * 1e6:.2f} us")
     print(f"driver, one publish(): {t_pub * 1e6:.2f} us")
-    print(f"page, one redraw of {len(page._latest(_Sched)['shards'])} shards: {t_redraw * 1e3:.1f} ms "
-          "(at most one a second per open page, none while the run's state does not move)")
+    print(f"page, a full redraw of {len(page._latest(_Sched)['shards'])} shards (a page opened, the run's end): "
+          f"{t_redraw * 1e3:.1f} ms")

@@ -18,8 +18,9 @@ for the page) runs on one cluster with its dashboard in three modes, interleaved
 Each round gives a throughput ratio (the two ``off`` runs beside it over the mode's run: above 1 the page
 costs nothing measurable) and a CPU ratio (driver, scheduler and workers' CPU seconds per run, the same way).
 On a loaded machine both swing by far more than the 2% they are held to, so the section also reads the page's
-own accounts of the CPU it took on the scheduler (its hooks on the run's shard transitions, the driver's events,
-the redraws of the open page: :attr:`~gcc_dask.dashboard.plugin.DashboardPlugin.cpu`), as a share of the run's.
+own accounts of the time it took on the scheduler's thread (its hooks on the run's shard transitions, the
+driver's events, the redraws of the open page, by the wall clock: :attr:`~gcc_dask.dashboard.plugin.
+DashboardPlugin.cpu`), as a share of the run's CPU.
 The viewer also says when its document changed: from that, how long after the run's start (its ``start``
 event: the first batch's clock) the page showed the run, its first shard, and its first batch done; and the page
 notes when its redraw first sent each (:attr:`~gcc_dask.dashboard.state.RunState.shown`: the viewer, at the
@@ -63,9 +64,11 @@ import json, sys, time
 from bokeh.client import pull_session
 s = pull_session(url=sys.argv[1])
 doc = s.document
-header, shards = doc.get_model_by_name("gcc-header"), doc.get_model_by_name("gcc-shards")
+header = doc.get_model_by_name("gcc-header")
+shards = [doc.get_model_by_name(n) for n in ("gcc-shards", "gcc-shards-live")]
 def say(*_):
-    print(json.dumps({"t": time.time(), "header": header.text, "shards": len(shards.data["start"])}), flush=True)
+    n = sum(len(s.data["start"]) for s in shards if s is not None)
+    print(json.dumps({"t": time.time(), "header": header.text, "shards": n}), flush=True)
 doc.on_change(say)
 say()
 (getattr(s, "loop_until_closed", None) or s._loop_until_closed)()
@@ -149,12 +152,49 @@ def _state(client) -> dict:
 
 
 def _page_cpu(dask_scheduler=None) -> dict:
-    """The CPU seconds the page has cost so far on the scheduler (:attr:`~gcc_dask.dashboard.plugin.
+    """The seconds the page has cost so far on the scheduler's thread (:attr:`~gcc_dask.dashboard.plugin.
     DashboardPlugin.cpu`; zeros without the plugin)."""
     from gcc_dask.dashboard.names import PLUGIN_NAME
 
     plugin = dask_scheduler.plugins.get(PLUGIN_NAME)
     return dict(getattr(plugin, "cpu", None) or {"transitions_s": 0.0, "events_s": 0.0, "redraws_s": 0.0})
+
+
+def _page_sessions(dask_scheduler=None) -> list[str]:
+    """The ids of the run page's Bokeh sessions (runs on the scheduler)."""
+    from gcc_dask.dashboard.mount import _bokeh_server
+    from gcc_dask.dashboard.names import PAGE
+
+    server = _bokeh_server(dask_scheduler)
+    return [] if server is None or PAGE not in server.app_paths else [s.id for s in server.get_sessions(PAGE)]
+
+
+async def _let_closed_pages_go(dask_scheduler=None, keep=(), timeout: float = 20.0) -> int:
+    """Have Bokeh discard the run page's sessions but those in `keep` (ids: pages open before the viewer) now
+    that no viewer holds them, and wait until it has (runs on the scheduler; the sessions let go). A session's
+    discard destroys its document, which runs a full ``gc.collect()`` on the scheduler's event loop (0.2 s in
+    the bench's process); Bokeh does it 15 s after the page closed (its unused-session lifetime), inside a later
+    run of the bench: here it is done between runs."""
+    import asyncio
+
+    from gcc_dask.dashboard.mount import _bokeh_server
+    from gcc_dask.dashboard.names import PAGE
+
+    server = _bokeh_server(dask_scheduler)
+    if server is None or PAGE not in server.app_paths:
+        return 0
+    deadline = time.monotonic() + timeout
+    gone = 0
+    while time.monotonic() < deadline:
+        sessions = [s for s in server.get_sessions(PAGE) if s.id not in keep]
+        if not sessions:
+            return gone
+        for session in sessions:
+            if session.connection_count == 0 and not session.expiration_requested:
+                session.request_expiration()  # (discarded at Bokeh's next look: every 0.5 s on a Dask dashboard)
+                gone += 1
+        await asyncio.sleep(0.1)
+    return gone
 
 
 def _remove_page(client) -> None:
@@ -206,6 +246,7 @@ def page_section(client, work: Path, quick: bool, say, smoke: str) -> tuple[list
             _remove_page(client)
         else:
             url = attach(client)  # (the run attaches too: here so that the viewer has a page to open first)
+        keep = client.run_on_scheduler(_page_sessions) if mode == "open" and url else []
         viewer = _Viewer(url) if mode == "open" and url else None
         alive, seen_cpu = False, math.nan
         try:
@@ -223,6 +264,7 @@ def page_section(client, work: Path, quick: bool, say, smoke: str) -> tuple[list
         finally:
             if viewer is not None:
                 viewer.close()
+                client.run_on_scheduler(_let_closed_pages_go, keep=keep)  # (its gc.collect() out of the runs timed)
         row = {"job_wall_s": wall, "cpu_s": cpu, "driver_cpu_s": driver,
                **{k: p1.get(k, 0.0) - p0.get(k, 0.0) for k in ("transitions_s", "events_s", "redraws_s")}}
         if mode != "off":

@@ -54,10 +54,14 @@ class DashboardPlugin(SchedulerPlugin):
         self.state = DashboardState()
         self.scheduler = None
         self.mounted = False
-        #: CPU seconds (of the scheduler's thread) the page has cost so far: its hooks on the run's shard
-        #: transitions (past the first tests, which every task's transitions pay), the driver's events, and the
-        #: redraws of open pages (:mod:`gcc_dask.dashboard.page`); with their counts. The bench reads them
-        #: (:mod:`gcc_dask.bench.page`).
+        #: seconds of the scheduler's thread the page has cost so far: its hooks on the run's shard transitions
+        #: (past the first tests, which every task's transitions pay), the driver's events, and the redraws of
+        #: open pages (:mod:`gcc_dask.dashboard.page`); with their counts. The bench reads them
+        #: (:mod:`gcc_dask.bench.page`). Timed by the wall clock (``time.perf_counter``, read in user space; the
+        #: thread is seldom switched out in these short calls), not by the thread's CPU clock: ``thread_time``
+        #: is a system call, which cost the scheduler's thread 15 us a call on average in a smoke run (up to 8
+        #: ms: the thread is switched out in it), 3% of the run, more than the hooks it timed (BENCHMARKS.md,
+        #: "The run page's cost").
         self.cpu = {"transitions_s": 0.0, "events_s": 0.0, "redraws_s": 0.0, "transitions": 0, "events": 0,
                     "redraws": 0}
 
@@ -81,14 +85,14 @@ class DashboardPlugin(SchedulerPlugin):
 
     def events(self, events) -> None:
         """Apply the driver's events (a list of dicts; see :meth:`.state.DashboardState.event`)."""
-        t = time.thread_time()
+        t = time.perf_counter()
         now = time.time()
         for ev in events:
             try:
                 self.state.event(ev, now)
             except Exception:  # a malformed event costs the page that event, never the scheduler
                 logger.debug("gcc-dask: event not understood: %r", ev, exc_info=True)
-        self.cpu["events_s"] += time.thread_time() - t
+        self.cpu["events_s"] += time.perf_counter() - t
         self.cpu["events"] += len(events)
 
     def transition(self, key, start, finish, *args, stimulus_id=None, **kwargs) -> None:
@@ -98,7 +102,7 @@ class DashboardPlugin(SchedulerPlugin):
         if (finish != "processing" and start != "processing") or not self.state.runs or type(key) is not str \
                 or not key.startswith(PREFIXES):
             return
-        t = time.thread_time()
+        t = time.perf_counter()
         try:
             worker, t0, t1 = None, None, None
             if finish == "processing":
@@ -111,5 +115,5 @@ class DashboardPlugin(SchedulerPlugin):
             self.state.transition(key, finish, worker, time.time(), t0, t1)
         except Exception:
             logger.debug("gcc-dask: transition of %r not followed", key, exc_info=True)
-        self.cpu["transitions_s"] += time.thread_time() - t
+        self.cpu["transitions_s"] += time.perf_counter() - t
         self.cpu["transitions"] += 1

@@ -173,6 +173,9 @@ class RunState:
         self._ended: set[str] = set()  # workers the run ended as unresponsive
         self.flights: dict[tuple[int, str], _Flight] = {}
         self.shards: collections.deque = collections.deque(maxlen=MAX_SHARDS)
+        #: shard records appended to :attr:`shards` so far (the oldest leave the deque): a page streams those
+        #: it has not drawn yet
+        self.appended = 0
         self._open: dict[str, dict] = {}  # key -> its shard interval, while the task runs
         self._by_batch: dict[tuple[int, str], list[dict]] = {}  # the intervals of a batch in flight
         self._finished: set[tuple[int, str]] = set()  # (batch, scheme) done: a late shard opens no flight
@@ -307,6 +310,7 @@ class RunState:
                    "stop": math.nan, "outcome": "running", "copy": "regular"}
             self._open[key] = rec
             self.shards.append(rec)
+            self.appended += 1
             if task not in self._finished_tasks:  # (its submit event may come after it started)
                 info = self.tasks.setdefault(task, {"cell": "", "worker": None, "start": None})
                 info["worker"], info["start"] = rec["worker"], rec["start"]
@@ -345,6 +349,7 @@ class RunState:
                    "stop": math.nan, "outcome": "running", "copy": kind}
             self._open[key] = rec
             self.shards.append(rec)
+            self.appended += 1
             self._by_batch.setdefault((batch, scheme), []).append(rec)
             if f is not None:
                 if kind == "backup":
@@ -374,7 +379,10 @@ class RunState:
             rec["outcome"] = "cut"
 
     # -- what the page draws --------------------------------------------------------------------
-    def snapshot(self, now: float, max_shards: int | None = None) -> dict:
+    def snapshot(self, now: float, max_shards: int | None = None, shards: bool = True) -> dict:
+        """The run as plain data (the page's and ``state.json``'s); its shard intervals (the most recent
+        `max_shards`, a running one drawn up to `now`) unless `shards` is False (an empty list: the page streams
+        them from :attr:`shards` itself)."""
         schemes = []
         for s in self.schemes.values():
             inflight = sum(1 for (_, name) in self.flights if name == s.name) if self.what == "run" else len(self.tasks)
@@ -398,7 +406,7 @@ class RunState:
                                 "running": info["worker"] is not None, "received": 0, "needed": 1, "N": 1,
                                 "failed": 0, "cut": False, "cutoff_s": math.nan, "kept": 0, "spares": 0,
                                 "promoted": 0, "backups": 0})
-        shards = list(self.shards)[-max_shards:] if max_shards else list(self.shards)
+        recs = (list(self.shards)[-max_shards:] if max_shards else list(self.shards)) if shards else []
         t_now = (self.ended if self.ended is not None else now) - self.t0
         quiet = [dict(q, to=t_now) if q["to"] != q["to"] else dict(q) for q in self.quiet_spells]
         return {
@@ -408,7 +416,7 @@ class RunState:
             "first_done_s": self.first_done_s, "shown": dict(self.shown),
             "schemes": schemes, "in_flight": flights,
             # (the records themselves, but for a running shard: a copy drawn up to now)
-            "shards": [r if r["stop"] == r["stop"] else dict(r, stop=t_now) for r in shards],
+            "shards": [r if r["stop"] == r["stop"] else dict(r, stop=t_now) for r in recs],
         }
 
 
