@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -146,6 +147,19 @@ def _backup_rule(first: np.ndarray, rule: Speculation) -> tuple[float, float]:
     return _rule_fire(finite, rule.needed(t.size), rule.multiplier, rule.min_runtime)
 
 
+def _copies_checked(first: Any, launch: Any, failed: Any, rule: Speculation
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`first`, `launch` and `failed` as float, float and bool arrays, or one ValueError when `launch` and `failed`
+    are not of shape ``(rule.copies + 1, K)``."""
+    t = np.asarray(first, dtype=float)
+    launch = np.asarray(launch, dtype=float)
+    failed = np.asarray(failed, dtype=bool)
+    if launch.shape != (rule.copies + 1, t.size) or failed.shape != launch.shape:
+        raise ValueError(f"launch and failed: got shapes {launch.shape} and {failed.shape}; expected "
+                         f"({rule.copies + 1}, {t.size})")
+    return t, launch, failed
+
+
 def backups_due(first: np.ndarray, launch: np.ndarray, failed: np.ndarray, now: float,
                 rule: Speculation) -> tuple[np.ndarray, float]:
     """Which inputs get their next copy now, and when the next one comes due if no result arrives meanwhile.
@@ -184,12 +198,7 @@ def backups_due(first: np.ndarray, launch: np.ndarray, failed: np.ndarray, now: 
     >>> backups_due(first, launch, no, now=1.5, rule=Speculation())[0].tolist()
     [3]
     """
-    t = np.asarray(first, dtype=float)
-    launch = np.asarray(launch, dtype=float)
-    failed = np.asarray(failed, dtype=bool)
-    if launch.shape != (rule.copies + 1, t.size) or failed.shape != launch.shape:
-        raise ValueError(f"launch and failed: got shapes {launch.shape} and {failed.shape}; expected "
-                         f"({rule.copies + 1}, {t.size})")
+    t, launch, failed = _copies_checked(first, launch, failed, rule)
     started = np.isfinite(launch)
     copies = started.sum(axis=0)  # launched so far, the original included
     waiting = ~np.isfinite(t) & (copies <= rule.copies)
@@ -237,12 +246,7 @@ def backups_due_since_launch(first: np.ndarray, launch: np.ndarray, failed: np.n
     >>> backups_due_since_launch(first, launch, no, now=2.5, rule=Speculation())  # ran 0.5 s of 1.5 allowed
     (array([], dtype=int64), 3.5)
     """
-    t = np.asarray(first, dtype=float)
-    launch = np.asarray(launch, dtype=float)
-    failed = np.asarray(failed, dtype=bool)
-    if launch.shape != (rule.copies + 1, t.size) or failed.shape != launch.shape:
-        raise ValueError(f"launch and failed: got shapes {launch.shape} and {failed.shape}; expected "
-                         f"({rule.copies + 1}, {t.size})")
+    t, launch, failed = _copies_checked(first, launch, failed, rule)
     started = np.isfinite(launch)
     launched = started[0]
     with np.errstate(invalid="ignore"):
