@@ -169,7 +169,7 @@ def advise(pipeline: Any, *, samples: int = DEFAULT_SAMPLES, target: float | Non
     source, workload = build_source_and_workload(cfg)
     samples = min(int(samples), int(source.num_samples))
     policy, f_cost = cfg.composition.policy, None
-    if policy == "auto":  # made concrete by f's cost (timed now, on a few rows), before the cached outputs are looked up
+    if policy == "auto":  # made concrete by f's cost (timed now, on a few rows) before the cache is looked up
         output_shape, f_cost = _probe_model(workload, source, cfg.run.nan_policy, timed=True)
         policy = auto_composition(f_cost.seconds_per_row, samples, cfg.composition.window)
     fingerprint = _data_fingerprint(cfg, source, workload, samples, policy)

@@ -143,10 +143,10 @@ def _small(shared: tuple) -> bool:
 def _map_with_backups(client, call, args: tuple, items: list, todo: list[int], results: list, rule,
                       watch: _WorkerWatch | None = None) -> list[int]:
     """Run ``call(*args, items[i])`` for each i in `todo` into ``results[i]``, with backup copies of the late
-    ones (:func:`~gcc_dask.runtime.backups.backups_due_since_launch`) and of those whose every copy runs on a worker that has
-    missed :data:`~gcc_dask.runtime.liveness.MISSED_HEARTBEATS` heartbeats (a frozen worker may hold more than
-    the quarter of the tasks Spark's rule lets wait); return the items whose every copy was lost with its
-    worker. Every copy still out is cancelled on the way out.
+    ones (:func:`~gcc_dask.runtime.backups.backups_due_since_launch`) and of those whose every copy runs on a
+    worker that has missed :data:`~gcc_dask.runtime.liveness.MISSED_HEARTBEATS` heartbeats (a frozen worker may
+    hold more than the quarter of the tasks Spark's rule lets wait); return the items whose every copy was lost
+    with its worker. Every copy still out is cancelled on the way out.
 
     A result held only by workers that froze after its task finished (the fetch would wait for as long as they
     stay frozen) counts as a lost copy: the item gets its next copy at once, away from them
