@@ -14,6 +14,7 @@ from gcc_dask.composition import (
     serial_map,
     window_bounds,
 )
+import gcc_dask.composition as comp
 from gcc_dask.errors import ConfigError
 from gcc_dask.sources import make_source
 
@@ -332,3 +333,21 @@ def test_the_pieces_of_a_long_window_are_tasks_of_their_own():
                      map_windows=mapper)
     assert seen == [[(0, 32), (32, 64), (64, 96), (96, 128), (128, 160), (160, 192)]]
     np.testing.assert_array_equal(serial.sample_index(), mapped.sample_index())
+
+
+@pytest.mark.parametrize("n,chunk", [(2_000_000, 100_000), (2_000_050, 100_000), (9_005, 1_000)])
+def test_the_projection_of_a_chunked_source_is_fitted_on_a_few_of_its_chunks(n, chunk):
+    """fit_samples samples (ascending, in range) from FIT_CHUNKS whole chunks spread over the source, the first
+    and the last whole one among them: not a few samples from every chunk, each decompressed whole."""
+    idx = comp._fit_indices(n, comp.DEFAULT_FIT_SAMPLES, chunks=chunk)
+    assert idx.size == comp.DEFAULT_FIT_SAMPLES and np.all(np.diff(idx) > 0) and idx.max() < n
+    read = np.unique(idx // chunk)
+    assert read.size == comp.FIT_CHUNKS and read[0] == 0 and read[-1] == n // chunk - 1
+
+
+def test_a_source_with_few_or_small_chunks_is_fitted_on_runs_spread_over_it():
+    """Chunks too few (at most FIT_CHUNKS) or too short for the runs: the runs spread over the whole source, as
+    for a source without chunks."""
+    for n, chunk in ((50_000, 10_000), (100_000, 130)):
+        np.testing.assert_array_equal(comp._fit_indices(n, comp.DEFAULT_FIT_SAMPLES, chunks=chunk),
+                                      comp._fit_indices(n, comp.DEFAULT_FIT_SAMPLES))

@@ -183,3 +183,30 @@ def test_sweeps_and_frontiers_take_the_tree():
     assert set(typing.get_args(FrontierConfig.model_fields["composition"].annotation)) == set(POLICIES)
     # and a run's, with auto (the similarity chain or the tree, by f's cost: tests/test_composition_auto.py)
     assert set(typing.get_args(CompositionConfig.model_fields["policy"].annotation)) == {*POLICIES, "auto"}
+
+
+def _kd_leaves_node_by_node(f, cap, unit):
+    """The k-d tree's leaves split one node at a time (the definition :func:`_kd_leaves` batches by level)."""
+    leaves, stack = [], [np.arange(f.shape[0], dtype=np.int64)]
+    while stack:
+        idx = stack.pop()
+        if idx.size <= cap:
+            leaves.append(idx)
+            continue
+        sub = f[idx]
+        dim = int(np.argmax(sub.var(axis=0, dtype=np.float64)))
+        m = unit * max(1, (idx.size // unit) // 2)
+        part = np.argsort(sub[:, dim], kind="stable")
+        stack += [np.sort(idx[part[m:]]), np.sort(idx[part[:m]])]
+    return leaves
+
+
+@pytest.mark.parametrize("n,cap,unit", [(8192, 64, 8), (1003, 104, 8), (777, 24, 3), (5, 8, 8)])
+def test_leaves_split_level_by_level_are_those_split_node_by_node(n, cap, unit):
+    """Splitting all the nodes of a level together gives the leaves of splitting each node on its own, in the
+    tree's order, for nodes of equal and of unequal sizes (features without ties, so that the median is one)."""
+    f = np.random.default_rng(n).normal(size=(n, 6)).astype(np.float32) * np.arange(1, 7, dtype=np.float32)
+    got, want = _kd_leaves(f, cap, unit), _kd_leaves_node_by_node(f, cap, unit)
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)

@@ -94,8 +94,8 @@ class CompositionConfig(_Section):
     dims
         Principal components the samples are compared on.
     fit_samples
-        Samples the principal components are fitted on, spread evenly over the source (read at once, as
-        float64). At most 65,536.
+        Samples the principal components are fitted on, spread evenly over the source, or over 8 of its chunks
+        spread evenly for a compressed Zarr array of more (read at once, as float64). At most 65,536.
     seed
         Seeds ``random`` and the randomized PCA.
     """
