@@ -29,6 +29,11 @@ Policies (:func:`compose`), all deterministic for a seed and all blind to labels
     until half of it is left, the leftovers of neighbouring leaves chained together up the tree
     (:func:`~gcc_dask.composition_similarity.tree_order`): O(leaf · dims) work per sample, whatever the
     window, so a window can be large and cheap. Its groups are looser than the chain's over the same window.
+``kd``
+    the same windows and pieces, each split by the same k-d tree down to leaves of one group of K, with no
+    chain, each group's samples sorted along its widest component
+    (:func:`~gcc_dask.composition_similarity.kd_order`): O(dims · log(window / K)) work per sample, about a
+    microsecond, for an f that costs about as little. Its groups are looser than the tree's.
 
 A policy's sequence (groups as consecutive runs) is put into slots by
 :meth:`~gcc_dask.batch_layout.BatchLayout.from_sequence`. The features, the chain and the tree of ``pc1``,
@@ -55,6 +60,7 @@ from gcc_dask.composition_similarity import (  # noqa: F401
     Projection,
     chain_order,
     fit_projection,
+    kd_order,
     tree_order,
 )
 from gcc_dask.errors import ConfigError, SourceError
@@ -74,9 +80,9 @@ __all__ = [
     "window_unit",
 ]
 
-POLICIES = ("as_stored", "random", "pc1", "similarity", "tree")
+POLICIES = ("as_stored", "random", "pc1", "similarity", "tree", "kd")
 #: the policies that order each window in pieces of ``window`` samples (:func:`composition_items`)
-ORDERED = ("similarity", "tree")
+ORDERED = ("similarity", "tree", "kd")
 
 
 #: the policies that read and project the windows: a pass over the data, kept in the composition cache
@@ -92,6 +98,8 @@ DEFAULT_FIT_SAMPLES = 4096
 #: components), the tree 2-5 µs with groups almost as close, so for a cheaper f the chain would cost the run
 #: several times f itself (docs/pipeline.rst, section 'Composition')
 AUTO_CHAIN_MIN_SECONDS_PER_ROW = 5e-6
+#: ... and the ``tree`` from this many seconds a sample, ``kd`` (about 1 µs a sample, looser groups) below it
+AUTO_TREE_MIN_SECONDS_PER_ROW = 2e-6
 
 
 def auto_composition(seconds_per_row: float | None, num_samples: int | None = None,
@@ -99,20 +107,21 @@ def auto_composition(seconds_per_row: float | None, num_samples: int | None = No
     """The policy ``composition.policy: auto`` takes for an f of `seconds_per_row` (its measured cost a sample,
     :attr:`~gcc_dask.sizing.FCost.seconds_per_row`; None: not measured) over `num_samples` samples:
     ``similarity`` from :data:`AUTO_CHAIN_MIN_SECONDS_PER_ROW` up, when not measured, and for a source of at
-    most one `window` (chained in a fraction of a second, whatever f costs); ``tree`` otherwise.
+    most one `window` (chained in a fraction of a second, whatever f costs); otherwise ``tree`` from
+    :data:`AUTO_TREE_MIN_SECONDS_PER_ROW` up and ``kd`` below: the composition costs about what f does, or less.
 
     Examples
     --------
-    >>> auto_composition(25e-6, 200_000), auto_composition(0.5e-6, 200_000), auto_composition(None, 200_000)
-    ('similarity', 'tree', 'similarity')
-    >>> auto_composition(0.5e-6, 8192)
-    'similarity'
+    >>> auto_composition(25e-6, 200_000), auto_composition(3e-6, 200_000), auto_composition(0.5e-6, 200_000)
+    ('similarity', 'tree', 'kd')
+    >>> auto_composition(None, 200_000), auto_composition(0.5e-6, 8192)
+    ('similarity', 'similarity')
     """
     if seconds_per_row is None or seconds_per_row >= AUTO_CHAIN_MIN_SECONDS_PER_ROW:
         return "similarity"
     if num_samples is not None and num_samples <= window:
         return "similarity"
-    return "tree"
+    return "tree" if seconds_per_row >= AUTO_TREE_MIN_SECONDS_PER_ROW else "kd"
 
 
 def window_unit(group_size: int, block_size: int = 1, chunks: int | None = None, window: int = 0) -> int:
@@ -246,7 +255,7 @@ def compose(
         K.
     block_size : int
         B, groups per batch.
-    policy : {"as_stored", "random", "pc1", "similarity", "tree"}
+    policy : {"as_stored", "random", "pc1", "similarity", "tree", "kd"}
         See the module docs.
     seed : int
         Seeds ``random`` and the randomized PCA.
@@ -339,8 +348,9 @@ def compose(
             parts = run(_window_pc1, bounds, source, projection)
             sequence = np.argsort(np.concatenate([p for p, _ in parts]), kind="stable").astype(np.int64)
         else:
-            order = chain_order if policy == "similarity" else functools.partial(
-                tree_order, leaf=int(leaf), group_size=int(group_size))
+            order = {"similarity": chain_order,
+                     "tree": functools.partial(tree_order, leaf=int(leaf), group_size=int(group_size)),
+                     "kd": functools.partial(kd_order, group_size=int(group_size))}[policy]
             parts = run(_window_chain, bounds, source, projection, piece, order)
             sequence = np.concatenate([p for p, _ in parts]).astype(np.int64)
     if cache is not None:
@@ -385,8 +395,8 @@ def _bounds(source: Any, group_size: int, block_size: int, policy: str, window: 
 def composition_key(source: Any, *, group_size: int, block_size: int, policy: str, seed: int = 0,
                     window: int = DEFAULT_WINDOW, dims: int = DEFAULT_DIMS,
                     fit_samples: int = DEFAULT_FIT_SAMPLES, leaf: int = DEFAULT_LEAF) -> str:
-    """The :class:`~gcc_dask.composition_cache.CompositionCache` key of :func:`compose`'s ``similarity``, ``tree``
-    or ``pc1`` composition of `source` with these parameters (the same arguments; nothing of the source is read:
+    """The :class:`~gcc_dask.composition_cache.CompositionCache` key of :func:`compose`'s ``similarity``, ``tree``,
+    ``kd`` or ``pc1`` composition of `source` with these parameters (the same arguments; nothing of the source is read:
     an entry found under it is still checked against the windows' content). `leaf` is in the key of ``tree``
     only (the other policies ignore it, and keep the keys they had)."""
     bounds = _bounds(source, group_size, block_size, policy, window)

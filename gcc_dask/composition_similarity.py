@@ -4,7 +4,8 @@
 SVD); :func:`chain_order` is the greedy nearest-neighbour chain through their features that the ``similarity``
 policy cuts into groups (:func:`gcc_dask.composition.compose`), O(n) work per sample; :func:`tree_order` is the
 ``tree`` policy's: a k-d tree on the features into leaves of about ``leaf`` samples, each leaf chained, so that
-its work per sample is O(leaf), whatever n. Pure NumPy.
+its work per sample is O(leaf), whatever n; :func:`kd_order` is the ``kd`` policy's: the same tree down to
+leaves of one group, no chain. Pure NumPy.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DEFAULT_DIMS", "DEFAULT_LEAF", "Projection", "chain_order", "fit_projection", "tree_order"]
+__all__ = ["DEFAULT_DIMS", "DEFAULT_LEAF", "Projection", "chain_order", "fit_projection", "kd_order", "tree_order"]
 
 #: Principal components the ``similarity``, ``tree`` and ``pc1`` policies compare samples on.
 DEFAULT_DIMS = 32
@@ -170,9 +171,7 @@ def tree_order(features: np.ndarray, leaf: int = DEFAULT_LEAF, group_size: int =
     -------
     ndarray of int64, shape (n,)
     """
-    f = np.ascontiguousarray(features, dtype=np.float32)
-    if f.ndim != 2:
-        raise ValueError(f"features: got shape {f.shape}; expected (n, dims)")
+    f = _features(features)
     if f.shape[0] == 0:
         return np.empty(0, dtype=np.int64)
     unit = max(1, int(group_size))
@@ -193,9 +192,57 @@ def tree_order(features: np.ndarray, leaf: int = DEFAULT_LEAF, group_size: int =
     return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
 
 
+def _features(features: np.ndarray) -> np.ndarray:
+    """`features` as contiguous float32 of shape (n, dims); ValueError for any other number of axes."""
+    f = np.ascontiguousarray(features, dtype=np.float32)
+    if f.ndim != 2:
+        raise ValueError(f"features: got shape {f.shape}; expected (n, dims)")
+    return f
+
+
 #: the share of a pool of :func:`tree_order` (a leaf, or the leftovers of two) left over to the next level (see
 #: its docstring: 1/2 grouped better than 1/4 or 0 on the MNIST and Fashion-MNIST frontiers)
 TAIL = 0.5
+
+
+def kd_order(features: np.ndarray, group_size: int = 1) -> np.ndarray:
+    """A balanced k-d tree through `features` down to leaves of one group of `group_size` samples, the leaves in
+    the tree's order (lower half first): a permutation of ``range(len(features))`` whose consecutive runs of K are
+    the leaves. The ``kd`` policy's order.
+
+    The tree of :func:`tree_order` (each node split on the feature of largest variance among its samples, at the
+    median rounded to whole groups) grown until every leaf holds one group, with no chain, and each group's
+    samples sorted along its own feature of largest variance: O(dims · log(n / K))
+    work per sample, about 0.8 µs a sample for 32 components in windows of 8,192 on one core against 4-5 µs
+    for :func:`tree_order` at leaf 256. Its groups are looser than the tree's: on 81,920 rows of 32 normal
+    floats through a small MLP (gcc, K = 8, N = 16, 12 of 16 results a batch drawn at random, two draws)
+    RelAcc 0.966 and 0.962 against 0.973 and 0.970 for ``tree`` and 0.957 and 0.955 for random groups.
+
+    Parameters
+    ----------
+    features : ndarray of shape (n, dims), float (compared in float32)
+    group_size : int
+        K: every leaf but the last holds K samples (the last one the short last group, if any).
+
+    Returns
+    -------
+    ndarray of int64, shape (n,)
+    """
+    f = _features(features)
+    if f.shape[0] == 0:
+        return np.empty(0, dtype=np.int64)
+    unit = max(1, int(group_size))
+    leaves = _kd_leaves(f, unit, unit)
+    if f.shape[1] == 0 or len(leaves) == 1:
+        return np.concatenate(leaves)
+    # each group ordered along its own feature of largest variance, so that neighbouring positions α_k hold
+    # neighbouring samples (as the chain orders a group along its path)
+    full = np.stack(leaves[:-1] if leaves[-1].size != unit else leaves)  # (groups, K)
+    sub = f[full]
+    dim = np.argmax(sub.var(axis=1), axis=1)
+    col = np.take_along_axis(sub, dim[:, None, None], axis=2)[:, :, 0]
+    ordered = np.take_along_axis(full, np.argsort(col, axis=1, kind="stable"), axis=1).ravel()
+    return np.concatenate([ordered, leaves[-1]]) if leaves[-1].size != unit else ordered
 
 
 def _kd_leaves(f: np.ndarray, cap: int, unit: int) -> list[np.ndarray]:
@@ -205,11 +252,16 @@ def _kd_leaves(f: np.ndarray, cap: int, unit: int) -> list[np.ndarray]:
     Built level by level: the nodes of a level that hold the same number of samples (at most two sizes, a
     node's halves differing by at most one group) are split together, one batched variance, argpartition and
     sort for all of them, so the work per sample is O(dims) a level with no Python loop over the nodes (a piece
-    of 8,192 samples into leaves of 64: 1 ms against 11 ms node by node)."""
+    of 8,192 samples into leaves of 64: 1 ms against 11 ms node by node). While every node of a level has the
+    same size (a piece of K·2^j samples) the level is one array of nodes, not a list of them."""
     n = f.shape[0]
     if n <= cap or f.shape[1] == 0:
         return [np.arange(n, dtype=np.int64)]
-    nodes: list[np.ndarray] = [np.arange(n, dtype=np.int64)]  # left to right: the tree's order
+    level = np.arange(n, dtype=np.int64)[None, :]  # (nodes, size): every node of the level the same size
+    while level.shape[1] > cap and level.shape[1] % (2 * unit) == 0:
+        lower, upper = _split(f, level, unit)
+        level = np.stack([lower, upper], axis=1).reshape(2 * level.shape[0], -1)
+    nodes: list[np.ndarray] = list(level)  # left to right: the tree's order
     while True:
         open_ = [i for i, idx in enumerate(nodes) if idx.size > cap]
         if not open_:
@@ -217,18 +269,25 @@ def _kd_leaves(f: np.ndarray, cap: int, unit: int) -> list[np.ndarray]:
         halves: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         for size in sorted({nodes[i].size for i in open_}):
             which = [i for i in open_ if nodes[i].size == size]
-            idx = np.stack([nodes[i] for i in which])  # (nodes, size), each row ascending
-            sub = f[idx]  # (nodes, size, dims)
-            mean = sub.sum(axis=1, dtype=np.float32) / np.float32(size)
-            spread = np.einsum("nij,nij->nj", sub, sub) / np.float32(size) - mean * mean  # the variances
-            dim = np.argmax(spread, axis=1)  # ties to the first (leading) component
-            col = np.take_along_axis(sub, dim[:, None, None], axis=2)[:, :, 0]  # (nodes, size)
-            m = unit * max(1, (size // unit) // 2)  # whole groups below; 1 <= m < size
-            part = np.argpartition(col, m - 1, axis=1, kind="introselect")
-            moved = np.take_along_axis(idx, part, axis=1)
-            lower, upper = np.sort(moved[:, :m], axis=1), np.sort(moved[:, m:], axis=1)
+            lower, upper = _split(f, np.stack([nodes[i] for i in which]), unit)
             halves.update({i: (lower[j], upper[j]) for j, i in enumerate(which)})
         nodes = [part for i, idx in enumerate(nodes) for part in (halves[i] if i in halves else (idx,))]
+
+
+def _split(f: np.ndarray, idx: np.ndarray, unit: int) -> tuple[np.ndarray, np.ndarray]:
+    """Split each node of `idx` (nodes, size), its samples' indices ascending, on the feature of largest variance
+    among its samples at the median rounded to whole groups of `unit`: its lower and upper halves, ``(nodes, m)``
+    and ``(nodes, size - m)``, each row ascending."""
+    size = idx.shape[1]
+    sub = f[idx]  # (nodes, size, dims)
+    mean = sub.sum(axis=1, dtype=np.float32) / np.float32(size)
+    spread = np.einsum("nij,nij->nj", sub, sub) / np.float32(size) - mean * mean  # the variances
+    dim = np.argmax(spread, axis=1)  # ties to the first (leading) component
+    col = np.take_along_axis(sub, dim[:, None, None], axis=2)[:, :, 0]  # (nodes, size)
+    m = unit * max(1, (size // unit) // 2)  # whole groups below; 1 <= m < size
+    part = np.argpartition(col, m - 1, axis=1, kind="introselect")
+    moved = np.take_along_axis(idx, part, axis=1)
+    return np.sort(moved[:, :m], axis=1), np.sort(moved[:, m:], axis=1)
 
 
 def _chain_pools(f: np.ndarray, pools: list[np.ndarray], steps: np.ndarray

@@ -157,14 +157,14 @@ class SchemeSpec(_Section):
         The code's parameters (``kernel``, ``points``, ``fill``, ...), over the grid's.
     composition
         ``dnn`` only: which K samples a trial codes together: ``as_stored``, ``random``, ``pc1``,
-        ``similarity`` or ``tree`` (a group of that composition of the source, docs/pipeline.rst, section
+        ``similarity``, ``tree`` or ``kd`` (a group of that composition of the source, docs/pipeline.rst, section
         'Composition'); unset: K random samples in the source's order.
     """
 
     label: str
     code: Literal["bacc", "bspline", "gcc", "lcc", "letcc", "replication", "uncoded"]
     params: dict[str, Any] = Field(default_factory=dict)
-    composition: Literal["as_stored", "random", "pc1", "similarity", "tree"] | None = None
+    composition: Literal["as_stored", "random", "pc1", "similarity", "tree", "kd"] | None = None
 
 
 #: the codes a sweep runs: every scheme but ``speculative``, whose backup copies depend on when a runtime's

@@ -78,13 +78,15 @@ class CompositionConfig(_Section):
         principal components, within windows of ``window`` samples) and cuts the chain into groups of K;
         ``tree`` splits each window by a k-d tree on the same components into leaves of at most ``leaf``
         samples and chains each leaf, the leaves' leftovers chained up the tree (work per sample O(leaf),
-        whatever the window; groups a little looser than the chain's over the same window); ``pc1`` sorts by the
-        first principal component; ``random`` is a seeded permutation; ``as_stored`` keeps the source's order.
-        ``auto`` (the default of :func:`gcc_dask.coded_map`) takes ``similarity`` when f costs at least 5 µs a
-        sample (measured on the probe; the chain costs about 10-20 µs a sample, so it would multiply the cost of
-        a cheaper f) and ``tree`` otherwise; the run's root attribute ``composition`` says which it took.
+        whatever the window; groups a little looser than the chain's over the same window); ``kd`` grows the
+        same tree down to leaves of one group, with no chain (about 1 µs a sample; looser groups still);
+        ``pc1`` sorts by the first principal component; ``random`` is a seeded permutation; ``as_stored`` keeps
+        the source's order. ``auto`` (the default of :func:`gcc_dask.coded_map`) takes ``similarity`` when f
+        costs at least 5 µs a sample (measured on the probe; the chain costs about 10-20 µs a sample, so it
+        would multiply the cost of a cheaper f), ``tree`` from 2 µs and ``kd`` below; the run's root attribute
+        ``composition`` says which it took.
     window
-        Samples per window of the ``similarity`` chain and the ``tree`` (rounded up to a multiple of K): each
+        Samples per window of the ``similarity`` chain, the ``tree`` and ``kd`` (rounded up to a multiple of K): each
         window is read, projected and ordered on its own (a Dask task each when there are several), so a large
         source is never loaded whole. Larger windows group better; the chain costs O(window) more per sample,
         the tree O(log window). At most 65,536.
@@ -100,7 +102,7 @@ class CompositionConfig(_Section):
         Seeds ``random`` and the randomized PCA.
     """
 
-    policy: Literal["as_stored", "random", "pc1", "similarity", "tree", "auto"] = "similarity"
+    policy: Literal["as_stored", "random", "pc1", "similarity", "tree", "kd", "auto"] = "similarity"
     window: WindowSize = 8192
     leaf: LeafSize = 256
     dims: PosInt = 32

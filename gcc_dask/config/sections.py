@@ -242,7 +242,7 @@ class PipelineConfig(SchemeLookup, _Section):
         """:meth:`resolved`, less the keys added since the resolved config `stored` was written
         (:data:`~gcc_dask.config.fields.ADDED_KEYS`) that `stored` lacks and this config leaves at their
         defaults: what this config would have been then. ``composition.policy: auto`` stands for the policy
-        `stored` names when it is one auto takes (``similarity`` or ``tree``): the store holds its composition,
+        `stored` names when it is one auto takes (``similarity``, ``tree`` or ``kd``): the store holds its composition,
         which a resume reads, never makes again (a store made before ``auto`` was :func:`~gcc_dask.coded_map`'s
         default resumes under it)."""
         data = self.resolved()
@@ -251,7 +251,7 @@ class PipelineConfig(SchemeLookup, _Section):
             if key not in (stored.get(section) or {}) and data.get(section, {}).get(key) == default:
                 data[section].pop(key)
         was = (stored.get("composition") or {}).get("policy")
-        if data.get("composition", {}).get("policy") == "auto" and was in ("similarity", "tree"):
+        if data.get("composition", {}).get("policy") == "auto" and was in ("similarity", "tree", "kd"):
             data["composition"]["policy"] = was
         return data
 

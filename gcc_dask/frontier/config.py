@@ -108,7 +108,7 @@ class FrontierConfig(_Section):
         function).
     composition
         How the groups of K are formed: the pipeline's composition policies (``similarity``, ``tree``,
-        ``pc1``, ``random``, ``as_stored``, with their default parameters), applied to the source (``dnn``) or
+        ``kd``, ``pc1``, ``random``, ``as_stored``, with their default parameters), applied to the source (``dnn``) or
         to the drawn inputs (analytic).
     groups
         Analytic functions: how many groups of K inputs to draw. ``dnn``: at most this many of the split's
@@ -135,7 +135,7 @@ class FrontierConfig(_Section):
     kind: Literal["frontier"]
     name: str = "frontier"
     function: FunctionConfig
-    composition: Literal["as_stored", "random", "pc1", "similarity", "tree"] = "similarity"
+    composition: Literal["as_stored", "random", "pc1", "similarity", "tree", "kd"] = "similarity"
     groups: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
     samples: Annotated[int, Field(ge=2, le=10_000_000)] | None = None
     num_inputs: Annotated[int, Field(ge=2, le=MAX_INPUTS)]
