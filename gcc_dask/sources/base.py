@@ -240,6 +240,18 @@ class Source(ABC):
                                     f"[0, {self.num_chunks()}) of a chunked source (chunks={c!r})")
         return self.read(int(index) * c, min((int(index) + 1) * c, self.num_samples))
 
+    def prepare(self) -> None:
+        """Load what every read of this source shares, once per process: a dataset decoded whole into memory
+        (the bundled image sets), so that the first read costs what the others do. The run's workers call it
+        when they load f, before any batch is timed. Default: nothing (a chunked or memory-mapped source reads
+        what it is asked for).
+
+        Raises
+        ------
+        SourceError
+            The data cannot be read.
+        """
+
     def files(self) -> list[str]:
         """Local files (or Zarr directories) this source reads: their content goes into a run's fingerprint,
         so a resume refuses data that changed. Empty for generated and in-memory sources."""
