@@ -275,7 +275,7 @@ def report(store, out, no_recompute) -> None:
               help="coding: also benchmark CuPy (default: when a GPU is usable; --gpu requires one).")
 @click.option("--section", "sections", multiple=True,
               type=click.Choice(["throughput", "scale", "tail", "stragglers", "orchestration", "scaling", "memory",
-                                 "checksums", "cheap", "page"]),
+                                 "checksums", "cheap", "mainjob", "page"]),  # bench.pipeline.SECTIONS (a test checks)
               help="pipeline: run only these sections (repeatable; default all).")
 @_user_errors
 def bench(which, out, quick, gpu, sections) -> None:

@@ -206,3 +206,13 @@ def test_waits_left_pending_by_a_lost_scheduler_are_not_printed_after_the_one_li
     lines = [line for line in res.stderr.splitlines() if line.strip()]
     assert res.returncode == 2 and lines == ["gcc-dask: error: cluster: lost the connection to the Dask scheduler"], \
         res.stderr
+
+
+def test_bench_offers_every_section_of_the_pipeline_bench():
+    """``gcc-dask bench pipeline --section`` accepts each section the bench runs, and no other (the choices are
+    written out in the CLI, which imports no bench module before it runs)."""
+    from gcc_dask.bench.pipeline import SECTIONS
+    from gcc_dask.cli import main
+
+    option = next(p for p in main.commands["bench"].params if p.name == "sections")
+    assert tuple(option.type.choices) == SECTIONS
