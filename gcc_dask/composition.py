@@ -434,9 +434,10 @@ def _fit_indices(n: int, fit_samples: int, runs: int = 32, chunks: int | None = 
     runs = min(runs, fit_samples)
     length = fit_samples // runs
     c = int(chunks) if chunks else 0
-    per = -(-runs // FIT_CHUNKS)  # runs in each chunk picked
+    few = min(FIT_CHUNKS, runs)  # chunks picked: fewer for fewer runs than FIT_CHUNKS
+    per = runs // few  # runs in each chunk picked: `few` * `per` <= `runs`, so at most fit_samples in all
     if c >= per * length and n // c > FIT_CHUNKS:  # whole chunks picked (a short last one is left out)
-        picked = np.linspace(0, n // c - 1, FIT_CHUNKS).round().astype(np.int64)
+        picked = np.linspace(0, n // c - 1, few).round().astype(np.int64)
         starts = (picked[:, None] * c + np.linspace(0, c - length, per).round()[None, :]).ravel().astype(np.int64)
     else:
         starts = np.linspace(0, n - length, runs).round().astype(np.int64)

@@ -351,3 +351,16 @@ def test_a_source_with_few_or_small_chunks_is_fitted_on_runs_spread_over_it():
     for n, chunk in ((50_000, 10_000), (100_000, 130)):
         np.testing.assert_array_equal(comp._fit_indices(n, comp.DEFAULT_FIT_SAMPLES, chunks=chunk),
                                       comp._fit_indices(n, comp.DEFAULT_FIT_SAMPLES))
+
+
+@pytest.mark.parametrize("fit_samples", [1, 2, 5, 7, 9, 15, 31, 33, 100])
+def test_a_chunked_source_is_fitted_on_no_more_than_fit_samples(fit_samples):
+    """However few fit_samples (fewer runs than FIT_CHUNKS, or not a multiple of them), a chunked source gives
+    the projection at most that many samples, from at most FIT_CHUNKS of its chunks, as a source without chunks
+    does: not a run in each of FIT_CHUNKS chunks whatever was asked."""
+    n, chunk = 2_000_000, 100_000
+    idx = comp._fit_indices(n, fit_samples, chunks=chunk)
+    plain = comp._fit_indices(n, fit_samples)
+    assert idx.size <= fit_samples and idx.size >= min(plain.size, comp.FIT_CHUNKS)
+    assert np.all(np.diff(idx) > 0) and idx.max() < n
+    assert np.unique(idx // chunk).size <= comp.FIT_CHUNKS

@@ -68,6 +68,29 @@ def test_the_run_plugin_prepares_its_source_when_it_loads_f():
     plugin.teardown(None)
 
 
+def test_a_worker_whose_source_failed_to_prepare_is_not_taken_for_ready():
+    """A source whose prepare() raises fails the worker's set-up as f failing to load does: the registration's
+    question (is the run's plugin there?) raises that error, never answers yes, so that worker gets no shards."""
+    from types import SimpleNamespace
+
+    from gcc_dask.batch_layout import BatchLayout
+    from gcc_dask.runtime.plugin import RunPlugin
+    from gcc_dask.runtime.registration import _plugin_check
+    from gcc_dask.workloads import make_workload
+
+    class Unreadable:
+        def prepare(self):
+            raise SourceError("source: got a file that cannot be read")
+
+    plugin = RunPlugin("run-t0k3n", make_workload("analytic", name="xsinx"), {}, Unreadable(), None,
+                       BatchLayout(8, 2, 2))
+    with pytest.raises(SourceError, match="cannot be read"):
+        plugin.setup(None)
+    worker = SimpleNamespace(plugins={plugin.name: plugin})  # a failed set-up leaves the plugin registered
+    with pytest.raises(SourceError, match="cannot be read"):
+        _plugin_check()(worker, plugin.name)
+
+
 def test_mnist_train_and_test_partition_all():
     Xa, ya = make_source("mnist").read(0, 5000)
     Xtr, ytr = make_source("mnist", split="train").read(0, 4000)

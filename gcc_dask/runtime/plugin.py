@@ -84,10 +84,12 @@ class RunPlugin(WorkerPlugin):
     def setup(self, worker) -> None:
         if self.order_from is not None and self.layout.order is None:
             self.layout = dataclasses.replace(self.layout, order=self.order_from())
-        self.fn = load_workload(self.workload)
+        fn = load_workload(self.workload)
         prepare = getattr(self.source, "prepare", None)  # a dataset decoded whole: here, not in the first batch
         if prepare is not None:
             prepare()
+        # set last: fn None is how the registration tells a set-up that failed (runtime.registration)
+        self.fn = fn
         self._quiet = _ErasureLogFilter(self.name_token)
         logging.getLogger("distributed.worker").addFilter(self._quiet)
 
