@@ -340,3 +340,34 @@ def test_advice_on_one_group_says_so_once_instead_of_a_nan_spread(client, tmp_pa
     warnings = [line for line in said if "warning: the sample holds one group of K = 4" in line]
     assert len(warnings) == 1 and "no standard error" in warnings[0], text
     assert any(line.startswith("advice for adv: 1 group of K = 4") for line in said), text
+
+
+def test_advise_composes_with_the_pipelines_composition_parameters(client, tmp_path, monkeypatch):
+    """The groups advise measures are the pipeline's: its window, dims and fit_samples reach the composition
+    (they are in the advice's cache key, and were dropped on the way: every advice composed with the defaults)."""
+    seen = []
+    real = run_mod.groups_of
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(advise_mod, "groups_of", spy)
+    advise(_pipe(tmp_path, [1.0, 2.0], composition={"policy": "similarity", "window": 24, "dims": 1,
+                                                      "fit_samples": 40}),
+           samples=96, max_redundancy=2, client=client, out=tmp_path / "a", progress=False)
+    assert {k: seen[0][k] for k in ("window", "dims", "fit_samples")} == {"window": 24, "dims": 1, "fit_samples": 40}
+
+
+def test_groups_of_composes_with_the_parameters_given():
+    """groups_of's groups under a window are compose's with that window (not the default one)."""
+    from gcc_dask.composition import compose
+    from gcc_dask.sources import make_source
+
+    x = np.random.default_rng(3).normal(size=(96, 3)).astype(np.float32)
+    src = make_source("array", array=x)
+    index, X, _ = run_mod.groups_of(src, 4, "similarity", 0, window=24, dims=2)
+    want = compose(src, group_size=4, policy="similarity", window=24, dims=2).sample_index().reshape(-1, 4)
+    np.testing.assert_array_equal(index, want)
+    np.testing.assert_array_equal(X, x[want])
+    assert not np.array_equal(index, run_mod.groups_of(src, 4, "similarity", 0)[0])  # the default window: others

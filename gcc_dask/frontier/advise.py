@@ -185,8 +185,9 @@ def advise(pipeline: Any, *, samples: int = DEFAULT_SAMPLES, target: float | Non
     out_dir = Path(writable_dir("--out" if out is not None else "advise output folder", out_dir))
     ratios = _ratios(cfg, max_redundancy, target)
     candidates, skipped = candidates_for_specs(_specs(cfg), K, ratios)
-    index, X, labels = groups_of(source, K, policy, cfg.composition.seed, samples=samples,
-                                 leaf=cfg.composition.leaf)
+    comp = cfg.composition  # the pipeline's composition, parameters and all: the groups it would code
+    index, X, labels = groups_of(source, K, policy, comp.seed, samples=samples, leaf=comp.leaf, window=comp.window,
+                                 dims=comp.dims, fit_samples=comp.fit_samples)
     G = int(index.shape[0])
     if known is not None and known.shape[:2] != (G, K):
         raise ConfigError(f"--out: got {str(out_dir)!r}, whose stored outputs are of {known.shape[0]} groups of "

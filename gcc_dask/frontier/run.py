@@ -131,11 +131,12 @@ def make_groups(cfg: FrontierConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray
 
 
 def groups_of(source: Any, K: int, composition: str, seed: int, *, samples: int | None = None,
-              groups: int | None = None, leaf: int | None = None
+              groups: int | None = None, leaf: int | None = None, window: int | None = None,
+              dims: int | None = None, fit_samples: int | None = None
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Every full group of K of `source` under `composition` (:func:`gcc_dask.composition.compose`, the
-    pipeline's policies; `leaf`, the ``tree`` policy's leaf size, default its default): ``(index, X, labels)``
-    as :func:`make_groups` returns them.
+    pipeline's policies; `leaf`, `window`, `dims` and `fit_samples` its parameters, default their defaults):
+    ``(index, X, labels)`` as :func:`make_groups` returns them.
 
     With `samples`, a seeded sample of that many of the source's samples is composed instead of the whole
     source (its groups' neighbours are then farther apart than the whole dataset's would be); with `groups`, a
@@ -157,7 +158,8 @@ def groups_of(source: Any, K: int, composition: str, seed: int, *, samples: int 
         source = make_source("array", array=x, labels=y, name=f"{source.name} (sample of {samples})")
     if source.num_samples < K:
         raise ConfigError(f"num_inputs: got {K}; expected at most the source's {source.num_samples} samples")
-    more = {} if leaf is None else {"leaf": int(leaf)}
+    more = {name: int(value) for name, value in (("leaf", leaf), ("window", window), ("dims", dims),
+                                                 ("fit_samples", fit_samples)) if value is not None}
     order = compose(source, group_size=K, policy=composition, seed=seed, **more).sample_index()
     full = (source.num_samples // K) * K
     local = np.asarray(order[:full], dtype=np.int64).reshape(-1, K)
