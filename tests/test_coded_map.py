@@ -348,6 +348,8 @@ def test_a_scalar_f_makes_a_store_every_reader_opens(process_client, tmp_path):
     assert gd.open_run(out).attrs["output_shape"] == []
 
 
+# replication's relative RMSE lies near the 0.1 that flags it poor (its fills at the cutoff): incidental here
+@pytest.mark.filterwarnings("ignore:poor estimates:gcc_dask.errors.PoorEstimatesWarning")
 def test_a_single_output_f_is_scored_by_relative_error_not_relacc(client, tmp_path):
     """A regressor, f = sin(X w) as one column (issue 37): its summary used to say rel_acc 1.0 for every scheme
     (the argmax of one column is always 0); it shows the relative RMSE, R² and the largest error instead."""

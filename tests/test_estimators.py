@@ -9,7 +9,7 @@ import zarr
 
 import gcc_dask as gd
 from gcc_dask.config import load_config
-from gcc_dask.errors import ConfigError
+from gcc_dask.errors import ConfigError, PoorEstimatesWarning
 
 from reliability.rel_helpers import synthetic_config
 
@@ -35,7 +35,9 @@ def test_uncoded_at_a_cutoff_stops_at_k_minus_s_and_marks_what_it_filled(client,
     filled = root["uncoded-cutoff/filled"][:]
     group, position = root["uncoded-cutoff/group"][:], root["uncoded-cutoff/position"][:]
     assert filled.sum() == 6 * 2  # one lost position per group, 2 groups a batch, 6 batches
-    assert run.summary.loc["uncoded-cutoff", "filled"] == filled.sum()
+    # 1 of K = 4 positions filled, always: above the 10% that flags a scheme's estimates as poor, said once
+    with pytest.warns(PoorEstimatesWarning, match=r"^poor estimates: uncoded-cutoff: 25% of samples filled"):
+        assert run.summary.loc["uncoded-cutoff", "filled"] == filled.sum()
     assert run.summary.loc["uncoded", "filled"] == 0 and not root["uncoded/filled"][:].any()
     # the received ones are exact: bit for bit those of plain uncoded, whose shards evaluate f on the same blocks
     # (the uncoded reference evaluates all K·B inputs at once, so BLAS may round it differently, by an ulp)
@@ -54,6 +56,8 @@ def test_uncoded_at_a_cutoff_stops_at_k_minus_s_and_marks_what_it_filled(client,
     assert run.summary.loc["uncoded-cutoff", "num_workers"] == K and run.summary.loc["uncoded-cutoff", "code"] == "uncoded"
 
 
+# rep6 fills the inputs whose only copy straggled (often over 10% of them, which flags it poor): not the point here
+@pytest.mark.filterwarnings("ignore:poor estimates:gcc_dask.errors.PoorEstimatesWarning")
 def test_partial_replication_runs_at_any_n_between_k_and_2k(client, tmp_path):
     """replication at N = 6 (K = 4): 2 extra copies at the group's ends; it stops at N - S results like gcc, and
     its fill leaves nothing missing. Its N is the coded schemes' by default (equal cost)."""

@@ -212,6 +212,8 @@ def test_a_store_path_with_a_tilde_is_the_home_folder(client, tmp_path, monkeypa
     assert summarize_run("~/home-run.zarr").loc["gcc", "rel_acc"] == res.summary.loc["gcc", "rel_acc"]
 
 
+# 32 samples, 2 batches: the coded schemes' RelAcc is often under 0.95, which flags them poor; incidental here
+@pytest.mark.filterwarnings("ignore:poor estimates:gcc_dask.errors.PoorEstimatesWarning")
 def test_a_model_with_a_fixed_batch_dimension_runs_and_says_so(client, tmp_path):
     """An ONNX model exported with a fixed batch of 1 (blocks of 2 samples, batches of 16): every shard and
     reference runs in slices, so the run completes with finite estimates and references (it used to end

@@ -129,6 +129,10 @@ def _cfg(path, *, spares="lazy", stragglers=None, function="run_helpers:counted_
     }
 
 
+# what a run on it says from Python (a RuntimeWarning): its N = 8 shards queue on the one thread
+ONE_THREAD = r"^a batch has up to N = 8 shards but the cluster has 1 worker threads"
+
+
 @pytest.fixture(scope="module")
 def one_thread():
     """A cluster with a single worker thread: shards run one at a time, in priority order."""
@@ -161,7 +165,8 @@ def test_lazy_spares_are_not_computed_on_a_busy_cluster(one_thread, tmp_path):
     regular = plan.regular(lazy=True)
     assert (int(regular.sum()), int((~regular).sum())) == (5, 3)
     RAN.clear()
-    gd.run_pipeline(cfg, client=one_thread)
+    with pytest.warns(RuntimeWarning, match=ONE_THREAD):  # N = 8 shards on one thread, on purpose
+        gd.run_pipeline(cfg, client=one_thread)
     ran = [_shard_key(k) for k in RAN if k.startswith("eval-")]  # (not the driver's check on one sample)
     root = zarr.open_group(str(tmp_path / "lazy.zarr"), mode="r")
     received = root["gcc/received"][:]
@@ -184,7 +189,8 @@ def test_lazy_spares_are_not_computed_on_a_busy_cluster(one_thread, tmp_path):
 def test_eager_spares_compete_with_the_regular_shards(one_thread, tmp_path):
     cfg = load_config(_cfg(tmp_path / "eager.zarr", spares="eager"))
     before = CALLS["n"]
-    gd.run_pipeline(cfg, client=one_thread)
+    with pytest.warns(RuntimeWarning, match=ONE_THREAD):  # N = 8 shards on one thread, on purpose
+        gd.run_pipeline(cfg, client=one_thread)
     calls = CALLS["n"] - before
     root = zarr.open_group(str(tmp_path / "eager.zarr"), mode="r")
     batches = root["gcc/received"].shape[0]
