@@ -9,6 +9,7 @@ cutoff p50/p99, samples/s, and how many batches were undecodable or failed (docs
 from __future__ import annotations
 
 import os
+import textwrap
 from collections.abc import Mapping
 from typing import Any
 
@@ -272,15 +273,22 @@ def _beyond(value: float, limit: float) -> str:
 def poor_reason(row, kind: str, done_samples: int) -> str:
     """Why a summary row's estimates are poor, in a few words ("" when they are not): the first of its relative
     RMSE (a regression) or RelAcc (a classifier) against f beyond :data:`POOR_REL_RMSE` /
-    :data:`POOR_DISAGREEMENT`; without f, gcc's leave-one-out estimate beyond :data:`POOR_EST_REL_RMSE`; the
+    :data:`POOR_DISAGREEMENT`; a regression's errors against f's spread about its mean, √(1 − R²), beyond
+    :data:`POOR_REL_RMSE` too (an f far from 0 hides them in its relative RMSE); without f, gcc's leave-one-out estimate beyond :data:`POOR_EST_REL_RMSE`; the
     samples filled or missing beyond :data:`POOR_LOST` of those done."""
     def value(name: str) -> float:
         v = row.get(name, np.nan)
         return float(v) if v is not None and np.isfinite(v) else np.nan
 
-    rel_rmse, rel_acc, est = value("rel_rmse"), value("rel_acc"), value("est_rel_rmse")
+    rel_rmse, rel_acc, est, r2 = value("rel_rmse"), value("rel_acc"), value("est_rel_rmse"), value("r2")
     if kind == "regression" and rel_rmse > POOR_REL_RMSE:
         return f"relative RMSE {_beyond(rel_rmse, POOR_REL_RMSE)} > {POOR_REL_RMSE:g}"
+    if kind == "regression" and r2 < 1 - POOR_REL_RMSE ** 2:
+        # the same limit on the errors against f's spread about its mean, √(1 − R²): an f far from 0 (a price, a
+        # temperature in kelvin) makes its relative RMSE small whatever the errors against its variation
+        spread = float(np.sqrt(1 - r2))
+        return (f"errors {_beyond(spread, POOR_REL_RMSE)} of f's spread about its mean > {POOR_REL_RMSE:g} (R² "
+                f"{r2:.3g}; the relative RMSE, {rel_rmse:.2g}, is small only because f is far from 0)")
     if kind == "classifier" and 1.0 - rel_acc > POOR_DISAGREEMENT:
         return f"RelAcc {_beyond(rel_acc, 1 - POOR_DISAGREEMENT)} < {1 - POOR_DISAGREEMENT:g}"
     if np.isnan(rel_rmse) and np.isnan(rel_acc) and est > POOR_EST_REL_RMSE:
@@ -342,4 +350,7 @@ def format_summary(summary: pd.DataFrame) -> str:
     if kind == "regression":
         notes.append("output_kind regression (one value per sample, or set): relative RMSE, R², largest "
                      "error; no RelAcc")
-    return "\n".join([line(header), rule, *(line(r) for r in body), *notes])
+    # each note under the table wrapped to 100 columns, as the table fits them, its later lines indented
+    wrapped = [part for note in notes for part in textwrap.wrap(note, 100, subsequent_indent="  ",
+                                                                break_on_hyphens=False)]
+    return "\n".join([line(header), rule, *(line(r) for r in body), *wrapped])

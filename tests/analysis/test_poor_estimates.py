@@ -86,3 +86,33 @@ def test_without_a_reference_the_leave_one_out_estimate_flags_it(process_client)
 def test_a_scheme_without_an_estimate_of_its_own_has_nan_est(process_client, scheme):
     s = gd.coded_map(smooth, NEAR, schemes=(scheme,), client=process_client, stragglers=STRAGGLERS).summary
     assert np.isnan(s.at[scheme, "est_rel_rmse"])
+
+
+def test_errors_against_fs_spread_are_poor_even_when_f_is_far_from_zero():
+    """√(1 − R²) beyond 0.1 flags a regression whose relative RMSE is small only because f is far from 0; an f
+    whose R² is high is not flagged, and without a reference (R² NaN) nothing changes."""
+    assert poor_reason({"rel_rmse": 0.004, "r2": 0.84}, "regression", 100) == (
+        "errors 0.4 of f's spread about its mean > 0.1 (R² 0.84; the relative RMSE, 0.004, is small only because f "
+        "is far from 0)")
+    assert poor_reason({"rel_rmse": 0.004, "r2": 0.995}, "regression", 100) == ""
+    assert poor_reason({"rel_rmse": 0.004, "r2": np.nan}, "regression", 100) == ""
+    assert poor_reason({"rel_rmse": 0.5, "r2": 0.0}, "regression", 100) == "relative RMSE 0.5 > 0.1"  # the first
+
+
+def offset(x):
+    return (100.0 + np.sin(3 * x @ W))[:, None].astype(np.float32)
+
+
+@SIXTEEN_ON_EIGHT
+def test_an_f_far_from_zero_on_rows_without_near_neighbours_is_flagged(process_client):
+    """The i.i.d. rows of the first test through the same f plus 100: the relative RMSE falls under 0.1, the errors
+    do not, and the summary says so; on rows with near neighbours it stays unflagged."""
+    res = gd.coded_map(offset, IID, client=process_client, run={"reference": True}, stragglers=STRAGGLERS)
+    with pytest.warns(PoorEstimatesWarning, match=r"^poor estimates: gcc: errors .* of f's spread"):
+        poor = res.summary
+    assert poor.at["gcc", "rel_rmse"] < POOR_REL_RMSE and np.sqrt(1 - poor.at["gcc", "r2"]) > POOR_REL_RMSE
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PoorEstimatesWarning)
+        good = gd.coded_map(offset, NEAR, client=process_client, run={"reference": True},
+                            stragglers=STRAGGLERS).summary
+    assert good.at["gcc", "poor"] == "", good.loc["gcc", ["rel_rmse", "r2"]]
