@@ -628,3 +628,23 @@ def test_a_zarr_array_rewritten_in_place_is_refused_on_resume_over_its_dask_arra
     with pytest.raises(gd.errors.StoreError, match=r"other model or data files"):
         gd.coded_map(f, lazy(), client=client, out=out, **CONFIG)
     assert gd.open_run(out).attrs["data_folders"] == [path]  # the refusal wrote nothing
+
+
+@pytest.mark.filterwarnings("ignore:Consolidated metadata:UserWarning")  # zarr's note on xarray's own metadata
+def test_a_zarr_store_rewritten_in_place_is_refused_on_resume_over_its_xarray_dataarray(client, tmp_path):
+    """``xarray.open_zarr(path)["x"]`` holds its Zarr array under xarray's lazy wrappers, where the inputs digest
+    did not look: a resume over the store rewritten in place (same shape, other values) mixed the old rows with the
+    new ones. Its folder now counts (``data_folders``): the resume is refused, one line; unchanged, it resumes."""
+    import xarray as xr
+    import zarr
+
+    path = str(tmp_path / "x.zarr")
+    xr.DataArray(X[:256], dims=("row", "feature")).chunk({"row": 64}).to_dataset(name="x").to_zarr(path, mode="w")
+    out = tmp_path / "over-xarray.zarr"
+    first = gd.coded_map(f, xr.open_zarr(path)["x"], client=client, out=out, **CONFIG)
+    assert gd.open_run(out).attrs["data_folders"] == [os.path.join(path, "x")]
+    again = gd.coded_map(f, xr.open_zarr(path)["x"], client=client, out=out, **CONFIG)  # unchanged: resumed
+    np.testing.assert_array_equal(again.estimates, first.estimates)
+    zarr.open_array(os.path.join(path, "x"), mode="r+")[:] = X[:256] + 100  # rewritten in place
+    with pytest.raises(gd.errors.StoreError, match=r"other model or data files"):
+        gd.coded_map(f, xr.open_zarr(path)["x"], client=client, out=out, **CONFIG)

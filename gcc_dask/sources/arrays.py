@@ -171,10 +171,27 @@ def _local_zarr_folder(a: Any) -> str | None:
 
 def _zarr_folders(a: Any) -> list[str]:
     """The local folders of every Zarr array that `a` reads: `a` itself (a ``zarr.Array``), or the Zarr arrays
-    in a dask array's graph (``dask.array.from_zarr``'s, whatever operations follow), in the graph's order."""
+    in a dask array's graph (``dask.array.from_zarr``'s, or ``xarray.open_zarr``'s under its lazy wrappers,
+    whatever operations follow), in the graph's order."""
     values = a.__dask_graph__().values() if _is_dask(a) else [a]
-    folders = (_zarr_array_folder(v) for v in values)
+    folders = (_zarr_array_folder(_under_xarray(v)) for v in values)
     return list(dict.fromkeys(f for f in folders if f is not None))
+
+
+def _under_xarray(v: Any) -> Any:
+    """The array that xarray's lazy wrappers hold, `v` itself for anything else: ``xarray.open_zarr`` puts a
+    ``zarr.Array`` in its dask graph under ``ImplicitToExplicitIndexingAdapter``, ``CopyOnWriteArray``,
+    ``LazilyIndexedArray`` and ``ZarrArrayWrapper`` (their ``array`` or ``_array``), where the inputs digest did
+    not see it: a resume over the Zarr store rewritten in place mixed old rows with new ones."""
+    for _ in range(16):  # wrappers nest a few deep; a cycle would stop here
+        if type(v).__module__.split(".")[0] != "xarray":
+            return v
+        inner = getattr(v, "array", None)
+        inner = getattr(v, "_array", None) if inner is None else inner
+        if inner is None:
+            return v
+        v = inner
+    return v
 
 
 def _zarr_array_folder(a: Any) -> str | None:
