@@ -16,6 +16,7 @@ from typing import Callable
 
 from gcc_dask import dashboard
 from gcc_dask.errors import ClusterError
+from gcc_dask.runtime.keys import rescue_suffix
 from gcc_dask.runtime.liveness import keys_stuck_on
 from gcc_dask.runtime.plans import MAX_ATTEMPTS, _BatchState
 from gcc_dask.runtime.quiet import input_blocked, waits_on
@@ -228,7 +229,7 @@ class ClusterRunner:
             update = self._update()
             for state, s, ws in short.values():
                 old += [s.shards[w] for w in ws]
-                self._map_placed(state, s, ws, update, sfx=f"-q{s.rescues}")
+                self._map_placed(state, s, ws, update, sfx=rescue_suffix(s.rescues))
             update.send()
         self._cancel(old)
         what = sorted([f"{b} ({scheme or 'inputs'})" for b, scheme in again]

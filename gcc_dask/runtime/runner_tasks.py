@@ -16,6 +16,7 @@ from distributed import KilledWorker
 from gcc_dask import dashboard
 from gcc_dask.runtime.batch_machine import BackUp, Copy, Cut, Promote
 from gcc_dask.runtime.graph import GraphUpdate
+from gcc_dask.runtime.keys import BACKUP, PROMOTED, decode_key, inputs_key, restart_suffix, score_key, shard_key
 from gcc_dask.runtime.late_shards import first_copy
 from gcc_dask.runtime.placement import backup_worker, copy_slot, round_robin
 from gcc_dask.runtime.plans import INF, MAX_ATTEMPTS, SchemePlan, _BatchState, _SchemeState
@@ -30,10 +31,8 @@ class TasksRunner:
     """Submission, events into the machine and its actions into tasks, of :class:`~.executor.BatchRunner`."""
 
     def _submit(self, func, *args, key: str, priority: int, **kwargs):
-        return self.client.submit(
-            func, *args, key=f"{key}-{self.token}", pure=False, retries=0, priority=priority,
-            **self._resources, **kwargs,
-        )
+        return self.client.submit(func, *args, key=key, pure=False, retries=0, priority=priority,
+                                  **self._resources, **kwargs)
 
     def _update(self) -> GraphUpdate:
         """An empty graph update for this run's tasks (one scheduler round for all of them)."""
@@ -58,7 +57,6 @@ class TasksRunner:
         """(Re)submit the batch's reference task, if the run has one; attempts > 0 get new keys. A run without
         a reference still writes the batch's labels (a task of its own, off the latency path). Added to
         `update` when given, else submitted at once."""
-        sfx = f"-a{state.attempt}" if state.attempt else ""
         priority = self._priority(state, "background")
         own = update is None
         update = self._update() if own else update
@@ -67,15 +65,16 @@ class TasksRunner:
                 state.reference = futs[0]
 
             update.add(reference_task, [(self.plugin.name, state.batch, True, True, self.output_size)],
-                       priority=priority, then=bind, keys=[f"reference-b{state.batch}{sfx}-{self.token}"],
-                       **self._away_from_quiet())
+                       priority=priority, then=bind, **self._away_from_quiet(),
+                       keys=[inputs_key("reference", state.batch, self.token, state.attempt)])
         elif getattr(self.plugin.source, "has_labels", False):
             def bind(futs):
                 state.labels = futs[0]
                 self._events.watch([(state.labels, ("labels", state.batch, "", -1))])
 
             update.add(reference_task, [(self.plugin.name, state.batch, True, False)], priority=priority,
-                       then=bind, keys=[f"labels-b{state.batch}{sfx}-{self.token}"], **self._away_from_quiet())
+                       then=bind, keys=[inputs_key("labels", state.batch, self.token, state.attempt)],
+                       **self._away_from_quiet())
         if own:
             update.send()
 
@@ -95,7 +94,7 @@ class TasksRunner:
                                 dtype=float)
         s = _SchemeState(plan=plan, start_wall=time.time(), start_mono=time.monotonic(), delays=delays,
                          virtual=self.virtual_clock, restarts=restarts, regular=self._regular[plan.name])
-        s.sfx = f"-r{restarts}" if restarts else ""
+        s.sfx = restart_suffix(restarts)
         # one layer per target worker (and priority) of one graph update, not one submit per shard: each
         # update costs the scheduler a round of its own (bench: 3.6 vs 6.3 ms of driver+scheduler CPU per
         # shard, BENCHMARKS.md). Spares rank below the regular shards of every batch in flight (and above the
@@ -145,7 +144,7 @@ class TasksRunner:
         return {"workers": [where], "allow_other_workers": True}
 
     def _shard_key(self, batch: int, w: int, s: _SchemeState, sfx: str = "") -> str:
-        return f"eval-b{batch}-w{w}-{s.plan.name}{s.sfx}{sfx}-{self.token}"
+        return shard_key(batch, w, s.plan.name, self.token, s.sfx, sfx)
 
     def _map_shards(self, state: _BatchState, s: _SchemeState, ws: list[int], place: dict, update: GraphUpdate,
                     priority: int, sfx: str = "", watch: bool = True, backup: bool = False) -> None:
@@ -215,14 +214,11 @@ class TasksRunner:
         for plan in self.plans:
             self._give_turn(plan.name)
 
-    def _keys_suffix(self, s: _SchemeState) -> str:
-        return "".join(f"-{c}{n}" for c, n in (("r", s.restarts), ("a", s.attempt)) if n)
-
     def _submit_decode(self, state: _BatchState, s: _SchemeState, update: GraphUpdate | None = None) -> None:
         """Submit the decode of the kept shards (again, under a new key, when the last one died). With
         `update` (the shards are in it too), the decode is added to it; else submitted at once."""
         plan = s.plan
-        key = f"decode-b{state.batch}-{plan.name}{self._keys_suffix(s)}"
+        key = decode_key(state.batch, plan.name, self.token, s.restarts, s.attempt)
 
         def bind(futs):
             s.decode = futs[0]
@@ -235,7 +231,7 @@ class TasksRunner:
             return
         update.add(decode_task, [(self.plugin.name, plan.name, state.batch, state.n_real, s.received,
                                   [self._shard_key(state.batch, w, s) for w in s.received], s.meta)],
-                   keys=[f"{key}-{self.token}"], priority=rank, then=bind, **away)
+                   keys=[key], priority=rank, then=bind, **away)
 
     def _submit_score(self, state: _BatchState, s: _SchemeState) -> None:
         """Join the scheme's decoded batch with the batch's reference (a reference lost with its worker is
@@ -248,7 +244,7 @@ class TasksRunner:
             reference = state.reference
         s.score = self.client.submit(
             score_task, s.decode, reference,
-            key=f"score-b{state.batch}-{s.plan.name}{self._keys_suffix(s)}-{self.token}", pure=False, retries=0,
+            key=score_key(state.batch, s.plan.name, self.token, s.restarts, s.attempt), pure=False, retries=0,
             priority=self._priority(state, "background"),
         )
         self._events.watch([(s.score, ("score", state.batch, s.plan.name, -1))])
@@ -325,13 +321,13 @@ class TasksRunner:
                 update = self._update()
                 for i, w in enumerate(a.shards):
                     self._map_shards(state, s, [w], self._backup_place(state, s, w, a.first + i), update,
-                                     priority=self._priority(state, "shard"), sfx="-b", backup=True)
+                                     priority=self._priority(state, "shard"), sfx=BACKUP, backup=True)
                 update.send()
             elif isinstance(a, Promote):  # again under new keys; the low-priority copies cancelled
                 picked = list(a.shards)
                 self._cancel([s.shards[w] for w in picked])
                 update = self._update()
-                self._map_placed(state, s, picked, update, sfx="-p")
+                self._map_placed(state, s, picked, update, sfx=PROMOTED)
                 update.send()
             elif isinstance(a, Cut):
                 self._decode(state, s, a)
