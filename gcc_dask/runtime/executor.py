@@ -31,6 +31,7 @@ from typing import Callable, Iterable
 from gcc_dask import dashboard
 from gcc_dask.errors import GccDaskError
 from gcc_dask.runtime.events import FutureEvents
+from gcc_dask.runtime.lines import LOAD_SAY_S, load_line  # noqa: F401 (LOAD_SAY_S: importable from here)
 from gcc_dask.runtime.plans import INF, MAX_ATTEMPTS, SchemePlan, _BatchState, _SchemeState  # noqa: F401
 from gcc_dask.runtime.rescue import quiet_line
 from gcc_dask.runtime.runner_cluster import ClusterRunner, _LostFetchLogFilter  # noqa: F401
@@ -47,8 +48,6 @@ logger = logging.getLogger(__name__)
 # quiet_line, _LostFetchLogFilter, _error_of, _final, _samples_text, _BatchState, _SchemeState, MAX_ATTEMPTS, INF
 __all__ = ["SchemePlan", "BatchRunner", "quiet_line"]
 
-#: a run says how long loading f on the workers took when it took longer than this (seconds)
-LOAD_SAY_S = 2.0
 #: the loop wakes at least this often (seconds) to check the workers and to stay responsive to Ctrl-C
 MAX_WAIT_S = 0.5
 
@@ -180,9 +179,8 @@ class BatchRunner(TasksRunner, ResultsRunner, ClusterRunner):
         """
         loading = time.perf_counter()
         self._register()  # loads f on every worker (the plugin's setup): before the first batch's clock starts
-        loading = time.perf_counter() - loading
-        if loading > LOAD_SAY_S:
-            self.echo(f"f loaded on the workers in {loading:.1f} s, before the first batch (not in its latency)")
+        if line := load_line(time.perf_counter() - loading):
+            self.echo(line)
         quiet = _LostFetchLogFilter(self.token)
         logging.getLogger("distributed.client").addFilter(quiet)
         restore = self._catch_sigint()

@@ -17,6 +17,7 @@ from typing import Callable
 from gcc_dask import dashboard
 from gcc_dask.errors import ClusterError
 from gcc_dask.runtime.keys import rescue_suffix
+from gcc_dask.runtime.lines import replaced_line, rerun_what, worker_loss_line, workers_lost_error
 from gcc_dask.runtime.liveness import keys_stuck_on
 from gcc_dask.runtime.plans import MAX_ATTEMPTS, _BatchState
 from gcc_dask.runtime.quiet import input_blocked, waits_on
@@ -69,16 +70,10 @@ class ClusterRunner:
         workers = self._workers.refresh()
         self._tell_page_quiet()
         step = self._loss.step(len(workers), time.monotonic())  # (:class:`~.window.WorkerLoss`)
-        if step == "back":
-            self.echo(f"{len(workers)} Dask worker(s) back; the run goes on")
-        elif step == "gone":
-            self.echo(f"every Dask worker is gone; waiting up to {self.worker_timeout:g} s for workers to come "
-                      "back (cluster.connect_timeout)")
-        elif step == "stop":
-            raise ClusterError(
-                f"cluster: every Dask worker was lost and none came back within {self.worker_timeout:g} s "
-                "(cluster.connect_timeout); finished batches are in the store: run the same command again "
-                "to resume")
+        if step == "stop":
+            raise workers_lost_error(self.worker_timeout)
+        if line := worker_loss_line(step, len(workers), self.worker_timeout):
+            self.echo(line)
 
     def _tell_page_quiet(self) -> None:
         """Tell the run page which workers are quiet (missed their heartbeats) and which were ended, when that
@@ -115,9 +110,8 @@ class ClusterRunner:
                 again += 1
         if old:
             self._cancel(old)
-        if again:
-            self.echo(f"every Dask worker was replaced: {again} scheme batch(es) in flight run again on the new "
-                      "workers")
+        if line := replaced_line(again):
+            self.echo(line)
             logger.warning("every worker was replaced; %d scheme batches in flight run again", again)
 
     def _catch_sigint(self) -> Callable[[], None]:
@@ -232,9 +226,7 @@ class ClusterRunner:
                 self._map_placed(state, s, ws, update, sfx=rescue_suffix(s.rescues))
             update.send()
         self._cancel(old)
-        what = sorted([f"{b} ({scheme or 'inputs'})" for b, scheme in again]
-                      + [f"{b} ({scheme}: {len(ws)} shard{'s' if len(ws) > 1 else ''})"
-                         for (b, scheme), (_, _, ws) in short.items()])
+        what = rerun_what(again, short)
         line = quiet_line(quiet, what, self._said_quiet)
         if line:
             self.echo(line)

@@ -15,6 +15,8 @@ from distributed import KilledWorker
 
 from gcc_dask.errors import ClusterError
 from gcc_dask.runtime.batch_machine import Fail, Redecode, Rescore, Restart, WatchShards
+from gcc_dask.runtime.lines import bad_batch_text, failure_line
+from gcc_dask.runtime.lines import samples_text as _samples_text  # noqa: F401 (importable from here, as before)
 from gcc_dask.runtime.plans import MAX_ATTEMPTS, _BatchState, _SchemeState
 from gcc_dask.runtime.tasks import failed_record, is_bad_batch, is_storage_error, strip_record
 
@@ -29,15 +31,6 @@ def _error_of(fut) -> BaseException:
         return fut.exception(timeout=30)
     except Exception as e:  # pragma: no cover - the scheduler is gone
         return e
-
-
-def _samples_text(samples: np.ndarray, limit: int = 8) -> str:
-    """The dataset indices of a batch's samples, for an error line ("samples 8 to 11" when contiguous)."""
-    if samples.size > 1 and (np.diff(samples) == 1).all():
-        return f"samples {int(samples[0])} to {int(samples[-1])}"
-    shown = ", ".join(str(int(i)) for i in samples[:limit])
-    more = f", ... ({samples.size} in all)" if samples.size > limit else ""
-    return f"samples {shown}{more}"
 
 
 def _final(s: "_SchemeState"):
@@ -73,10 +66,7 @@ class ResultsRunner:
     def _raise_bad_batch(self, state: _BatchState, exc: BaseException) -> None:
         """Stop the run with one line naming the batch and its samples when `exc` was raised by its data."""
         if is_bad_batch(exc):
-            # the codes' own advice names their keyword; a run is configured by its run section
-            why = str(exc).replace("pass nan_policy='propagate'", "set run.nan_policy: propagate")
-            raise type(exc)(f"source: batch {state.batch} ({_samples_text(self.layout.samples(state.batch))}): "
-                            f"{why}") from None
+            raise type(exc)(bad_batch_text(state.batch, self.layout.samples(state.batch), exc)) from None
 
     def _selects(self, scheme: str) -> bool:
         """Whether `scheme`'s shards each read their own samples of a batch (a selection scheme: uncoded,
@@ -85,14 +75,9 @@ class ResultsRunner:
         return code is not None and code.selected_input(0) is not None
 
     def _tell_failure(self, s: _SchemeState, batch: int, why: str) -> None:
-        """One line for the user the first time a batch of a scheme has no estimate because f (or the decode of
-        its outputs) failed, with the error: otherwise it would show only as NaN rows and a count in the summary
-        (a wrong output shape, an f that raises on every block). Later failures are counted there only."""
-        if s.plan.name in self._told:
-            return
-        self._told.add(s.plan.name)
-        self.warn(f"{s.plan.name}: batch {batch} has no estimate: {why} (its rows are NaN; the summary counts the "
-                  "batches that failed)")
+        """Warn the user the first time a batch of a scheme has no estimate (:func:`~.lines.failure_line`)."""
+        if line := failure_line(s.plan.name, batch, why, self._told):
+            self.warn(line)
 
     def _fail(self, state: _BatchState, s: _SchemeState, reason: str) -> None:
         logger.warning("batch %d of %s failed: %s", state.batch, s.plan.name, reason)

@@ -18,7 +18,8 @@ def test_the_examples_in_the_docstrings_hold():
 
 @pytest.mark.parametrize(("restart", "copy", "kind"), [
     ("", "", "regular"), (restart_suffix(2), "", "regular"), ("", BACKUP, "backup"),
-    (restart_suffix(1), BACKUP, "backup"), ("", PROMOTED, "spare"), ("", rescue_suffix(3), "rescue"), (restart_suffix(1), rescue_suffix(1), "rescue"),
+    (restart_suffix(1), BACKUP, "backup"), ("", PROMOTED, "spare"), ("", rescue_suffix(3), "rescue"),
+    (restart_suffix(1), rescue_suffix(1), "rescue"),
 ], ids=["regular", "restarted", "backup", "restarted-backup", "promoted", "rescue", "restarted-rescue"])
 def test_a_shard_key_is_read_back_by_the_run_page(restart, copy, kind):
     key = shard_key(12, 5, "my-gcc", "tok3n", restart, copy)
