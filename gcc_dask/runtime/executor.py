@@ -21,7 +21,6 @@ never re-run; the other tasks of a batch are submitted again when they die with 
 from __future__ import annotations
 
 import logging
-import math
 import queue
 import threading
 import time
@@ -31,6 +30,7 @@ from typing import Callable, Iterable
 from gcc_dask import dashboard
 from gcc_dask.errors import GccDaskError
 from gcc_dask.runtime.events import FutureEvents
+from gcc_dask.runtime.inflight import finished, hand_over, leftovers, loop_timeout, take, wall_clock_cutoffs
 from gcc_dask.runtime.lines import LOAD_SAY_S, load_line  # noqa: F401 (LOAD_SAY_S: importable from here)
 from gcc_dask.runtime.plans import INF, MAX_ATTEMPTS, SchemePlan, _BatchState, _SchemeState  # noqa: F401
 from gcc_dask.runtime.rescue import quiet_line
@@ -198,13 +198,7 @@ class BatchRunner(TasksRunner, ResultsRunner, ClusterRunner):
             while True:
                 free = self.max_in_flight - len(self._inflight)
                 if not exhausted and takes_more(free, len(self._inflight), self.max_in_flight):
-                    batches = []
-                    while len(batches) < free:
-                        try:
-                            batches.append(next(todo))
-                        except StopIteration:
-                            exhausted = True
-                            break
+                    batches, exhausted = take(todo, free)
                     if batches:
                         self._submit_batches(batches)
                 if self._workers.due or self._workers.answered:
@@ -221,15 +215,13 @@ class BatchRunner(TasksRunner, ResultsRunner, ClusterRunner):
                 if not self._inflight and fetching is None:
                     break
                 wake = INF
-                for state in list(self._inflight.values()):
-                    for s in state.schemes.values():
-                        if not s.virtual and s.decode is None and not s.done:
-                            # the cutoff time moves only when a result arrives (_on_shard): look again
-                            # when it is due, not on every event (bench: 1 ms per shard with 4 in flight)
-                            if s.wake is None or s.wake <= time.monotonic():
-                                s.wake = self._maybe_cut(state, s)
-                            wake = min(wake, s.wake)
-                timeout = MAX_WAIT_S if not math.isfinite(wake) else min(MAX_WAIT_S, max(0.0, wake - time.monotonic()))
+                for state, s in wall_clock_cutoffs(self._inflight.values()):
+                    # the cutoff time moves only when a result arrives (_on_shard): look again when it is due,
+                    # not on every event (bench: 1 ms per shard with 4 in flight)
+                    if s.wake is None or s.wake <= time.monotonic():
+                        s.wake = self._maybe_cut(state, s)
+                    wake = min(wake, s.wake)
+                timeout = loop_timeout(wake, time.monotonic(), MAX_WAIT_S)
                 self._signals.check()
                 try:
                     t, tag, fut, status = self._events.next(timeout)
@@ -244,10 +236,7 @@ class BatchRunner(TasksRunner, ResultsRunner, ClusterRunner):
                     for st, batch_results in zip(fetching, self._fetched(fetching, fut)):
                         dashboard.publish(self.client, {"kind": "done", "run": self.token, "batch": st.batch,
                                                         "records": dashboard.record_summary(batch_results)})
-                        if on_batch_done is not None:
-                            on_batch_done(st.batch, batch_results)
-                        else:
-                            results.extend(batch_results)
+                        hand_over([(st, batch_results)], on_batch_done, results)
                     fetching = None
                     continue
                 try:
@@ -264,14 +253,9 @@ class BatchRunner(TasksRunner, ResultsRunner, ClusterRunner):
                     # keep their records (else a resume would redo them, and their status would stay 0 next to
                     # their written `decoded` rows)
                     done = list(zip(fetching, self._fetched(fetching, self._fetch_future))) if fetching else []
-                    others = ready + [st for st in self._inflight.values() if st.done]
-                    done += [(st, self._gather(st)) for st in others]
+                    done += [(st, self._gather(st)) for st in finished(ready, self._inflight.values())]
                     fetching, ready = None, []
-                    for st, batch_results in done:
-                        if on_batch_done is not None:
-                            on_batch_done(st.batch, batch_results)
-                        else:
-                            results.extend(batch_results)
+                    hand_over(done, on_batch_done, results)
                     raise
                 state = self._inflight.get(batch)
                 if state is not None and state.done:
@@ -295,13 +279,11 @@ class BatchRunner(TasksRunner, ResultsRunner, ClusterRunner):
             if self._canceller is not None:  # a clean end waits for the last cancels (never a lost cluster)
                 self._canceller.shutdown(wait=clean, cancel_futures=not clean)
                 self._canceller = None
-            leftovers = [f for st in self._inflight.values() for s in st.schemes.values()
-                         for f in [*s.shards, *s.backup.values(), s.decode, s.score, st.reference, st.labels]
-                         if f is not None]
+            left = leftovers(self._inflight.values())
             self._inflight.clear()
             try:
-                if leftovers:
-                    self.client.cancel(leftovers)
+                if left:
+                    self.client.cancel(left)
                 if self._workers.quiet:  # a frozen worker would hold the run until it resumes: not waited for
                     threading.Thread(target=self._unregister, name="gcc-dask-unregister", daemon=True).start()
                 else:

@@ -16,6 +16,7 @@ from typing import Callable
 
 from gcc_dask import dashboard
 from gcc_dask.errors import ClusterError
+from gcc_dask.runtime.inflight import scheme_futures, split_fetch, unrecorded
 from gcc_dask.runtime.keys import rescue_suffix
 from gcc_dask.runtime.lines import replaced_line, rerun_what, worker_loss_line, workers_lost_error
 from gcc_dask.runtime.liveness import keys_stuck_on
@@ -102,10 +103,8 @@ class ClusterRunner:
             self._inflight[state.batch] = state
         old, again = [], 0
         for state in list(self._inflight.values()):
-            for s in list(state.schemes.values()):
-                if s.result is not None:  # its record is on the driver already
-                    continue
-                old += [f for f in (*s.shards, *s.backup.values(), s.decode, s.score) if f is not None]
+            for s in unrecorded([state]):  # (a scheme whose record is on the driver already is left alone)
+                old += scheme_futures(s)
                 self._submit_scheme(state, s.plan, restarts=s.restarts + 1)
                 again += 1
         if old:
@@ -193,12 +192,9 @@ class ClusterRunner:
         if not again and not short:
             return fetching, ready
         if any(e[0] == "record" for e in again.values()):  # abandon the fetch: its batches go back
-            back = {batch for why, batch, *_ in again.values() if why == "record"}
-            for state in fetching:
-                if state.batch in back:
-                    self._inflight[state.batch] = state
-                else:
-                    ready.append(state)
+            back, done = split_fetch(fetching, {batch for why, batch, *_ in again.values() if why == "record"})
+            self._inflight.update((state.batch, state) for state in back)
+            ready.extend(done)
             fetching, self._fetch_gen = None, self._fetch_gen + 1
             # its gather may wait for the quiet worker as long as the worker stays frozen: the next fetches
             # get a thread of their own (the old one ends with that gather)
@@ -207,7 +203,7 @@ class ClusterRunner:
         old: list = []
         for _, _, _, state, s in again.values():
             if s is not None:  # a decode, or a record, that waits for the quiet worker: the scheme runs again
-                old += [f for f in (*s.shards, *s.backup.values(), s.decode, s.score) if f is not None]
+                old += scheme_futures(s)
                 self._submit_scheme(state, s.plan, restarts=s.restarts + 1)
                 continue
             # (the old labels or reference are let go, not cancelled: cancelling a task cancels the tasks that

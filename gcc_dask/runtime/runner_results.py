@@ -15,6 +15,8 @@ from distributed import KilledWorker
 
 from gcc_dask.errors import ClusterError
 from gcc_dask.runtime.batch_machine import Fail, Redecode, Rescore, Restart, WatchShards
+from gcc_dask.runtime.inflight import final as _final  # (importable from here, as before)
+from gcc_dask.runtime.inflight import inputs_again, lost_kept, unrecorded
 from gcc_dask.runtime.lines import bad_batch_text, failure_line
 from gcc_dask.runtime.lines import samples_text as _samples_text  # noqa: F401 (importable from here, as before)
 from gcc_dask.runtime.plans import MAX_ATTEMPTS, _BatchState, _SchemeState
@@ -31,11 +33,6 @@ def _error_of(fut) -> BaseException:
         return fut.exception(timeout=30)
     except Exception as e:  # pragma: no cover - the scheduler is gone
         return e
-
-
-def _final(s: "_SchemeState"):
-    """The future whose result is the scheme's record: the score task when there is one, else the decode."""
-    return s.score if s.score is not None else s.decode
 
 
 class ResultsRunner:
@@ -68,12 +65,6 @@ class ResultsRunner:
         if is_bad_batch(exc):
             raise type(exc)(bad_batch_text(state.batch, self.layout.samples(state.batch), exc)) from None
 
-    def _selects(self, scheme: str) -> bool:
-        """Whether `scheme`'s shards each read their own samples of a batch (a selection scheme: uncoded,
-        speculative, replication), so bad data fail only some of them."""
-        code = getattr(self.plugin, "codes", {}).get(scheme)
-        return code is not None and code.selected_input(0) is not None
-
     def _tell_failure(self, s: _SchemeState, batch: int, why: str) -> None:
         """Warn the user the first time a batch of a scheme has no estimate (:func:`~.lines.failure_line`)."""
         if line := failure_line(s.plan.name, batch, why, self._told):
@@ -102,8 +93,7 @@ class ResultsRunner:
             raise exc
         self._raise_bad_batch(state, exc)  # NaN in samples that a fill would have estimated
         killed = isinstance(exc, KilledWorker)
-        lost = [w for w in s.received if s.shards[w].status in ("error", "lost", "cancelled")] \
-            if killed and not s.direct else []
+        lost = lost_kept(s, killed)
         for a in s.machine.decode_failed(repr(exc), killed, lost):
             if isinstance(a, WatchShards):
                 # a shard failed (or was lost): watch the shards and let the cutoff decide, as for other schemes
@@ -162,7 +152,7 @@ class ResultsRunner:
         exc = _error_of(fut)
         if is_storage_error(exc):
             raise exc
-        if isinstance(exc, KilledWorker) and state.attempt + 1 < MAX_ATTEMPTS:
+        if inputs_again(isinstance(exc, KilledWorker), state.attempt):
             state.attempt += 1
             self._submit_reference(state)
             return
@@ -209,7 +199,7 @@ class ResultsRunner:
 
     def _gather(self, state: _BatchState) -> list[dict]:
         """The batch's records (one per scheme), fetched in one round trip."""
-        pending = [s for s in state.schemes.values() if s.result is None]
+        pending = unrecorded([state])
         if pending:
             try:
                 fetched = self._results([_final(s) for s in pending])
@@ -232,7 +222,7 @@ class ResultsRunner:
         (bench: 26 ms per gather, a third of the wall time of a no-op run at N = 16). The fetch runs in a
         thread of its own; its outcome comes back through the event queue as a ``("records", ...)`` event.
         """
-        pending = [_final(s) for st in states for s in st.schemes.values() if s.result is None]
+        pending = [_final(s) for s in unrecorded(states)]
         fetch = self._fetcher.submit(self.client.gather, pending) if pending else None
         tag = ("records", self._fetch_gen, "", -1)
         if fetch is None:
@@ -244,7 +234,7 @@ class ResultsRunner:
 
     def _fetched(self, states: list[_BatchState], fetch) -> list[list[dict]]:
         """The records of ``states`` from a finished :meth:`_fetch` (one batch at a time on a failure)."""
-        pending = [s for st in states for s in st.schemes.values() if s.result is None]
+        pending = unrecorded(states)
         if pending:
             try:
                 fetched = fetch.result()

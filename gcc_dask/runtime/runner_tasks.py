@@ -17,9 +17,10 @@ from gcc_dask import dashboard
 from gcc_dask.runtime.batch_machine import BackUp, Copy, Cut, Promote
 from gcc_dask.runtime.graph import GraphUpdate
 from gcc_dask.runtime.keys import BACKUP, PROMOTED, decode_key, inputs_key, restart_suffix, score_key, shard_key
-from gcc_dask.runtime.late_shards import first_copy
+from gcc_dask.runtime.inflight import (checks_data, decode_meta, inputs_again, late_report, not_kept, overtaken_by,
+                                       settle_copy, waiting_for_turn)
 from gcc_dask.runtime.placement import backup_worker, copy_slot, round_robin
-from gcc_dask.runtime.plans import INF, MAX_ATTEMPTS, SchemePlan, _BatchState, _SchemeState
+from gcc_dask.runtime.plans import INF, SchemePlan, _BatchState, _SchemeState
 from gcc_dask.runtime.runner_results import _error_of
 from gcc_dask.runtime.tasks import decode_task, evaluate_shard, reference_task, score_task
 from gcc_dask.runtime.window import priority, turns
@@ -171,11 +172,9 @@ class TasksRunner:
         (bench: a tenth of its CPU for uncoded); the decode times the shards itself (``latency_s`` from each
         result's end, on the wall clock). If any shard fails, the decode fails with it and :meth:`_on_decode`
         goes back to watching the shards, so the cutoff decides as for any other scheme."""
-        n = s.plan.num_workers
         latency = s.delays.copy() if s.virtual else None  # (on the wall clock the decode measures them)
-        s.meta = {"status": decode.status, "cutoff_s": decode.cutoff_s, "latency_s": latency,
-                  "failed": np.zeros(n, dtype=bool), "batch_start": s.start_wall, "output_size": self.output_size,
-                  "score": self.reference}
+        s.meta = decode_meta(s, decode.status, decode.cutoff_s, latency, np.zeros(s.plan.num_workers, dtype=bool),
+                             self.output_size, self.reference)
         self._submit_decode(state, s, update)
 
     def _map_placed(self, state: _BatchState, s: _SchemeState, ws: list[int], update: GraphUpdate, sfx: str) -> None:
@@ -237,8 +236,7 @@ class TasksRunner:
         """Join the scheme's decoded batch with the batch's reference (a reference lost with its worker is
         submitted again first)."""
         reference = state.reference
-        if reference.status == "error" and isinstance(_error_of(reference), KilledWorker) \
-                and state.attempt + 1 < MAX_ATTEMPTS:
+        if reference.status == "error" and inputs_again(isinstance(_error_of(reference), KilledWorker), state.attempt):
             state.attempt += 1
             self._submit_reference(state)
             reference = state.reference
@@ -253,8 +251,7 @@ class TasksRunner:
         """Give the batches of scheme `name` whose turn for backups of their late shards comes now
         (:func:`~.window.turns`) that turn, from now on (:meth:`~.batch_machine.BatchMachine.take_turn`; the loop
         looks at their cutoff again at once)."""
-        waiting = {other.seq: o for other in self._inflight.values() if (o := other.schemes.get(name)) is not None
-                   and o.machine.wants_turn}
+        waiting = waiting_for_turn(self._inflight.values(), name)
         for seq in turns(waiting, older_than):
             o = waiting[seq]
             if o.machine.take_turn(time.monotonic() - o.start_mono):
@@ -277,14 +274,10 @@ class TasksRunner:
         if state is None:
             return
         s = state.schemes[scheme]
-        copy = s.backup.get(w)
-        if (fut is not s.shards[w] and fut is not copy) or s.decode is not None or s.done or s.known[w]:
-            return  # a late report (decided already, or from a resubmitted scheme's first attempt)
-        if copy is not None:  # a late shard with a backup copy (:func:`~.late_shards.first_copy`)
-            other = copy if fut is s.shards[w] else s.shards[w]
-            del s.backup[w]
-            outcome = first_copy(status, other.status)
-            s.shards[w] = fut if outcome == "won" else other
+        if late_report(s, w, fut):
+            return  # (decided already, or from a resubmitted scheme's first attempt)
+        if w in s.backup:  # a late shard with a backup copy: which of the two stands for it
+            outcome, other = settle_copy(s, w, fut, status)
             if outcome == "wait":
                 return
             if outcome == "won":
@@ -337,26 +330,15 @@ class TasksRunner:
         ones."""
         plan = s.plan
         received = s.received
-        if s.failed.any() and (not received or self._selects(plan.name)):
+        if checks_data(s, getattr(self.plugin, "codes", {}).get(plan.name)):
             self._raise_if_bad_data(state, s, every=bool(received))
-        keep = set(received)
-        drop = [f for w, f in enumerate(s.shards) if w not in keep and f is not None] + list(s.backup.values())
-        s.backup.clear()
-        if drop:
+        if drop := not_kept(s):
             self._cancel(drop)
         dashboard.publish(self.client, {"kind": "cutoff", "run": self.token, "batch": state.batch, "scheme": plan.name,
                                         "kept": received, "cutoff_s": cut.cutoff_s, "status": cut.status})
         self._overtake(plan.name, state.seq)
-        s.meta = {
-            "status": cut.status,
-            "cutoff_s": cut.cutoff_s,
-            "latency_s": s.machine.latency(),
-            "failed": s.failed.copy(),
-            "batch_start": s.start_wall,
-            "output_size": self.output_size,
-            "score": self.reference,
-            "backups": s.backups,
-        }
+        s.meta = decode_meta(s, cut.status, cut.cutoff_s, s.machine.latency(), s.failed.copy(), self.output_size,
+                             self.reference, backups=s.backups)
         self._submit_decode(state, s)
         self._give_turn(plan.name)
 
@@ -366,8 +348,6 @@ class TasksRunner:
         spares for them (:meth:`_maybe_promote`)."""
         if not self._window.cut(scheme, seq):
             return
-        for older in self._inflight.values():
-            s = older.schemes.get(scheme)
-            if older.seq < seq and s is not None:
-                self._maybe_promote(older, s)
+        for older, s in overtaken_by(self._inflight.values(), scheme, seq):
+            self._maybe_promote(older, s)
         self._give_turn(scheme, older_than=seq)
