@@ -14,8 +14,8 @@ functions pick. The straggler decisions are the batch machine's (:mod:`~.batch_m
 - the cutoff: the tasks it cancels (:func:`not_kept`), what the decode is told (:func:`decode_meta`), the
   batches overtaken (:func:`overtaken_by`) and those waiting for their turn for backups
   (:func:`waiting_for_turn`);
-- failures: whether a cut is checked for bad data (:func:`checks_data`, :func:`selects`), the kept shards lost with a worker
-  (:func:`lost_kept`), whether a batch's inputs run again (:func:`inputs_again`);
+- failures: whether a cut is checked for bad data (:func:`checks_data`, :func:`selects`), the kept shards lost
+  with a worker (:func:`lost_kept`), whether a batch's inputs run again (:func:`inputs_again`);
 - records and the end: the task whose result is a scheme's record (:func:`final`), the schemes without a
   record yet (:func:`unrecorded`), a fetch given up (:func:`split_fetch`), the records kept when the run stops
   (:func:`finished`, :func:`hand_over`), and every task of a scheme or of the run left to cancel

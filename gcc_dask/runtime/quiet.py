@@ -1,9 +1,11 @@
-"""What the batches in flight wait for, task by task: the bookkeeping behind a quiet worker's rescue.
+"""What the batches in flight wait for, task by task: the bookkeeping behind a quiet worker's rescue (pure).
 
-:class:`~.runner_cluster.ClusterRunner` asks the scheduler which of these tasks are stuck on a quiet worker (one
-that missed its heartbeats, docs/pipeline.rst, section 'Unresponsive workers'), and the pure policies of
-:mod:`~.rescue` pick what runs again elsewhere; these functions only read the driver's state of the batches
-(:class:`~.plans._BatchState`, :class:`~.plans._SchemeState`), and change nothing.
+:class:`~.runner_cluster.ClusterRunner` asks the scheduler which of these tasks (:func:`waits_on`,
+:func:`records_waiting`) are stuck on a quiet worker (one that missed its heartbeats, docs/pipeline.rst, section
+'Unresponsive workers'); :func:`rescue_plan` then picks, with the pure policies of :mod:`~.rescue` and each
+batch's machine, what runs again elsewhere, and the shell carries it out. These functions only read the driver's
+state of the batches (:class:`~.plans._BatchState`, :class:`~.plans._SchemeState`) and the futures' keys and
+statuses; they change nothing but what the machines record of a rescue (:meth:`~.batch_machine.BatchMachine.short_of`).
 """
 
 from __future__ import annotations
@@ -12,10 +14,12 @@ from typing import Iterable
 
 import numpy as np
 
+from gcc_dask.runtime.inflight import final
 from gcc_dask.runtime.plans import MAX_ATTEMPTS, _BatchState, _SchemeState
-from gcc_dask.runtime.rescue import blocked
+from gcc_dask.runtime.rescue import blocked, reruns, stuck_shards
 
-__all__ = ["awaited_shards", "input_blocked", "waits_on"]
+__all__ = ["awaited_shards", "input_blocked", "records_waiting", "refetched", "rescue_plan", "scores_to_rejoin",
+           "short_of", "waits_on"]
 
 
 def waits_on(inflight: Iterable[_BatchState]) -> tuple[dict[str, list[tuple]], dict[str, tuple]]:
@@ -74,3 +78,58 @@ def input_blocked(s: _SchemeState, stuck: set[str]) -> bool:
     launched = np.array([bool(s.launched[w]) and s.shards[w] is not None for w in range(n)])
     held = np.array([s.shards[w] is not None and s.shards[w].key in stuck for w in range(n)])
     return blocked(s.plan.num_inputs, s.known, s.failed, launched, held)
+
+
+def records_waiting(fetching: Iterable[_BatchState]) -> dict[str, list[tuple]]:
+    """The records that the fetch under way waits for, by the key of the task that holds each
+    (:func:`~.inflight.final`), as ``("record", batch, scheme, batch state, scheme state)``: only those that may
+    still be made again (fewer than :data:`~.plans.MAX_ATTEMPTS` runs of the scheme's batch so far)."""
+    records: dict[str, list[tuple]] = {}
+    for state in fetching:
+        for s in state.schemes.values():
+            if s.result is None and s.restarts + 1 < MAX_ATTEMPTS:
+                records.setdefault(final(s).key, []).append(("record", state.batch, s.plan.name, state, s))
+    return records
+
+
+def short_of(shards: dict[str, tuple], stuck: set[str], again: dict, now: float) -> dict:
+    """The shards on a quiet worker that a cutoff cannot do without: per ``(batch, scheme)`` not run again whole
+    (`again`), ``(batch state, scheme state, shards)``, as many of its `stuck` shards (:func:`~.rescue.stuck_shards`)
+    as the results in hand plus the shards awaited elsewhere fall short of :func:`~.cutoff.needed_results` (the
+    machine's :meth:`~.batch_machine.BatchMachine.short_of`, at `now` on the monotonic clock; a batch with more
+    than N - needed of its awaited shards there waited for its deadline, or for the worker to be ended; a smaller
+    shortfall is the spares' to cover)."""
+    short = {}
+    for name, ((_, _, _, state, s), ws) in stuck_shards(shards, stuck, again).items():
+        rescue = s.machine.short_of(ws, now - s.start_mono)
+        if rescue:
+            short[name] = (state, s, list(rescue[0].shards))
+    return short
+
+
+def rescue_plan(waits: dict[str, list[tuple]], records: dict[str, list[tuple]], shards: dict[str, tuple],
+                stuck: set[str], now: float) -> tuple[dict, dict]:
+    """What runs again because of the tasks `stuck` on a quiet worker, of those the batches in flight wait for
+    (`waits` and `shards`, :func:`waits_on`) and the fetch under way (`records`, :func:`records_waiting`):
+
+    - ``again``, per ``(batch, scheme)`` run again whole, the entry that calls for it (:func:`~.rescue.reruns`; a
+      speculative scheme's copies only when an input of it is :func:`input_blocked`);
+    - ``short``, per ``(batch, scheme)`` with shards rescued, ``(batch state, scheme state, shards)``
+      (:func:`short_of`, at `now` on the monotonic clock).
+    """
+    both = {key: waits.get(key, []) + records.get(key, []) for key in {*waits, *records}}
+    again = reruns(both, stuck, lambda entry: input_blocked(entry[4], stuck))
+    return again, short_of(shards, stuck, again, now)
+
+
+def refetched(again: dict) -> set[int]:
+    """The batches whose record is made again (a ``"record"`` entry of :func:`rescue_plan`'s ``again``): the fetch
+    under way is given up (:func:`~.inflight.split_fetch`)."""
+    return {batch for why, batch, *_ in again.values() if why == "record"}
+
+
+def scores_to_rejoin(state: _BatchState) -> list[_SchemeState]:
+    """The schemes of a batch whose score, not finished, joins the batch's old reference (submitted again): each is
+    joined with the new one, under a key of its own."""
+    return [s for s in state.schemes.values() if s.score is not None and s.score.status != "finished"
+            and s.result is None]

@@ -20,11 +20,10 @@ from gcc_dask.runtime.inflight import scheme_futures, split_fetch, unrecorded
 from gcc_dask.runtime.keys import rescue_suffix
 from gcc_dask.runtime.lines import replaced_line, rerun_what, worker_loss_line, workers_lost_error
 from gcc_dask.runtime.liveness import keys_stuck_on
-from gcc_dask.runtime.plans import MAX_ATTEMPTS, _BatchState
-from gcc_dask.runtime.quiet import input_blocked, waits_on
+from gcc_dask.runtime.plans import _BatchState
+from gcc_dask.runtime.quiet import records_waiting, refetched, rescue_plan, scores_to_rejoin, waits_on
 from gcc_dask.runtime.registration import confirm_when_ready, register, unregister
-from gcc_dask.runtime.rescue import quiet_line, reruns, stuck_shards
-from gcc_dask.runtime.runner_results import _final
+from gcc_dask.runtime.rescue import quiet_line
 from gcc_dask.runtime.scheduler_loss import LostFetchLogFilter as _LostFetchLogFilter  # noqa: F401 (executor's)
 from gcc_dask.runtime.scheduler_loss import lost_scheduler_error, scheduler_lost
 
@@ -162,7 +161,7 @@ class ClusterRunner:
         reference (with the scores that wait for it). A quiet worker may be frozen (SIGSTOP, swapping hard):
         without this, those batches waited until it came back or was ended (``cluster.unresponsive_after``).
         Its shards that a cutoff waits for are left to the cutoff, unless the batch cannot reach its cutoff
-        without them: then the missing ones run again elsewhere (:meth:`_short_of`).
+        without them: then the missing ones run again elsewhere (:func:`~.quiet.short_of`).
 
         `fetching` (the batches whose records are being fetched) and `ready` (finished, not fetched yet) are
         the loop's; returned as they are, or, when a record of the fetch under way waits for a quiet worker,
@@ -172,13 +171,9 @@ class ClusterRunner:
         if not quiet or not (self._inflight or fetching):
             return fetching, ready
         # what waits for which task (:func:`~.quiet.waits_on`); the pure policies pick what runs again
-        # (:func:`~.rescue.reruns`, :func:`~.rescue.stuck_shards`)
+        # (:func:`~.quiet.rescue_plan`)
         waits, shards = waits_on(self._inflight.values())
-        records: dict[str, list[tuple]] = {}
-        for state in fetching or ():
-            for s in state.schemes.values():
-                if s.result is None and s.restarts + 1 < MAX_ATTEMPTS:
-                    records.setdefault(_final(s).key, []).append(("record", state.batch, s.plan.name, state, s))
+        records = records_waiting(fetching or ())
         if not waits and not records and not shards:
             return fetching, ready
         try:
@@ -186,13 +181,11 @@ class ClusterRunner:
         except Exception as e:  # the scheduler is busy or going away: look again at the next check
             logger.debug("could not ask which tasks wait for %s: %r", sorted(quiet), e)
             return fetching, ready
-        both = {key: waits.get(key, []) + records.get(key, []) for key in {*waits, *records}}
-        again = reruns(both, stuck, lambda entry: input_blocked(entry[4], stuck))
-        short = self._short_of(shards, stuck, again)
+        again, short = rescue_plan(waits, records, shards, stuck, time.monotonic())
         if not again and not short:
             return fetching, ready
-        if any(e[0] == "record" for e in again.values()):  # abandon the fetch: its batches go back
-            back, done = split_fetch(fetching, {batch for why, batch, *_ in again.values() if why == "record"})
+        if again_records := refetched(again):  # abandon the fetch: its batches go back
+            back, done = split_fetch(fetching, again_records)
             self._inflight.update((state.batch, state) for state in back)
             ready.extend(done)
             fetching, self._fetch_gen = None, self._fetch_gen + 1
@@ -210,11 +203,10 @@ class ClusterRunner:
             # depend on it, the finished scores of the batch's other schemes among them)
             state.attempt += 1
             self._submit_reference(state)
-            for other in state.schemes.values():  # scores joined with the old reference: join the new one
-                if other.score is not None and other.score.status != "finished" and other.result is None:
-                    old.append(other.score)
-                    other.attempt += 1  # a key of its own: the old one is being cancelled
-                    self._submit_score(state, other)
+            for other in scores_to_rejoin(state):  # scores joined with the old reference: join the new one
+                old.append(other.score)
+                other.attempt += 1  # a key of its own: the old one is being cancelled
+                self._submit_score(state, other)
         if short:  # the shards a cutoff cannot do without: the same shards again, elsewhere, at the batch's priority
             update = self._update()
             for state, s, ws in short.values():
@@ -229,17 +221,3 @@ class ClusterRunner:
         elif what:
             logger.info("quiet workers %s: %s run again on the other workers", sorted(quiet), ", ".join(what))
         return fetching, ready
-
-    def _short_of(self, shards: dict, stuck: set[str], again: dict) -> dict:
-        """The shards on a quiet worker that a cutoff cannot do without: per (batch, scheme) not run again
-        whole (`again`), the state, the scheme's state and as many of its `stuck` shards as the results in
-        hand plus the shards awaited elsewhere fall short of :func:`~.cutoff.needed_results` (a batch with
-        more than N - needed of its awaited shards there waited for its deadline, or for the worker to be
-        ended; a smaller shortfall is the spares' to cover, as before)."""
-        found = stuck_shards(shards, stuck, again)  # (:func:`~.rescue.stuck_shards`)
-        short = {}
-        for name, ((_, _, _, state, s), ws) in found.items():
-            rescue = s.machine.short_of(ws, time.monotonic() - s.start_mono)
-            if rescue:
-                short[name] = (state, s, list(rescue[0].shards))
-        return short

@@ -10,47 +10,13 @@ import numpy as np
 import pytest
 
 from gcc_dask.runtime import inflight
-from gcc_dask.runtime.cutoff import CutoffPolicy, Speculation
+from gcc_dask.runtime.cutoff import Speculation
 from gcc_dask.runtime.inflight import (checks_data, decode_meta, final, finished, hand_over, inputs_again, late_report,
                                        leftovers, loop_timeout, lost_kept, not_kept, overtaken_by, scheme_futures,
                                        selects, settle_copy, split_fetch, take, unrecorded, waiting_for_turn,
                                        wall_clock_cutoffs)
-from gcc_dask.runtime.plans import MAX_ATTEMPTS, SchemePlan, _BatchState, _SchemeState
-
-
-class Fut:
-    """A stand-in for a Dask future: a key and a status."""
-
-    def __init__(self, key: str, status: str = "pending") -> None:
-        self.key, self.status = key, status
-
-    def __repr__(self) -> str:
-        return f"Fut({self.key!r})"
-
-
-def _plan(name="gcc", n=8, wait_for=6, **kwargs) -> SchemePlan:
-    return SchemePlan(name=name, num_workers=n, policy=CutoffPolicy(num_workers=n, wait_for=wait_for), **kwargs)
-
-
-def _scheme(plan=None, virtual=False, start_wall=100.0) -> _SchemeState:
-    plan = plan or _plan()
-    s = _SchemeState(plan=plan, start_wall=start_wall, start_mono=0.0, delays=None, virtual=virtual,
-                     regular=plan.regular(False))
-    s.machine.start()
-    s.shards = [Fut(f"eval-w{w}-{plan.name}") for w in range(plan.num_workers)]
-    return s
-
-
-def _batch(batch, seq=None, **schemes) -> _BatchState:
-    return _BatchState(batch=batch, n_real=4, reference=Fut(f"ref-b{batch}"), schemes=dict(schemes),
-                       seq=batch if seq is None else seq)
-
-
-def _cut(s: _SchemeState, arrived=range(6), failed=()) -> None:
-    for w in failed:
-        s.machine.shard_failed(w, 0.0)
-    for i, w in enumerate(arrived):
-        s.machine.shard_finished(w, 0.1 * (i + 1))
+from gcc_dask.runtime.plans import MAX_ATTEMPTS
+from inflight_helpers import Fut, batch as _batch, cut as _cut, plan as _plan, scheme as _scheme
 
 
 def test_the_examples_in_the_docstrings_hold():
