@@ -20,6 +20,7 @@ from gcc_dask.runtime.inflight import scheme_futures, split_fetch, unrecorded
 from gcc_dask.runtime.keys import rescue_suffix
 from gcc_dask.runtime.lines import replaced_line, rerun_what, worker_loss_line, workers_lost_error
 from gcc_dask.runtime.liveness import keys_stuck_on
+from gcc_dask.runtime.placement import away_from_quiet
 from gcc_dask.runtime.plans import _BatchState
 from gcc_dask.runtime.quiet import records_waiting, refetched, rescue_plan, scores_to_rejoin, waits_on
 from gcc_dask.runtime.registration import confirm_when_ready, register, unregister
@@ -147,10 +148,7 @@ class ClusterRunner:
         """Where a task the scheduler places (an exact scheme's shards, as a plain map's tasks; a decode,
         next to its inputs; a batch's labels or reference) may run: anywhere, or, while a worker is quiet
         (:attr:`~.workers.WorkerList.quiet`), on the others."""
-        if not self._workers.quiet:
-            return {}
-        workers = self._workers.refresh()
-        return {"workers": list(workers), "allow_other_workers": True} if workers else {}
+        return away_from_quiet(self._workers.refresh()) if self._workers.quiet else {}
 
     def _rerun_quiet(self, fetching: list[_BatchState] | None,
                      ready: list[_BatchState]) -> tuple[list[_BatchState] | None, list[_BatchState]]:

@@ -19,7 +19,7 @@ from gcc_dask.runtime.graph import GraphUpdate
 from gcc_dask.runtime.keys import BACKUP, PROMOTED, decode_key, inputs_key, restart_suffix, score_key, shard_key
 from gcc_dask.runtime.inflight import (checks_data, decode_meta, inputs_again, late_report, not_kept, overtaken_by,
                                        settle_copy, waiting_for_turn)
-from gcc_dask.runtime.placement import backup_worker, copy_slot, round_robin
+from gcc_dask.runtime.placement import backup_place, by_place, copy_slot, shard_place
 from gcc_dask.runtime.plans import INF, SchemePlan, _BatchState, _SchemeState
 from gcc_dask.runtime.runner_results import _error_of
 from gcc_dask.runtime.tasks import decode_task, evaluate_shard, reference_task, score_task
@@ -40,15 +40,8 @@ class TasksRunner:
         return GraphUpdate(self.client, self._resources.get("resources"))
 
     def _placement(self, batch: int, w: int) -> dict:
-        """Where shard ``w`` of ``batch`` should run: the workers round-robin, so that one death erases
-        about N/W of a batch's shards, never all of them (shards depend on no task, so the scheduler would
-        otherwise pack a batch onto whichever worker has free threads). Loose: the scheduler picks another
-        worker when that one is gone. (Backup copy c of original k is placed as shard k + c: on the c-th worker
-        after its original's, :meth:`_slot`.)"""
-        workers = self._workers.refresh()
-        if len(workers) < 2:
-            return {}
-        return {"workers": [round_robin(workers, batch, w)], "allow_other_workers": True}
+        """Where the shard at round-robin slot `w` of `batch` runs (:func:`~.placement.shard_place`)."""
+        return shard_place(self._workers.refresh(), batch, w)
 
     def _priority(self, state: _BatchState, what: str) -> int:
         """The priority of a task of the batch (:func:`~.window.priority`)."""
@@ -108,15 +101,10 @@ class TasksRunner:
         # which Dask does): the scheduler places them as a plain map's tasks, queued until a thread is free
         # and next to their decode (bench: 0.82 vs 0.71 of the plain map's throughput, placed)
         direct = bool(decode)
-        regular = set(start.regular)
-        groups: dict[tuple[str, bool], tuple[dict, list[int]]] = {}
         away = self._away_from_quiet() if direct else {}
-        for w in start.shards:
-            place = away if direct else self._placement(batch, self._slot(plan, w))
-            groups.setdefault((repr(place), w in regular), (place, []))[1].append(w)
+        place_of = (lambda w: away) if direct else (lambda w: self._placement(batch, self._slot(plan, w)))
         s.shards = [None] * plan.num_workers
-        # regular shards first: an idle worker starts whatever reaches it first
-        for (_, is_regular), (place, ws) in sorted(groups.items(), key=lambda g: not g[0][1]):
+        for place, is_regular, ws in by_place(start.shards, place_of, start.regular):  # (regular ones first)
             self._map_shards(state, s, ws, place, update, watch=not direct,
                              priority=self._priority(state, "shard" if is_regular else "spare"))
         state.schemes[plan.name] = s
@@ -134,15 +122,8 @@ class TasksRunner:
         return copy_slot(plan.num_inputs, w, plan.speculation is not None)
 
     def _backup_place(self, state: _BatchState, s: _SchemeState, w: int, nth: int) -> dict:
-        """Where the `nth` backup copy of the batch (0 first), of shard `w`, runs: one of the faster half of the
-        workers (round-robin, :meth:`_placement`) that have sent a result of the batch, by their first result,
-        other than `w`'s own, one after the other over the copies; any other worker when none has. (A slow
-        worker sends its results too, last: a copy there would be as late.)"""
-        workers = self._workers.refresh()
-        if len(workers) < 2:
-            return {}
-        where = backup_worker(workers, state.batch, w, nth, s.arrivals, s.known, s.failed)
-        return {"workers": [where], "allow_other_workers": True}
+        """Where the `nth` backup copy of the batch, of shard `w`, runs (:func:`~.placement.backup_place`)."""
+        return backup_place(self._workers.refresh(), state.batch, w, nth, s.arrivals, s.known, s.failed)
 
     def _shard_key(self, batch: int, w: int, s: _SchemeState, sfx: str = "") -> str:
         return shard_key(batch, w, s.plan.name, self.token, s.sfx, sfx)
@@ -177,14 +158,12 @@ class TasksRunner:
                              self.output_size, self.reference)
         self._submit_decode(state, s, update)
 
-    def _map_placed(self, state: _BatchState, s: _SchemeState, ws: list[int], update: GraphUpdate, sfx: str) -> None:
-        """Add shards ``ws`` again, each at its :meth:`_placement` (away from quiet workers), at the batch's
-        priority, under keys ending in `sfx` (:meth:`_map_shards`, one call per placement)."""
-        groups: dict[str, tuple[dict, list[int]]] = {}
-        for w in ws:
-            place = self._placement(state.batch, w)
-            groups.setdefault(repr(place), (place, []))[1].append(w)
-        for place, group in groups.values():
+    def _map_placed(self, state: _BatchState, s: _SchemeState, ws: list[int], update: GraphUpdate, sfx: str = "",
+                    slots: bool = False) -> None:
+        """Add shards ``ws`` (again), each at its :meth:`_placement` (at its :meth:`_slot` with `slots`), at the
+        batch's priority, under keys ending in `sfx` (:meth:`_map_shards`, one call per placement)."""
+        slot = (lambda w: self._slot(s.plan, w)) if slots else (lambda w: w)
+        for place, _, group in by_place(ws, lambda w: self._placement(state.batch, slot(w))):
             self._map_shards(state, s, group, place, update, priority=self._priority(state, "shard"), sfx=sfx)
 
     def _submit_batch(self, batch: int, schemes: list[str]) -> None:
@@ -299,16 +278,10 @@ class TasksRunner:
 
     def _act(self, state: _BatchState, s: _SchemeState, actions: list) -> None:
         """Turn the machine's actions into tasks: backup copies, spares promoted, the cutoff's decode."""
-        plan = s.plan
         for a in actions:
             if isinstance(a, Copy):  # a speculative plan's next copies, each at its round-robin slot
-                groups: dict[str, tuple[dict, list[int]]] = {}
-                for w in a.shards:
-                    place = self._placement(state.batch, self._slot(plan, w))
-                    groups.setdefault(repr(place), (place, []))[1].append(w)
                 update = self._update()
-                for place, batch_ws in groups.values():
-                    self._map_shards(state, s, batch_ws, place, update, priority=self._priority(state, "shard"))
+                self._map_placed(state, s, list(a.shards), update, slots=True)
                 update.send()
             elif isinstance(a, BackUp):  # a copy of each late shard, on a worker that sent a result of the batch
                 update = self._update()
