@@ -32,6 +32,7 @@ from gcc_dask.errors import GccDaskError
 from gcc_dask.runtime.events import FutureEvents
 from gcc_dask.runtime.inflight import finished, hand_over, leftovers, loop_timeout, take, wall_clock_cutoffs
 from gcc_dask.runtime.lines import LOAD_SAY_S, load_line  # noqa: F401 (LOAD_SAY_S: importable from here)
+from gcc_dask.runtime.page_events import QuietPage, done_event, end_event
 from gcc_dask.runtime.plans import INF, MAX_ATTEMPTS, SchemePlan, _BatchState, _SchemeState  # noqa: F401
 from gcc_dask.runtime.rescue import quiet_line
 from gcc_dask.runtime.runner_cluster import ClusterRunner, _LostFetchLogFilter  # noqa: F401
@@ -156,7 +157,7 @@ class BatchRunner(TasksRunner, ResultsRunner, ClusterRunner):
         self._workers = WorkerList(client, gpu=use_gpu, unresponsive_after=unresponsive_after, echo=self.echo)
         self._suspected: set[str] = set()  # workers found frozen before the run (suspect)
         self._said_quiet: set[str] = set()  # quiet workers the run has said it acted on: said once per run
-        self._page_quiet: tuple[frozenset, frozenset] = (frozenset(), frozenset())  # as the run page last heard
+        self._page_quiet = QuietPage(self.token)  # the quiet workers as the run page last heard of them
         self._canceller: ThreadPoolExecutor | None = None  # cancels stragglers, off the loop (_cancel)
         self._fetch_gen = 0  # the fetch whose records the loop takes (an abandoned one's are dropped)
         self._signals = SignalFlag()
@@ -234,8 +235,8 @@ class BatchRunner(TasksRunner, ResultsRunner, ClusterRunner):
                     if batch != self._fetch_gen:  # an abandoned fetch (_restart_in_flight)
                         continue
                     for st, batch_results in zip(fetching, self._fetched(fetching, fut)):
-                        dashboard.publish(self.client, {"kind": "done", "run": self.token, "batch": st.batch,
-                                                        "records": dashboard.record_summary(batch_results)})
+                        dashboard.publish(self.client, done_event(self.token, st.batch,
+                                                                  dashboard.record_summary(batch_results)))
                         hand_over([(st, batch_results)], on_batch_done, results)
                     fetching = None
                     continue
@@ -269,7 +270,7 @@ class BatchRunner(TasksRunner, ResultsRunner, ClusterRunner):
                 raise self._lost_scheduler_error(e) from None
             raise
         finally:
-            dashboard.publish(self.client, {"kind": "end", "run": self.token, "status": "complete" if clean else "stopped"})
+            dashboard.publish(self.client, end_event(self.token, clean))
             restore()
             self._events.close()
             logging.getLogger("distributed.client").removeFilter(quiet)

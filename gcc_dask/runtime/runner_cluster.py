@@ -77,15 +77,10 @@ class ClusterRunner:
             self.echo(line)
 
     def _tell_page_quiet(self) -> None:
-        """Tell the run page which workers are quiet (missed their heartbeats) and which were ended, when that
-        changed since it was told last."""
-        now = (frozenset(self._workers.behind_heartbeats), frozenset(self._workers.unresponsive))
-        if now == self._page_quiet:
-            return
-        ended = now[1] - self._page_quiet[1]
-        self._page_quiet = now
-        dashboard.publish(self.client, {"kind": "quiet", "run": self.token, "workers": sorted(now[0]),
-                                        "ended": sorted(ended)})
+        """Tell the run page which workers are quiet and which were ended, when that changed
+        (:class:`~.page_events.QuietPage`)."""
+        if event := self._page_quiet.update(self._workers.behind_heartbeats, self._workers.unresponsive):
+            dashboard.publish(self.client, event)
 
     def _restart_in_flight(self, held: list[_BatchState]) -> None:
         """Every worker seen before is gone and others took their place (all killed and restarted, say): run

@@ -19,6 +19,7 @@ from gcc_dask.runtime.graph import GraphUpdate
 from gcc_dask.runtime.keys import BACKUP, PROMOTED, decode_key, inputs_key, restart_suffix, score_key, shard_key
 from gcc_dask.runtime.inflight import (checks_data, decode_meta, inputs_again, late_report, not_kept, overtaken_by,
                                        settle_copy, waiting_for_turn)
+from gcc_dask.runtime.page_events import cutoff_event, submit_event
 from gcc_dask.runtime.placement import backup_place, by_place, copy_slot, shard_place
 from gcc_dask.runtime.plans import INF, SchemePlan, _BatchState, _SchemeState
 from gcc_dask.runtime.runner_results import _error_of
@@ -184,7 +185,7 @@ class TasksRunner:
                     self._submit_scheme(state, plan, update=update)
             states.append(state)
         update.send()
-        dashboard.publish(self.client, {"kind": "submit", "run": self.token, "work": [[b, list(s)] for b, s in work]})
+        dashboard.publish(self.client, submit_event(self.token, work))
         for state in states:
             for s in state.schemes.values():
                 self._cut_early(state, s)
@@ -307,8 +308,8 @@ class TasksRunner:
             self._raise_if_bad_data(state, s, every=bool(received))
         if drop := not_kept(s):
             self._cancel(drop)
-        dashboard.publish(self.client, {"kind": "cutoff", "run": self.token, "batch": state.batch, "scheme": plan.name,
-                                        "kept": received, "cutoff_s": cut.cutoff_s, "status": cut.status})
+        dashboard.publish(self.client, cutoff_event(self.token, state.batch, plan.name, received, cut.cutoff_s,
+                                                    cut.status))
         self._overtake(plan.name, state.seq)
         s.meta = decode_meta(s, cut.status, cut.cutoff_s, s.machine.latency(), s.failed.copy(), self.output_size,
                              self.reference, backups=s.backups)

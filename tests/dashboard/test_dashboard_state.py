@@ -282,6 +282,7 @@ def test_the_page_redraws_at_once_for_a_milestone_only():
 
 def test_the_run_tells_its_page_which_workers_are_quiet_when_that_changes(monkeypatch):
     from gcc_dask import dashboard
+    from gcc_dask.runtime.page_events import QuietPage
     from gcc_dask.runtime.runner_cluster import ClusterRunner
 
     sent: list[dict] = []
@@ -293,7 +294,7 @@ def test_the_run_tells_its_page_which_workers_are_quiet_when_that_changes(monkey
 
     class Runner(ClusterRunner):
         token, client, _workers = TOKEN, None, Workers()
-        _page_quiet = (frozenset(), frozenset())
+        _page_quiet = QuietPage(TOKEN)
 
     r = Runner()
     r._tell_page_quiet()
