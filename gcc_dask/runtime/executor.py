@@ -34,6 +34,7 @@ from gcc_dask.runtime.inflight import finished, hand_over, leftovers, loop_timeo
 from gcc_dask.runtime.lines import LOAD_SAY_S, load_line  # noqa: F401 (LOAD_SAY_S: importable from here)
 from gcc_dask.runtime.page_events import QuietPage, done_event, end_event
 from gcc_dask.runtime.plans import INF, MAX_ATTEMPTS, SchemePlan, _BatchState, _SchemeState  # noqa: F401
+from gcc_dask.runtime.plans import clock_and_spares
 from gcc_dask.runtime.rescue import quiet_line
 from gcc_dask.runtime.runner_cluster import ClusterRunner, _LostFetchLogFilter  # noqa: F401
 from gcc_dask.runtime.runner_results import ResultsRunner, _error_of, _final, _samples_text  # noqa: F401
@@ -138,10 +139,7 @@ class BatchRunner(TasksRunner, ResultsRunner, ClusterRunner):
         self.latency_per_sample = bool(latency_per_sample)
         self.worker_timeout = float(worker_timeout)
         self._told: set[str] = set()  # schemes whose first failed batch was told to the user (_tell_failure)
-        if spares not in ("lazy", "eager"):
-            raise ValueError(f"spares: got {spares!r}; expected 'lazy' or 'eager'")
-        self.virtual_clock = latency_model is not None and bool(virtual_clock)
-        lazy = spares == "lazy" and not self.virtual_clock
+        self.virtual_clock, lazy = clock_and_spares(latency_model, virtual_clock, spares)
         self._regular = {p.name: p.regular(lazy) for p in plans}
         self.echo = echo or (lambda _msg: None)
         self.warn = warn or self.echo  # what the user must see even without echo (a RuntimeWarning in the library)

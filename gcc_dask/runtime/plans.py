@@ -12,7 +12,36 @@ import numpy as np
 from gcc_dask.runtime.batch_machine import DONE, FAILED, INF, MAX_ATTEMPTS, BatchMachine
 from gcc_dask.runtime.cutoff import CutoffPolicy, Speculation, needed_results
 
-__all__ = ["SchemePlan", "INF", "MAX_ATTEMPTS"]
+__all__ = ["SchemePlan", "INF", "MAX_ATTEMPTS", "clock_and_spares", "draw_delays"]
+
+
+def clock_and_spares(latency_model: Any, virtual_clock: bool, spares: str) -> tuple[bool, bool]:
+    """A run's clock and spares: whether its cutoffs run on the virtual clock (`virtual_clock` asked for, and a
+    latency model that draws the shards' arrivals), and whether its spares are lazy (``spares: lazy``, on the wall
+    clock only: on the virtual clock a spare's start would depend on the wall clock).
+
+    >>> model = object()
+    >>> [clock_and_spares(m, virtual, "lazy") for m, virtual in [(model, True), (None, True), (model, False)]]
+    [(True, False), (False, True), (False, True)]
+
+    Raises
+    ------
+    ValueError
+        If `spares` is neither ``"lazy"`` nor ``"eager"``.
+    """
+    if spares not in ("lazy", "eager"):
+        raise ValueError(f"spares: got {spares!r}; expected 'lazy' or 'eager'")
+    virtual = latency_model is not None and bool(virtual_clock)
+    return virtual, spares == "lazy" and not virtual
+
+
+def draw_delays(latency_model: Any, seed: int, batch: int, num_workers: int, work: float) -> np.ndarray | None:
+    """The latencies injected into a batch's `num_workers` shards (seconds, float (N,)), drawn per (`seed`, `batch`,
+    shard) by `latency_model` for shards of `work` (the batch's groups with per-sample latencies, else 1); None
+    without a latency model (nothing injected)."""
+    if latency_model is None:
+        return None
+    return np.asarray(latency_model.latencies(seed, batch, num_workers, work=work), dtype=float)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from gcc_dask.runtime.inflight import (checks_data, decode_meta, inputs_again, l
                                        settle_copy, waiting_for_turn)
 from gcc_dask.runtime.page_events import cutoff_event, submit_event
 from gcc_dask.runtime.placement import backup_place, by_place, copy_slot, shard_place
-from gcc_dask.runtime.plans import INF, SchemePlan, _BatchState, _SchemeState
+from gcc_dask.runtime.plans import INF, SchemePlan, _BatchState, _SchemeState, draw_delays
 from gcc_dask.runtime.runner_results import _error_of
 from gcc_dask.runtime.tasks import decode_task, evaluate_shard, reference_task, score_task
 from gcc_dask.runtime.window import priority, turns
@@ -82,11 +82,8 @@ class TasksRunner:
         The tasks are added to `update` when given (the caller sends it), else sent at once.
         """
         batch = state.batch
-        delays = None
-        if self.latency_model is not None:
-            work = float(self.layout.batch_groups(batch)) if self.latency_per_sample else 1.0
-            delays = np.asarray(self.latency_model.latencies(self.seed, batch, plan.num_workers, work=work),
-                                dtype=float)
+        work = float(self.layout.batch_groups(batch)) if self.latency_per_sample else 1.0
+        delays = draw_delays(self.latency_model, self.seed, batch, plan.num_workers, work)
         s = _SchemeState(plan=plan, start_wall=time.time(), start_mono=time.monotonic(), delays=delays,
                          virtual=self.virtual_clock, restarts=restarts, regular=self._regular[plan.name])
         s.sfx = restart_suffix(restarts)
