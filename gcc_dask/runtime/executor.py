@@ -1,11 +1,12 @@
 """The driver loop: submit coded batches, apply the cutoff, cancel stragglers, decode, bound the work in flight.
 
-This is the Dask shell of the runtime (docs/architecture.rst, section 'The batch machine'): every decision is
-taken by pure code, a scheme's batch by its :class:`~.batch_machine.BatchMachine` and the window of batches by
-:mod:`~.window`; :class:`BatchRunner` turns futures into their events and their actions into futures. This module
-keeps the loop; :mod:`~.runner_tasks` submits tasks and carries out the machine's actions,
-:mod:`~.runner_results` fetches records and handles failed tasks, :mod:`~.runner_cluster` the plugin, the
-workers (quiet ones included), a lost scheduler and the cancels.
+This is the Dask shell of the runtime (docs/architecture.rst, section 'The shell'): every decision is taken by
+pure code, a scheme's batch by its :class:`~.batch_machine.BatchMachine` and the window of batches by
+:mod:`~.window`, and what the shell keeps of the batches in flight by :mod:`~.inflight`, :mod:`~.quiet`,
+:mod:`~.keys`, :mod:`~.lines` and :mod:`~.page_events`; :class:`BatchRunner` turns futures into their events and
+their actions into futures. This module keeps the loop; :mod:`~.runner_tasks` submits tasks and carries out the
+machine's actions, :mod:`~.runner_results` fetches records and handles failed tasks, :mod:`~.runner_cluster` the
+plugin, the workers (quiet ones included), a lost scheduler and the cancels.
 
 Per batch ``b`` and scheme ``s`` (docs/pipeline.rst, sections 'Cutoff' and 'Failures and erasures'): N shard
 futures with keys ``eval-b{b}-w{n}-{s}-{token}`` (``pure=False``, ``retries=0``; each reads and encodes its

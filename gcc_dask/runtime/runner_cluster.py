@@ -148,13 +148,11 @@ class ClusterRunner:
     def _rerun_quiet(self, fetching: list[_BatchState] | None,
                      ready: list[_BatchState]) -> tuple[list[_BatchState] | None, list[_BatchState]]:
         """Run again, on the other workers, what the batches wait for on a quiet worker (one that missed
-        :data:`~.liveness.MISSED_HEARTBEATS` heartbeats while others sent theirs): a scheme's batch whose decode
-        runs there, or needs a result that worker runs or holds alone (an exact scheme's shards, a cutoff's
-        kept results), or whose record only it holds (new keys, same draws, as when kept shards are lost), and a batch's labels or
-        reference (with the scores that wait for it). A quiet worker may be frozen (SIGSTOP, swapping hard):
-        without this, those batches waited until it came back or was ended (``cluster.unresponsive_after``).
-        Its shards that a cutoff waits for are left to the cutoff, unless the batch cannot reach its cutoff
-        without them: then the missing ones run again elsewhere (:func:`~.quiet.short_of`).
+        :data:`~.liveness.MISSED_HEARTBEATS` heartbeats while others sent theirs; it may be frozen: SIGSTOP,
+        swapping hard): the scheduler says which of the tasks they wait for are stuck there
+        (:func:`~.liveness.keys_stuck_on`), :func:`~.quiet.rescue_plan` what runs again (schemes' batches under
+        new keys, same draws; a batch's labels or reference with the scores that wait for it; the shards a cutoff
+        cannot do without), and this carries it out.
 
         `fetching` (the batches whose records are being fetched) and `ready` (finished, not fetched yet) are
         the loop's; returned as they are, or, when a record of the fetch under way waits for a quiet worker,
