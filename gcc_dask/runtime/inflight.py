@@ -9,8 +9,9 @@ functions pick. The straggler decisions are the batch machine's (:mod:`~.batch_m
 
 - the loop: which batches it takes (:func:`take`), which schemes' cutoffs it looks at on the wall clock
   (:func:`wall_clock_cutoffs`) and how long it then waits (:func:`loop_timeout`);
-- a shard's report: whether it comes too late to count (:func:`late_report`), which of a shard and its backup
-  copy it settles (:func:`settle_copy`);
+- a report: whether a shard's comes too late to count (:func:`late_report`), which of a shard and its backup
+  copy it settles (:func:`settle_copy`), whose decode, score or labels it is, if it still counts
+  (:func:`task_report`);
 - the cutoff: the tasks it cancels (:func:`not_kept`), what the decode is told (:func:`decode_meta`), the
   batches overtaken (:func:`overtaken_by`) and those waiting for their turn for backups
   (:func:`waiting_for_turn`);
@@ -25,7 +26,7 @@ functions pick. The straggler decisions are the batch machine's (:mod:`~.batch_m
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
@@ -34,7 +35,7 @@ from gcc_dask.runtime.plans import MAX_ATTEMPTS, _BatchState, _SchemeState
 
 __all__ = ["checks_data", "decode_meta", "final", "finished", "hand_over", "inputs_again", "late_report",
            "leftovers", "loop_timeout", "lost_kept", "not_kept", "overtaken_by", "scheme_futures", "selects",
-           "settle_copy", "split_fetch", "take", "unrecorded", "waiting_for_turn", "wall_clock_cutoffs"]
+           "settle_copy", "split_fetch", "take", "task_report", "unrecorded", "waiting_for_turn", "wall_clock_cutoffs"]
 
 #: the Dask statuses of a kept shard whose result is gone (its worker died, or it was cancelled)
 LOST = ("error", "lost", "cancelled")
@@ -96,6 +97,21 @@ def settle_copy(s: _SchemeState, w: int, fut: Any, status: str) -> tuple[str, An
     outcome = first_copy(status, other.status)
     s.shards[w] = fut if outcome == "won" else other
     return outcome, other
+
+
+def task_report(inflight: Mapping[int, _BatchState], batch: int, scheme: str, fut: Any,
+                task: str) -> tuple[_BatchState, _SchemeState | None] | None:
+    """The batch (and scheme) whose `task` (``"decode"``, ``"score"`` or ``"labels"``, scheme ``""``) `fut` is, if its
+    report still counts, else None: the batch is in flight, `fut` is its current task of that kind (not one
+    submitted before it again), and the scheme is not done (its record made, or failed) and, for a decode, not
+    already being scored; a labels task counts unless it finished (nothing to do then)."""
+    state = inflight.get(batch)
+    if task == "labels":
+        return None if state is None or fut is not state.labels or fut.status == "finished" else (state, None)
+    s = state.schemes[scheme] if state is not None else None
+    if s is None or fut is not getattr(s, task) or s.done or (task == "decode" and s.score is not None):
+        return None
+    return state, s
 
 
 # -- the cutoff -------------------------------------------------------------------------------------------------

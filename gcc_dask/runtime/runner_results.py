@@ -16,7 +16,7 @@ from distributed import KilledWorker
 from gcc_dask.errors import ClusterError
 from gcc_dask.runtime.batch_machine import Fail, Redecode, Rescore, Restart, WatchShards
 from gcc_dask.runtime.inflight import final as _final  # (importable from here, as before)
-from gcc_dask.runtime.inflight import inputs_again, lost_kept, unrecorded
+from gcc_dask.runtime.inflight import inputs_again, lost_kept, task_report, unrecorded
 from gcc_dask.runtime.lines import bad_batch_text, failure_line
 from gcc_dask.runtime.lines import samples_text as _samples_text  # noqa: F401 (importable from here, as before)
 from gcc_dask.runtime.plans import MAX_ATTEMPTS, _BatchState, _SchemeState
@@ -78,10 +78,9 @@ class ResultsRunner:
         s.machine.fail(reason)
 
     def _on_decode(self, batch: int, scheme: str, fut) -> None:
-        state = self._inflight.get(batch)
-        s = state.schemes[scheme] if state is not None else None
-        if s is None or fut is not s.decode or s.done or s.score is not None:
+        if (report := task_report(self._inflight, batch, scheme, fut, "decode")) is None:
             return
+        state, s = report
         if fut.status == "finished":
             if self.reference and state.reference is not None:
                 self._submit_score(state, s)
@@ -114,10 +113,9 @@ class ResultsRunner:
                 self._tell_failure(s, batch, f"its decode failed: {exc!r}")
 
     def _on_score(self, batch: int, scheme: str, fut) -> None:
-        state = self._inflight.get(batch)
-        s = state.schemes[scheme] if state is not None else None
-        if s is None or fut is not s.score or s.done:
+        if (report := task_report(self._inflight, batch, scheme, fut, "score")) is None:
             return
+        state, s = report
         if fut.status == "finished":
             s.done = True
             return
@@ -146,9 +144,9 @@ class ResultsRunner:
         cannot be written stops the run (as for ``decoded``); labels lost with their worker are submitted again
         (at most :data:`MAX_ATTEMPTS` times in all); else the batch's ``inputs/status`` stays pending, which a
         resume runs again (docs/pipeline.rst, section 'Resuming')."""
-        state = self._inflight.get(batch)
-        if state is None or fut is not state.labels or fut.status == "finished":
+        if (report := task_report(self._inflight, batch, "", fut, "labels")) is None:
             return
+        state, _ = report
         exc = _error_of(fut)
         if is_storage_error(exc):
             raise exc

@@ -13,8 +13,8 @@ from gcc_dask.runtime import inflight
 from gcc_dask.runtime.cutoff import Speculation
 from gcc_dask.runtime.inflight import (checks_data, decode_meta, final, finished, hand_over, inputs_again, late_report,
                                        leftovers, loop_timeout, lost_kept, not_kept, overtaken_by, scheme_futures,
-                                       selects, settle_copy, split_fetch, take, unrecorded, waiting_for_turn,
-                                       wall_clock_cutoffs)
+                                       selects, settle_copy, split_fetch, take, task_report, unrecorded,
+                                       waiting_for_turn, wall_clock_cutoffs)
 from gcc_dask.runtime.plans import MAX_ATTEMPTS
 from inflight_helpers import Fut, batch as _batch, cut as _cut, plan as _plan, scheme as _scheme
 
@@ -81,6 +81,27 @@ def test_of_a_shard_and_its_copy_the_first_result_stands_for_it(reporter, status
     other.status = other_status
     assert settle_copy(s, 2, fut, status) == (outcome, other)
     assert s.shards[2] is {"shard": shard, "copy": copy}[stands] and 2 not in s.backup
+
+
+def test_a_decode_score_or_labels_report_counts_only_for_the_current_task_of_a_scheme_not_done():
+    s = _scheme()
+    _cut(s)
+    old, s.decode = Fut("decode-a0"), Fut("decode-a1")
+    st = _batch(5, gcc=s)
+    inflight = {5: st}
+    assert task_report(inflight, 5, "gcc", s.decode, "decode") == (st, s)
+    assert task_report(inflight, 5, "gcc", old, "decode") is None  # submitted again since
+    assert task_report(inflight, 6, "gcc", s.decode, "decode") is None  # not in flight
+    s.score = Fut("score")
+    assert task_report(inflight, 5, "gcc", s.decode, "decode") is None  # being scored: the score decides
+    assert task_report(inflight, 5, "gcc", s.score, "score") == (st, s)
+    s.machine.decode_finished()
+    assert task_report(inflight, 5, "gcc", s.score, "score") is None  # done
+    st.labels = Fut("labels", "error")
+    assert task_report(inflight, 5, "", st.labels, "labels") == (st, None)
+    st.labels.status = "finished"
+    assert task_report(inflight, 5, "", st.labels, "labels") is None  # written: nothing to do
+    assert task_report(inflight, 5, "", Fut("labels-a1", "error"), "labels") is None
 
 
 def test_the_cutoff_cancels_what_it_does_not_keep_and_every_copy():
