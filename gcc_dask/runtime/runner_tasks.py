@@ -20,7 +20,7 @@ from gcc_dask.runtime.late_shards import first_copy
 from gcc_dask.runtime.placement import backup_worker, copy_slot, round_robin
 from gcc_dask.runtime.plans import INF, MAX_ATTEMPTS, SchemePlan, _BatchState, _SchemeState
 from gcc_dask.runtime.runner_results import _error_of
-from gcc_dask.runtime.tasks import decode_task, evaluate_shard, reference_task, score_task
+from gcc_dask.runtime.tasks import decode_task, evaluate_shard, load_batch, reference_task, score_task
 from gcc_dask.runtime.window import priority, turns
 
 __all__ = ["TasksRunner"]
@@ -62,11 +62,12 @@ class TasksRunner:
         priority = self._priority(state, "background")
         own = update is None
         update = self._update() if own else update
+        given = self._taken_load(state, update, "inputs")  # the batch's read, when its shards have one
         if self.reference:
             def bind(futs):
                 state.reference = futs[0]
 
-            update.add(reference_task, [(self.plugin.name, state.batch, True, True, self.output_size)],
+            update.add(reference_task, [(self.plugin.name, state.batch, True, True, self.output_size, *given)],
                        priority=priority, then=bind, keys=[f"reference-b{state.batch}{sfx}-{self.token}"],
                        **self._away_from_quiet())
         elif getattr(self.plugin.source, "has_labels", False):
@@ -74,7 +75,7 @@ class TasksRunner:
                 state.labels = futs[0]
                 self._events.watch([(state.labels, ("labels", state.batch, "", -1))])
 
-            update.add(reference_task, [(self.plugin.name, state.batch, True, False)], priority=priority,
+            update.add(reference_task, [(self.plugin.name, state.batch, True, False, None, *given)], priority=priority,
                        then=bind, keys=[f"labels-b{state.batch}{sfx}-{self.token}"], **self._away_from_quiet())
         if own:
             update.send()
@@ -147,11 +148,62 @@ class TasksRunner:
     def _shard_key(self, batch: int, w: int, s: _SchemeState, sfx: str = "") -> str:
         return f"eval-b{batch}-w{w}-{s.plan.name}{s.sfx}{sfx}-{self.token}"
 
+    def _load(self, state: _BatchState, update: GraphUpdate) -> list:
+        """The argument that hands a coded shard the batch's one read (:func:`~.tasks.load_batch`): ``[key]`` of a
+        read added to `update` now (the batch has none yet, or let its last one go), else ``[future]``. The read
+        runs above the batch's shards (:func:`~.window.priority`) on a worker of its own, round-robin over the
+        batches (away from quiet workers; loose, as the shards' placement): a task with no worker named would
+        wait in the scheduler's queue of root tasks behind every shard sent to the workers already, and the
+        shards that take it could not start; the lazy spares of the batches before it would take their threads
+        instead. It is held while the batch is in flight, and Dask runs it again if its worker is lost."""
+        if state.load is not None and state.load.status not in ("cancelled", "lost"):
+            return [state.load]  # (one that erred is given as it is: its shards fail with it, erasures)
+        if state.load_key is not None and update.has(state.load_key):
+            return [state.load_key]
+        key = state.load_key = f"load-b{state.batch}{f'-l{state.loads}' if state.loads else ''}-{self.token}"
+        state.loads += 1
+        state.load_by = set()
+
+        def bind(futs):
+            state.load, state.load_key = futs[0], None
+
+        workers = self._workers.refresh()
+        place = {"workers": [round_robin(workers, state.batch, 0)], "allow_other_workers": True} if workers else {}
+        update.add(load_batch, [(self.plugin.name, state.batch)], keys=[key], then=bind,
+                   priority=self._priority(state, "load"), **place)
+        return [key]
+
+    def _taken_load(self, state: _BatchState, update: GraphUpdate, by: str) -> list:
+        """``[ref]`` (an argument list of one) of the batch's read for a task of `by` (a scheme, or ``"inputs"``),
+        when the batch's shards have one in use or in `update` (:meth:`_load`); ``[]`` when they have none: the
+        task reads the batch itself."""
+        if (state.load is None or state.load.status in ("cancelled", "lost")) \
+                and not (state.load_key is not None and update.has(state.load_key)):
+            return []
+        state.load_by.add(by)
+        return [self._load(state, update)]
+
     def _map_shards(self, state: _BatchState, s: _SchemeState, ws: list[int], place: dict, update: GraphUpdate,
                     priority: int, sfx: str = "", watch: bool = True, backup: bool = False) -> None:
         """Add shards ``ws`` of a scheme's batch, at one placement, to `update` (and watch them once sent);
-        with `backup`, as the backup copies of those shards (``s.backup``), the originals left running."""
+        with `backup`, as the backup copies of those shards (``s.backup``), the originals left running. On a
+        cluster of several workers, from a source whose reads decode (a chunked one, ``source.chunks``, or a dask
+        array, ``source.remote``), a coded shard (one that reads the whole batch: no input of its own,
+        ``code.selected_input``) takes the batch's one read (:meth:`_load`). A selection scheme's shard reads its
+        own samples, and so does every shard of a source held in memory (a gather, cheaper than a transfer) or
+        on a single worker (which reads a batch once anyway, and whose shards then depend on no task: the
+        scheduler's queue keeps the lazy spares behind every batch's shards)."""
         name, batch, plan = self.plugin.name, state.batch, s.plan
+        code = self.plugin.codes[plan.name]
+        # (one worker reads each batch once anyway, through its plugin's cache; a source held in memory is read
+        # by a gather, cheaper than a transfer: no read task to wait for)
+        source = self.plugin.source
+        costly = getattr(source, "chunks", None) is not None or getattr(source, "remote", False)
+        coded = [w for w in ws if code.selected_input(w) is None] \
+            if costly and len(self._workers.refresh()) > 1 else []
+        given = self._load(state, update) if coded else None
+        if coded:
+            state.load_by.add(plan.name)
 
         def bind(futs):
             for w, fut in zip(ws, futs):
@@ -163,7 +215,8 @@ class TasksRunner:
                 self._events.watch([(fut, ("shard", batch, plan.name, w)) for w, fut in zip(ws, futs)])
 
         update.add(evaluate_shard,
-                   [(name, plan.name, batch, w, 0.0 if s.delays is None else float(s.delays[w])) for w in ws],
+                   [(name, plan.name, batch, w, 0.0 if s.delays is None else float(s.delays[w]),
+                     *([given] if w in coded else [])) for w in ws],
                    keys=[self._shard_key(batch, w, s, sfx) for w in ws], priority=priority, then=bind, **place)
 
     def _submit_direct(self, state: _BatchState, s: _SchemeState, decode, update: GraphUpdate) -> None:
@@ -201,10 +254,10 @@ class TasksRunner:
             start, stop = self.layout.batch_slots(batch)
             state = _BatchState(batch=batch, n_real=stop - start, reference=None, schemes={}, seq=self._submitted)
             self._submitted += 1
-            self._submit_reference(state, update)
             for plan in self.plans:
                 if plan.name in schemes:
                     self._submit_scheme(state, plan, update=update)
+            self._submit_reference(state, update)  # (after the shards: it takes their read of the batch, if any)
             states.append(state)
         update.send()
         dashboard.publish(self.client, {"kind": "submit", "run": self.token, "work": [[b, list(s)] for b, s in work]})
@@ -284,6 +337,8 @@ class TasksRunner:
         copy = s.backup.get(w)
         if (fut is not s.shards[w] and fut is not copy) or s.decode is not None or s.done or s.known[w]:
             return  # a late report (decided already, or from a resubmitted scheme's first attempt)
+        if status != "finished" and self._read_lost(state):
+            return
         if copy is not None:  # a late shard with a backup copy (:func:`~.late_shards.first_copy`)
             other = copy if fut is s.shards[w] else s.shards[w]
             del s.backup[w]
@@ -300,6 +355,26 @@ class TasksRunner:
         s.wake = self._maybe_cut(state, s)
         if s.failed[w]:
             self._maybe_promote(state, s)
+
+    def _read_lost(self, state: _BatchState) -> bool:
+        """When the batch's read (:meth:`_load`) died with its worker (a ``KilledWorker``: the embedded cluster
+        runs no task twice), every shard that took it fails with it, whatever its own worker: each scheme that
+        took it and is not cut yet runs again instead, with a read elsewhere (new keys, the same draws; at most
+        :data:`~.plans.MAX_ATTEMPTS` runs of a scheme's batch, as when its kept shards are lost). True when a
+        scheme runs again; else its shards are erasures as usual (bad data among them: the read's error is the
+        batch's own, :func:`~.tasks.is_bad_batch`, and stops the run)."""
+        load = state.load
+        if load is None or load.status != "error" or not isinstance(_error_of(load), KilledWorker):
+            return False
+        state.load = None
+        old, again = [], False
+        for s in list(state.schemes.values()):
+            if s.plan.name in state.load_by and s.decode is None and not s.done and s.restarts + 1 < MAX_ATTEMPTS:
+                old += [f for f in (*s.shards, *s.backup.values()) if f is not None]
+                self._submit_scheme(state, s.plan, restarts=s.restarts + 1)
+                again = True
+        self._cancel(old)
+        return again
 
     def _maybe_cut(self, state: _BatchState, s: _SchemeState) -> float:
         """Act on the machine's :meth:`~.batch_machine.BatchMachine.tick` (backups due, the cutoff once final);
