@@ -17,14 +17,10 @@ from gcc_dask.runtime.executor import BatchRunner, SchemePlan
 from gcc_dask.runtime.quiet import waits_on
 from gcc_dask.runtime.tasks import evaluate_shard, load_batch, reference_task
 from gcc_dask.runtime.window import priority
+from run_helpers import StubFuture
 
 
-class _Future:
-    def __init__(self, key):
-        self.key, self.status, self.error = key, "pending", None
-
-    def exception(self, timeout=None):
-        return self.error
+_Future = StubFuture
 
 
 class _Client:

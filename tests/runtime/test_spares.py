@@ -23,7 +23,7 @@ from gcc_dask.config import load_config
 from gcc_dask.pipeline import build_codes, build_plans
 from gcc_dask.runtime.cutoff import CutoffPolicy, needed_results
 from gcc_dask.runtime.executor import BatchRunner, SchemePlan
-from run_helpers import CALLS, RAN
+from run_helpers import CALLS, RAN, StubFuture
 
 
 # ------------------------------------------------------------------------------------------- pure
@@ -218,12 +218,7 @@ def test_virtual_clock_keeps_the_same_shards_with_lazy_or_eager_spares(client, t
 
 
 # ------------------------------------------------------------------------- promotion, on a stub client
-class _Future:
-    def __init__(self, key):
-        self.key, self.status, self.error = key, "pending", None
-
-    def exception(self, timeout=None):
-        return self.error
+_Future = StubFuture
 
 
 class _Client:
