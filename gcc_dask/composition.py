@@ -175,9 +175,10 @@ def _checked_features(source: Any, projection: Projection, x: np.ndarray, index:
     of those that overflow."""
     with np.errstate(over="ignore", invalid="ignore"):
         f = projection.features(x)
-        f64 = f.astype(np.float64)
-        norm2 = np.einsum("ij,ij->i", f64, f64)
-    bad = ~np.isfinite(f).all(axis=1) | ~(norm2 <= _MAX_NORM2)
+        # in float32: below _MAX_NORM2 neither a square nor the sum overflows, and a NaN or Inf feature makes
+        # the norm NaN or Inf, so this one comparison refuses both (a pass in float64 cost 0.3 µs a sample)
+        norm2 = np.einsum("ij,ij->i", f, f)
+    bad = ~(norm2 <= _MAX_NORM2)
     if bad.any():
         with np.errstate(invalid="ignore"):
             flat = np.abs(np.asarray(x, dtype=np.float64).reshape(x.shape[0], -1))

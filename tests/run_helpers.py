@@ -108,3 +108,14 @@ def held_on(x, address: str = ""):
             with _CALLS_LOCK:
                 HELD["let_through"] += 1
     return np.tanh(np.asarray(x, dtype=np.float64))
+
+
+class StubFuture:
+    """A stand-in for a Dask future on a stub client that runs nothing: its key, a status the test sets, and the
+    error ``exception()`` returns."""
+
+    def __init__(self, key):
+        self.key, self.status, self.error = key, "pending", None
+
+    def exception(self, timeout=None):
+        return self.error

@@ -311,3 +311,43 @@ def test_a_dask_array_source_takes_through_a_workers_chunk_reader():
     np.testing.assert_array_equal(src.take(idx, chunk)[0], x[idx])
     assert sorted(asked) == [0, 1, 2, 3]
     np.testing.assert_array_equal(src.take(idx)[0], x[idx])
+
+
+def test_a_batch_is_read_once_for_all_its_coded_shards(client, tmp_path, monkeypatch):
+    """gcc on a chunked Zarr source, on the session's two workers: each batch is read by one task (``load-``),
+    which reads each chunk of its window once (a window of 64 samples holds two batches of 32, from its 4 chunks
+    of 16), and no shard reads anything; the estimates are bit for bit those of the same run on one worker,
+    whose shards read the batch themselves."""
+    from distributed import Client, LocalCluster, get_worker
+    from distributed.worker import thread_state
+
+    _zarr(tmp_path / "data.zarr", n=512)
+
+    def in_task():
+        key = getattr(thread_state, "key", None)
+        if not isinstance(key, str) or not key.startswith(("eval-", "load-")):
+            return None
+        return key, get_worker().address
+
+    reads = _Reads(monkeypatch, in_task)
+    cfg = _cfg(tmp_path / "two.zarr", tmp_path / "data.zarr", ["gcc"], cutoff={"stragglers": 0})
+    assert gd.run_pipeline(cfg, client=client).status == "complete"
+    in_tasks = {k: v for k, v in reads.calls.items() if k[0] is not None}
+    assert {who[0].split("-")[0] for who, _, _ in in_tasks} == {"load"}  # the shards read nothing
+    assert set(in_tasks.values()) == {1}  # each chunk once per batch
+    loads = collections.defaultdict(set)
+    for (key, _), start, stop in in_tasks:
+        loads[int(key.split("-")[1][1:])].add((start, stop))
+    assert sorted(loads) == list(range(16))  # one read for each batch of 32 samples
+    for batch, chunks in loads.items():
+        window = batch // 2 * 64
+        assert chunks == {(s, s + CHUNK) for s in range(window, window + 64, CHUNK)}
+    assert len({who[1] for who, _, _ in in_tasks}) == 2  # the reads are spread over both workers
+    with LocalCluster(n_workers=1, threads_per_worker=8, processes=False, dashboard_address=":0",
+                      silence_logs=40) as cluster, Client(cluster) as one:
+        cfg = _cfg(tmp_path / "one.zarr", tmp_path / "data.zarr", ["gcc"], cutoff={"stragglers": 0})
+        assert gd.run_pipeline(cfg, client=one).status == "complete"
+    two, one = (zarr.open_group(str(tmp_path / f"{n}.zarr"), mode="r") for n in ("two", "one"))
+    np.testing.assert_array_equal(two["inputs/sample"][:], one["inputs/sample"][:])
+    np.testing.assert_array_equal(two["gcc/received"][:], one["gcc/received"][:])
+    np.testing.assert_array_equal(two["gcc/decoded"][:], one["gcc/decoded"][:])

@@ -9,8 +9,8 @@ machine's actions, :mod:`~.runner_results` fetches records and handles failed ta
 plugin, the workers (quiet ones included), a lost scheduler and the cancels.
 
 Per batch ``b`` and scheme ``s`` (docs/pipeline.rst, sections 'Cutoff' and 'Failures and erasures'): N shard
-futures with keys ``eval-b{b}-w{n}-{s}-{token}`` (``pure=False``, ``retries=0``; each reads and encodes its
-batch on its worker, so shards depend on no other task), then one decode over the kept shards once the cutoff
+futures with keys ``eval-b{b}-w{n}-{s}-{token}`` (``pure=False``, ``retries=0``; each encodes its own input, a
+coded one from the batch's one read ``load-b{b}-{token}`` on a cluster of several workers), then one decode over the kept shards once the cutoff
 is final; the others are cancelled and stop cooperatively. A score task joins the decode with the uncoded
 reference, off the latency path. Futures report through ``add_done_callback`` into one queue, which the loop
 drains with a timeout (wall-clock deadlines, the worker watchdog). A shard lost with its worker is an erasure,

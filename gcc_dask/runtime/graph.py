@@ -51,6 +51,10 @@ class GraphUpdate:
         """The number of tasks added so far."""
         return len(self._keys)
 
+    def has(self, key: str) -> bool:
+        """Whether a task of `key` was added to this update (and not sent yet)."""
+        return key in self._layer_of
+
     def add(self, func: Callable, args: list[tuple], *, keys: list[str], priority: int,
             workers: list[str] | None = None, allow_other_workers: bool = False,
             then: Callable[[list], Any] | None = None) -> None:

@@ -34,7 +34,7 @@ from gcc_dask.runtime.late_shards import first_copy
 from gcc_dask.runtime.plans import MAX_ATTEMPTS, _BatchState, _SchemeState
 
 __all__ = ["checks_data", "decode_meta", "final", "finished", "hand_over", "inputs_again", "late_report",
-           "leftovers", "loop_timeout", "lost_kept", "not_kept", "overtaken_by", "scheme_futures", "selects",
+           "leftovers", "loop_timeout", "lost_kept", "not_kept", "overtaken_by", "reread", "scheme_futures", "selects",
            "settle_copy", "split_fetch", "take", "task_report", "unrecorded", "waiting_for_turn", "wall_clock_cutoffs"]
 
 #: the Dask statuses of a kept shard whose result is gone (its worker died, or it was cancelled)
@@ -210,6 +210,14 @@ def hand_over(done: Iterable[tuple[_BatchState, list[dict]]], on_batch_done: Cal
             on_batch_done(state.batch, records)
         else:
             results.extend(records)
+
+
+def reread(state: _BatchState) -> list[_SchemeState]:
+    """The schemes of a batch that run again because its one read (:func:`~.tasks.load_batch`) died with its
+    worker: those that took it (``state.load_by``), not cut yet, and run fewer than :data:`~.plans.MAX_ATTEMPTS`
+    times (a scheme that has run that often keeps its shards' failures, erasures)."""
+    return [s for s in state.schemes.values() if s.plan.name in state.load_by and s.decode is None and not s.done
+            and s.restarts + 1 < MAX_ATTEMPTS]
 
 
 def scheme_futures(s: _SchemeState) -> list:

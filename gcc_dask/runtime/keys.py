@@ -11,6 +11,7 @@ shard ``w``                ``eval-b{batch}-w{w}-{scheme}{restart}{copy}-{token}`
 decode                     ``decode-b{batch}-{scheme}{restart}{attempt}-{token}``
 score                      ``score-b{batch}-{scheme}{restart}{attempt}-{token}``
 reference, labels          ``reference-b{batch}{attempt}-{token}``, ``labels-b{batch}{attempt}-{token}``
+the batch's one read       ``load-b{batch}{again}-{token}`` (``{again}``: ``-l{n}`` read again, :func:`load_key`)
 =========================  ============================================================================
 
 with ``{restart}`` ``-r{n}`` for the n-th run of a scheme's batch again (its kept shards were lost,
@@ -23,8 +24,8 @@ worker, run again elsewhere). The run page parses shard keys back
 
 from __future__ import annotations
 
-__all__ = ["BACKUP", "PROMOTED", "attempt_suffix", "decode_key", "inputs_key", "rescue_suffix", "restart_suffix",
-           "score_key", "shard_key"]
+__all__ = ["BACKUP", "PROMOTED", "attempt_suffix", "decode_key", "inputs_key", "load_key", "rescue_suffix",
+           "restart_suffix", "score_key", "shard_key"]
 
 #: the suffix of a late shard's backup copy
 BACKUP = "-b"
@@ -81,3 +82,13 @@ def inputs_key(kind: str, batch: int, token: str, attempt: int = 0) -> str:
     ('reference-b4-1a2b', 'labels-b4-a1-1a2b')
     """
     return f"{kind}-b{batch}{attempt_suffix(0, attempt)}-{token}"
+
+
+def load_key(batch: int, token: str, reads: int = 0) -> str:
+    """The key of the batch's one read (:func:`~gcc_dask.runtime.tasks.load_batch`), after `reads` reads of it
+    submitted before (a read lost with its worker, or let go on a quiet one, is submitted again).
+
+    >>> load_key(4, "1a2b"), load_key(4, "1a2b", 1)
+    ('load-b4-1a2b', 'load-b4-l1-1a2b')
+    """
+    return f"load-b{batch}{f'-l{reads}' if reads else ''}-{token}"

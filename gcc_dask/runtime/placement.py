@@ -72,8 +72,9 @@ def loose(workers: Sequence[str]) -> dict:
 
 def shard_place(workers: Sequence[str], batch: int, slot: int) -> dict:
     """Where the shard at round-robin `slot` of `batch` runs (:func:`round_robin`, :func:`loose`), so that one
-    death erases about N/W of a batch's shards, never all of them: shards depend on no task, so the scheduler would
-    otherwise pack a batch onto whichever worker has free threads. Anywhere (``{}``) with fewer than two workers.
+    death erases about N/W of a batch's shards, never all of them: a shard depends on no task, or only on its
+    batch's one read, so the scheduler would otherwise pack a batch onto whichever worker has free threads (or holds
+    the read). Anywhere (``{}``) with fewer than two workers.
 
     >>> shard_place(["a", "b", "c"], 1, 4), shard_place(["a"], 1, 4)
     ({'workers': ['c'], 'allow_other_workers': True}, {})

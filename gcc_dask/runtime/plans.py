@@ -4,7 +4,7 @@ scheme, with the :class:`~.batch_machine.BatchMachine` that takes its straggler 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -160,6 +160,10 @@ class _BatchState:
     seq: int = 0  # the order in which the batch was submitted: its priorities (batch numbers may have gaps)
     labels: Any = None  # without a reference: the task that writes the batch's labels
     labels_given_up: bool = False  # the labels task failed, and its failure was handled (_on_labels)
+    load: Any = None  # the batch's one read (tasks.load_batch) its coded shards take; None: none in use
+    load_key: str | None = None  # its key while the graph update that adds it is not sent yet
+    load_by: set = field(default_factory=set)  # who took it: scheme names, and "inputs" (reference or labels)
+    loads: int = 0  # reads submitted so far (a read let go on a quiet worker is submitted again, a key of its own)
 
     @property
     def done(self) -> bool:

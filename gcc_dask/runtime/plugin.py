@@ -186,14 +186,31 @@ class RunPlugin(WorkerPlugin):
         return self._memo(batch, "", _marking(
             lambda: _read_batch(self.source, self.layout, batch, self._chunk_reader(batch))))
 
-    def blocks(self, batch: int) -> Any:
+    def read(self, batch: int) -> Loaded:
+        """Batch ``batch``'s samples read from the source, in slot order, for the run's one read of the batch
+        (:func:`~gcc_dask.runtime.tasks.load_batch`): every chunk that holds some of them read once, whole, and
+        nothing kept on this worker afterwards (the task's result is what the batch's shards are given).
+        Errors as :meth:`load`'s (marked as the batch's own)."""
+        chunked = getattr(self.source, "chunks", None) is not None  # (a dask array reads through its chunks too)
+        return _marking(lambda: _read_batch(self.source, self.layout, batch,
+                                            self.source.read_chunk if chunked else None))()
+
+    def blocks(self, batch: int, loaded: Loaded | None = None) -> Any:
         """Batch ``batch``'s samples as the encoder's input: ``(K, G, *shape)``, CuPy when the run uses a GPU.
 
-        :meth:`load` laid out by :meth:`~gcc_dask.batch_layout.BatchLayout.to_blocks` (G groups, position k of
-        every group on α_k; no copy on the host), moved to the device once per worker (see :meth:`_memo`).
+        `loaded` (the batch as :meth:`read` returned it, in another task) laid out by
+        :meth:`~gcc_dask.batch_layout.BatchLayout.to_blocks` (G groups, position k of every group on α_k; no copy
+        on the host); without it, :meth:`load` (read once per worker, see :meth:`_memo`). Moved to the device once
+        per worker; copied once per worker where Dask handed the samples over unaligned (out of a message's
+        bytes), which would make every encode copy them.
         """
+        if loaded is not None and not self.use_gpu and loaded.x.flags.aligned:
+            return self.layout.to_blocks(loaded.x)
+
         def build():
-            x = self.layout.to_blocks(self.load(batch).x)
+            x = self.layout.to_blocks((self.load(batch) if loaded is None else loaded).x)
+            if not x.flags.aligned:  # as Dask may hand over a transferred array: every encode would copy it
+                x = np.array(x)
             if self.use_gpu:
                 import cupy
 
@@ -202,7 +219,7 @@ class RunPlugin(WorkerPlugin):
 
         return self._memo(batch, "blocks", _marking(build))
 
-    def shard_input(self, batch: int, scheme: str, worker: int) -> Any:
+    def shard_input(self, batch: int, scheme: str, worker: int, loaded: Loaded | None = None) -> Any:
         """What shard `worker` of `batch` evaluates for `scheme`: its coded block, ``(G, *shape)``.
 
         For a selection scheme (uncoded, replication) that is one position of every group unchanged, read
@@ -210,15 +227,18 @@ class RunPlugin(WorkerPlugin):
         slots), with no encode and without reading the rest of the batch (from a chunked source: only the
         chunks that hold those samples, through :meth:`chunk`, so the worker's other shards of the batch
         read none of them again). For the others, the shard's own coded block,
-        ``code.encode(blocks, workers=[worker])`` of :meth:`blocks`: each worker reads the batch once and
-        encodes only the rows of the shards it runs, so a batch costs N rows of encoding in all and no coded
-        input moves between workers. It is the same encode of the same data on every worker, so a copy of a
-        shard run elsewhere holds the same bits.
+        ``code.encode(blocks, workers=[worker])`` of :meth:`blocks`, from `loaded`: the batch as the run's one
+        read of it (:func:`~gcc_dask.runtime.tasks.load_batch`) returned it, which Dask hands to the shard (on
+        another worker, by one transfer of the batch's samples per worker, not a read of its chunks). Without
+        `loaded` the worker reads the batch itself, once (:meth:`blocks`). Each worker encodes only the rows of
+        the shards it runs, so a batch costs N rows of encoding in all and no coded input moves between workers.
+        It is the same encode of the same data on every worker, so a copy of a shard run elsewhere holds the
+        same bits.
         """
         code = self.codes[scheme]
         k = code.selected_input(worker)
         if k is None:
-            x = self.blocks(batch)
+            x = self.blocks(batch, loaded)
             return _marking(lambda: code.encode(x, workers=(worker,))[0])()
 
         def build():

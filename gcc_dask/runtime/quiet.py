@@ -30,8 +30,8 @@ def waits_on(inflight: Iterable[_BatchState]) -> tuple[dict[str, list[tuple]], d
     waits : dict of str to list of tuple
         Per key, who waits for that task, as ``(why, batch, scheme, batch state, scheme state)``: ``"scheme"``, a
         cut scheme's decode, score or kept shards (a finished task counts while its result is held on its worker
-        alone); ``"copy"``, a speculative scheme's copies still running; ``"inputs"`` (scheme ``""``, scheme state
-        None), the batch's reference or unfinished labels. Only what may still run again (fewer than
+        alone), or the batch's one read (:func:`~.tasks.load_batch`) that a scheme not cut yet takes; ``"copy"``, a speculative scheme's copies still running; ``"inputs"`` (scheme ``""``, scheme state
+        None), the batch's reference or unfinished labels, or the read they take. Only what may still run again (fewer than
         :data:`~.plans.MAX_ATTEMPTS` runs so far).
     shards : dict of str to tuple
         Per key, a shard a cutoff waits for, without a backup copy, as ``(batch, scheme, shard, batch state,
@@ -63,6 +63,14 @@ def waits_on(inflight: Iterable[_BatchState]) -> tuple[dict[str, list[tuple]], d
             if state.labels is not None and state.labels.status != "finished":  # (written once finished)
                 wait(state.labels, "inputs", state)
             wait(state.reference, "inputs", state)  # (the scores join its result)
+        if state.load is not None:  # the batch's one read: what still takes it runs again, with a read elsewhere
+            for s in state.schemes.values():
+                if s.plan.name in state.load_by and s.decode is None and not s.done \
+                        and s.restarts + 1 < MAX_ATTEMPTS:
+                    wait(state.load, "scheme", state, s)
+            unfinished = [t for t in (state.reference, state.labels) if t is not None and t.status != "finished"]
+            if "inputs" in state.load_by and unfinished and state.attempt + 1 < MAX_ATTEMPTS:
+                wait(state.load, "inputs", state)
     return waits, shards
 
 

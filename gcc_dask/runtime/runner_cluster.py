@@ -185,6 +185,9 @@ class ClusterRunner:
             self._fetcher.shutdown(wait=False)
             self._fetcher = ThreadPoolExecutor(1, thread_name_prefix="gcc-dask-records")
         old: list = []
+        for _, _, _, state, _ in again.values():  # a read stuck there is let go: what runs again reads elsewhere
+            if state.load is not None and state.load.key in stuck:
+                state.load = None
         for _, _, _, state, s in again.values():
             if s is not None:  # a decode, or a record, that waits for the quiet worker: the scheme runs again
                 old += scheme_futures(s)

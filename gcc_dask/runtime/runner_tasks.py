@@ -16,14 +16,16 @@ from distributed import KilledWorker
 from gcc_dask import dashboard
 from gcc_dask.runtime.batch_machine import BackUp, Copy, Cut, Promote
 from gcc_dask.runtime.graph import GraphUpdate
-from gcc_dask.runtime.keys import BACKUP, PROMOTED, decode_key, inputs_key, restart_suffix, score_key, shard_key
+from gcc_dask.runtime.keys import (
+    BACKUP, PROMOTED, decode_key, inputs_key, load_key, restart_suffix, score_key, shard_key,
+)
 from gcc_dask.runtime.inflight import (checks_data, decode_meta, inputs_again, late_report, not_kept, overtaken_by,
-                                       settle_copy, waiting_for_turn)
+                                       reread, scheme_futures, settle_copy, waiting_for_turn)
 from gcc_dask.runtime.page_events import cutoff_event, submit_event
-from gcc_dask.runtime.placement import backup_place, by_place, copy_slot, shard_place
+from gcc_dask.runtime.placement import backup_place, by_place, copy_slot, loose, round_robin, shard_place
 from gcc_dask.runtime.plans import INF, SchemePlan, _BatchState, _SchemeState, draw_delays
 from gcc_dask.runtime.runner_results import _error_of
-from gcc_dask.runtime.tasks import decode_task, evaluate_shard, reference_task, score_task
+from gcc_dask.runtime.tasks import decode_task, evaluate_shard, load_batch, reference_task, score_task
 from gcc_dask.runtime.window import priority, turns
 
 __all__ = ["TasksRunner"]
@@ -55,11 +57,12 @@ class TasksRunner:
         priority = self._priority(state, "background")
         own = update is None
         update = self._update() if own else update
+        given = self._taken_load(state, update, "inputs")  # the batch's read, when its shards have one
         if self.reference:
             def bind(futs):
                 state.reference = futs[0]
 
-            update.add(reference_task, [(self.plugin.name, state.batch, True, True, self.output_size)],
+            update.add(reference_task, [(self.plugin.name, state.batch, True, True, self.output_size, *given)],
                        priority=priority, then=bind, **self._away_from_quiet(),
                        keys=[inputs_key("reference", state.batch, self.token, state.attempt)])
         elif getattr(self.plugin.source, "has_labels", False):
@@ -67,8 +70,8 @@ class TasksRunner:
                 state.labels = futs[0]
                 self._events.watch([(state.labels, ("labels", state.batch, "", -1))])
 
-            update.add(reference_task, [(self.plugin.name, state.batch, True, False)], priority=priority,
-                       then=bind, keys=[inputs_key("labels", state.batch, self.token, state.attempt)],
+            update.add(reference_task, [(self.plugin.name, state.batch, True, False, None, *given)],
+                       priority=priority, then=bind, keys=[inputs_key("labels", state.batch, self.token, state.attempt)],
                        **self._away_from_quiet())
         if own:
             update.send()
@@ -126,11 +129,62 @@ class TasksRunner:
     def _shard_key(self, batch: int, w: int, s: _SchemeState, sfx: str = "") -> str:
         return shard_key(batch, w, s.plan.name, self.token, s.sfx, sfx)
 
+    def _load(self, state: _BatchState, update: GraphUpdate) -> list:
+        """The argument that hands a coded shard the batch's one read (:func:`~.tasks.load_batch`): ``[key]`` of a
+        read added to `update` now (the batch has none yet, or let its last one go), else ``[future]``. The read
+        runs above the batch's shards (:func:`~.window.priority`) on a worker of its own, round-robin over the
+        batches (away from quiet workers; loose, as the shards' placement): a task with no worker named would
+        wait in the scheduler's queue of root tasks behind every shard sent to the workers already, and the
+        shards that take it could not start; the lazy spares of the batches before it would take their threads
+        instead. It is held while the batch is in flight, and Dask runs it again if its worker is lost."""
+        if state.load is not None and state.load.status not in ("cancelled", "lost"):
+            return [state.load]  # (one that erred is given as it is: its shards fail with it, erasures)
+        if state.load_key is not None and update.has(state.load_key):
+            return [state.load_key]
+        key = state.load_key = load_key(state.batch, self.token, state.loads)
+        state.loads += 1
+        state.load_by = set()
+
+        def bind(futs):
+            state.load, state.load_key = futs[0], None
+
+        workers = self._workers.refresh()
+        place = loose([round_robin(workers, state.batch, 0)]) if workers else {}
+        update.add(load_batch, [(self.plugin.name, state.batch)], keys=[key], then=bind,
+                   priority=self._priority(state, "load"), **place)
+        return [key]
+
+    def _taken_load(self, state: _BatchState, update: GraphUpdate, by: str) -> list:
+        """``[ref]`` (an argument list of one) of the batch's read for a task of `by` (a scheme, or ``"inputs"``),
+        when the batch's shards have one in use or in `update` (:meth:`_load`); ``[]`` when they have none: the
+        task reads the batch itself."""
+        if (state.load is None or state.load.status in ("cancelled", "lost")) \
+                and not (state.load_key is not None and update.has(state.load_key)):
+            return []
+        state.load_by.add(by)
+        return [self._load(state, update)]
+
     def _map_shards(self, state: _BatchState, s: _SchemeState, ws: list[int], place: dict, update: GraphUpdate,
                     priority: int, sfx: str = "", watch: bool = True, backup: bool = False) -> None:
         """Add shards ``ws`` of a scheme's batch, at one placement, to `update` (and watch them once sent);
-        with `backup`, as the backup copies of those shards (``s.backup``), the originals left running."""
+        with `backup`, as the backup copies of those shards (``s.backup``), the originals left running. On a
+        cluster of several workers, from a source whose reads decode (a chunked one, ``source.chunks``, or a dask
+        array, ``source.remote``), a coded shard (one that reads the whole batch: no input of its own,
+        ``code.selected_input``) takes the batch's one read (:meth:`_load`). A selection scheme's shard reads its
+        own samples, and so does every shard of a source held in memory (a gather, cheaper than a transfer) or
+        on a single worker (which reads a batch once anyway, and whose shards then depend on no task: the
+        scheduler's queue keeps the lazy spares behind every batch's shards)."""
         name, batch, plan = self.plugin.name, state.batch, s.plan
+        code = self.plugin.codes[plan.name]
+        # (one worker reads each batch once anyway, through its plugin's cache; a source held in memory is read
+        # by a gather, cheaper than a transfer: no read task to wait for)
+        source = self.plugin.source
+        costly = getattr(source, "chunks", None) is not None or getattr(source, "remote", False)
+        coded = [w for w in ws if code.selected_input(w) is None] \
+            if costly and len(self._workers.refresh()) > 1 else []
+        given = self._load(state, update) if coded else None
+        if coded:
+            state.load_by.add(plan.name)
 
         def bind(futs):
             for w, fut in zip(ws, futs):
@@ -142,7 +196,8 @@ class TasksRunner:
                 self._events.watch([(fut, ("shard", batch, plan.name, w)) for w, fut in zip(ws, futs)])
 
         update.add(evaluate_shard,
-                   [(name, plan.name, batch, w, 0.0 if s.delays is None else float(s.delays[w])) for w in ws],
+                   [(name, plan.name, batch, w, 0.0 if s.delays is None else float(s.delays[w]),
+                     *([given] if w in coded else [])) for w in ws],
                    keys=[self._shard_key(batch, w, s, sfx) for w in ws], priority=priority, then=bind, **place)
 
     def _submit_direct(self, state: _BatchState, s: _SchemeState, decode, update: GraphUpdate) -> None:
@@ -176,10 +231,10 @@ class TasksRunner:
             start, stop = self.layout.batch_slots(batch)
             state = _BatchState(batch=batch, n_real=stop - start, reference=None, schemes={}, seq=self._submitted)
             self._submitted += 1
-            self._submit_reference(state, update)
             for plan in self.plans:
                 if plan.name in schemes:
                     self._submit_scheme(state, plan, update=update)
+            self._submit_reference(state, update)  # (after the shards: it takes their read of the batch, if any)
             states.append(state)
         update.send()
         dashboard.publish(self.client, submit_event(self.token, work))
@@ -253,6 +308,8 @@ class TasksRunner:
         s = state.schemes[scheme]
         if late_report(s, w, fut):
             return  # (decided already, or from a resubmitted scheme's first attempt)
+        if status != "finished" and self._read_lost(state):
+            return
         if w in s.backup:  # a late shard with a backup copy: which of the two stands for it
             outcome, other = settle_copy(s, w, fut, status)
             if outcome == "wait":
@@ -266,6 +323,24 @@ class TasksRunner:
         s.wake = self._maybe_cut(state, s)
         if s.failed[w]:
             self._maybe_promote(state, s)
+
+    def _read_lost(self, state: _BatchState) -> bool:
+        """When the batch's read (:meth:`_load`) died with its worker (a ``KilledWorker``: the embedded cluster
+        runs no task twice), every shard that took it fails with it, whatever its own worker: each scheme that
+        took it and is not cut yet runs again instead, with a read elsewhere (new keys, the same draws; at most
+        :data:`~.plans.MAX_ATTEMPTS` runs of a scheme's batch, as when its kept shards are lost). True when a
+        scheme runs again; else its shards are erasures as usual (bad data among them: the read's error is the
+        batch's own, :func:`~.tasks.is_bad_batch`, and stops the run)."""
+        load = state.load
+        if load is None or load.status != "error" or not isinstance(_error_of(load), KilledWorker):
+            return False
+        state.load = None
+        schemes, old = reread(state), []  # (:func:`~.inflight.reread`)
+        for s in schemes:
+            old += scheme_futures(s)
+            self._submit_scheme(state, s.plan, restarts=s.restarts + 1)
+        self._cancel(old)
+        return bool(schemes)
 
     def _maybe_cut(self, state: _BatchState, s: _SchemeState) -> float:
         """Act on the machine's :meth:`~.batch_machine.BatchMachine.tick` (backups due, the cutoff once final);

@@ -117,8 +117,31 @@ def check_output(p: RunPlugin, y: Any, rows: int, what: str, x: Any = None) -> A
     return y
 
 
+def load_batch(name: str, batch: int) -> Loaded | None:
+    """The run's one read of batch `batch`: its samples in slot order, and their labels
+    (:meth:`~gcc_dask.runtime.plugin.RunPlugin.read`; each chunk of a chunked source that holds some of them read
+    once, whole).
+
+    The batch's coded shards, and its reference or labels task, take the result as an argument, so the batch is
+    read, decompressed and gathered once for the whole run and reaches each other worker that runs a shard of
+    it by one transfer, instead of once in every worker (docs/pipeline.rst, section 'Reads that follow the
+    chunks'). A :class:`~gcc_dask.errors.GccDaskError` raised by the read is marked as the batch's own
+    (:func:`is_bad_batch`) and reaches the driver through every task that takes the result. None once the run
+    has ended.
+    """
+    p = _plugin(name)
+    if p is None:
+        return None
+    return p.read(batch)
+
+
+def _given(inputs: list | None) -> Loaded | None:
+    """The batch a task was given (``[Loaded]``, Dask's result of :func:`load_batch`), or None."""
+    return inputs[0] if inputs else None
+
+
 def reference_task(name: str, batch: int, write: bool = True, evaluate: bool = True,
-                   output_size: int | None = None) -> np.ndarray | None:
+                   output_size: int | None = None, inputs: list | None = None) -> np.ndarray | None:
     """Compute f(x) uncoded for the batch's samples (slot order); write labels and reference; return it.
 
     With ``evaluate=False`` (a run without a reference) only the labels are written, and None is returned.
@@ -126,11 +149,14 @@ def reference_task(name: str, batch: int, write: bool = True, evaluate: bool = T
     output size) it is written as NaN rows with the labels, so that the batch is not pending work (an outcome of
     f, which a resume would only meet again), and the error is raised (the batch's records keep no metrics).
     A batch whose reference could not be *written* stays pending (docs/pipeline.rst, section 'Resuming').
+    `inputs`, ``[Loaded]``: the batch as :func:`load_batch` read it (else it is read here).
     """
     p = _plugin(name)
     if p is None:
         return None
-    loaded = p.load(batch)
+    loaded = _given(inputs)
+    if loaded is None:
+        loaded = p.load(batch)
     if not evaluate:
         if write:
             _write(p, "inputs", batch, labels=loaded.labels)
@@ -172,11 +198,13 @@ def shard_seconds() -> dict[str, float]:
         return dict(_SHARD_SECONDS)
 
 
-def evaluate_shard(name: str, scheme: str, batch: int, worker: int, delay_s: float = 0.0) -> ShardResult | None:
+def evaluate_shard(name: str, scheme: str, batch: int, worker: int, delay_s: float = 0.0,
+                   inputs: list | None = None) -> ShardResult | None:
     """Evaluate f on coded block ``worker`` of ``batch`` for ``scheme``, after an injected (cooperative) delay.
 
-    One call of f on the block's G samples. The coded block comes from :meth:`RunPlugin.shard_input` (the
-    batch read once per worker, the shard's own row encoded). Returns None when the
+    One call of f on the block's G samples. The coded block comes from :meth:`RunPlugin.shard_input`: the
+    shard's own row encoded from `inputs` (``[Loaded]``, the batch as :func:`load_batch` read it once for the
+    run; a shard of a selection scheme is given none, and reads its own samples). Returns None when the
     shard was cancelled during its delay: it frees its thread at once. An exception raised by f, or by
     reading or encoding the batch, propagates: the driver records the shard as an erasure, never retries
     it (and stops the run with one line when every shard of a batch failed on bad data). The time it held
@@ -188,7 +216,7 @@ def evaluate_shard(name: str, scheme: str, batch: int, worker: int, delay_s: flo
         p = _plugin(name)
         if p is None:
             return None
-        x = p.shard_input(batch, scheme, worker)
+        x = p.shard_input(batch, scheme, worker, _given(inputs))
         if delay_s > 0 and not cooperative_sleep(delay_s, p):
             return None
         y = check_output(p, p.fn(x), x.shape[0], "a shard's block", x)

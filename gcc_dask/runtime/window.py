@@ -25,7 +25,8 @@ def takes_more(free: int, in_flight: int, max_in_flight: int) -> bool:
 
 def priority(seq: int, what: str, max_in_flight: int) -> int:
     """The Dask priority (higher runs first) of a task of the batch submitted `seq`-th, of a window of
-    `max_in_flight`: ``"decode"`` above its shards; ``"shard"`` (regular shards, backup copies, promoted spares,
+    `max_in_flight`: ``"decode"`` above its shards, and so is ``"load"`` (the batch's one read, which its coded
+    shards take); ``"shard"`` (regular shards, backup copies, promoted spares,
     rescued shards) in the order of submission; ``"spare"`` (lazy spares) below the shards of every batch in
     flight and above the next batches'; ``"background"`` (a reference, labels, a score: for the metrics only,
     never needed by a decode) below every spare.
@@ -36,7 +37,7 @@ def priority(seq: int, what: str, max_in_flight: int) -> int:
     [0, -1, -5, -10]
     """
     base = -int(seq)
-    return {"decode": base + 1, "shard": base, "spare": base - max_in_flight,
+    return {"decode": base + 1, "load": base + 1, "shard": base, "spare": base - max_in_flight,
             "background": base - 2 * max_in_flight - 1}[what]
 
 

@@ -65,6 +65,35 @@ def test_a_read_lost_in_a_shard_is_one_erasure(client, tmp_path):
                                       np.delete(want[s]["decoded"], rows, axis=0))
 
 
+class _ChunkedDyingArray(DyingArray):
+    """The same array in chunks of one batch: a chunked source, whose batches are read by a task of their own that
+    the batch's coded shards take (docs/pipeline.rst, 'Reads that follow the chunks')."""
+
+    @property
+    def chunks(self):
+        return ((self.batch_size,) * (self.shape[0] // self.batch_size), (self.shape[1],))
+
+
+def test_a_batch_read_lost_with_its_worker_is_read_again_elsewhere(client, tmp_path):
+    """From a chunked source, on two workers, each batch is read once, by a task that gcc's shards take: that
+    read dies with its worker (batch 3), so every one of the batch's shards would fail with it; gcc's batch runs
+    again instead, with a read elsewhere, and the store is as if nothing died (no erasure, the same draws)."""
+    def config(path):
+        cfg = synthetic_config(path, batches=BATCHES, k=K, n=N, schemes=("gcc",), run={"reference": False})
+        cfg["source"] = {"kind": "array", "array": _ChunkedDyingArray(DATA, K)}
+        return cfg
+
+    clean = gd.run_pipeline(config(tmp_path / "clean.zarr"), client=client)
+    arm(("load", 3))
+    run = gd.run_pipeline(config(tmp_path / "lost-read.zarr"), client=client)
+    assert run.status == "complete"
+    names = ("decoded", "status", "received", "failed")
+    got, want = read_group(run.path, "gcc", names), read_group(clean.path, "gcc", names)
+    assert (got["status"] == 1).all() and not got["failed"].any()
+    for name in names:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
 def test_a_record_lost_after_its_decode_finished_is_decoded_again(client, tmp_path, clean, monkeypatch):
     """The worker holding a finished decode's record (scored against the reference) dies before the driver
     fetches it, and Dask cannot recompute it (here: the fetch fails for batch 4, twice). The driver decodes

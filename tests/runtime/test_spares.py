@@ -23,7 +23,7 @@ from gcc_dask.config import load_config
 from gcc_dask.pipeline import build_codes, build_plans
 from gcc_dask.runtime.cutoff import CutoffPolicy, needed_results
 from gcc_dask.runtime.executor import BatchRunner, SchemePlan
-from run_helpers import CALLS, RAN
+from run_helpers import CALLS, RAN, StubFuture
 
 
 # ------------------------------------------------------------------------------------------- pure
@@ -218,12 +218,7 @@ def test_virtual_clock_keeps_the_same_shards_with_lazy_or_eager_spares(client, t
 
 
 # ------------------------------------------------------------------------- promotion, on a stub client
-class _Future:
-    def __init__(self, key):
-        self.key, self.status, self.error = key, "pending", None
-
-    def exception(self, timeout=None):
-        return self.error
+_Future = StubFuture
 
 
 class _Client:
@@ -264,7 +259,9 @@ def _stub_runner(**kwargs):
     from gcc_dask.composition import BatchLayout
 
     plugin = SimpleNamespace(name="p", name_token="tok", layout=BatchLayout(64, 4, 2),
-                             source=SimpleNamespace(has_labels=False))
+                             source=SimpleNamespace(has_labels=False),
+                             codes={"gcc": make_code("gcc", num_inputs=4, num_workers=8),
+                                    "uncoded": make_code("uncoded", num_inputs=4, num_workers=4)})
     plan = SchemePlan(name="gcc", num_workers=8, policy=CutoffPolicy(num_workers=8, wait_for=5),
                       order=(1, 6, 3, 4, 2, 5, 0, 7))
     uncoded = SchemePlan(name="uncoded", num_workers=4,
@@ -383,7 +380,8 @@ def test_a_replication_batch_promotes_a_spare_of_the_group_it_lacks():
     plan = SchemePlan(name="replication", num_workers=8, order=(0, 3, 1, 2, 4, 7, 5, 6),
                       policy=CutoffPolicy(num_workers=8, wait_for=8, groups=groups))
     plugin = SimpleNamespace(name="p", name_token="tok", layout=BatchLayout(64, 4, 2),
-                             source=SimpleNamespace(has_labels=False))
+                             source=SimpleNamespace(has_labels=False),
+                             codes={"replication": make_code("replication", num_inputs=4, num_workers=8)})
     client = _Client()
     runner = BatchRunner(client, plugin, [plan], num_samples=64, output_size=1, max_in_flight=4, reference=False)
     runner._submit_batch(0, ["replication"])
