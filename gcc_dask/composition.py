@@ -98,7 +98,7 @@ DEFAULT_FIT_SAMPLES = 4096
 #: components), the tree 2-5 µs with groups almost as close, so for a cheaper f the chain would cost the run
 #: several times f itself (docs/pipeline.rst, section 'Composition')
 AUTO_CHAIN_MIN_SECONDS_PER_ROW = 5e-6
-#: ... and the ``tree`` from this many seconds a sample, ``kd`` (about 1 µs a sample, looser groups) below it
+#: ... and the ``tree`` from this many seconds a sample, ``kd`` (about 0.7 µs a sample, looser groups) below it
 AUTO_TREE_MIN_SECONDS_PER_ROW = 2e-6
 
 
