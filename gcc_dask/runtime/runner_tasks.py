@@ -157,7 +157,10 @@ class TasksRunner:
     def _taken_load(self, state: _BatchState, update: GraphUpdate, by: str) -> list:
         """``[ref]`` (an argument list of one) of the batch's read for a task of `by` (a scheme, or ``"inputs"``),
         when the batch's shards have one in use or in `update` (:meth:`_load`); ``[]`` when they have none: the
-        task reads the batch itself."""
+        task reads the batch itself. A read that died with its worker is not taken again: the schemes that took it
+        run again first (:meth:`_read_lost`, as a failed shard of theirs would make them), and the task takes their
+        new read (a reference or labels lost with that read may be submitted again before any shard reports)."""
+        self._read_lost(state)
         if (state.load is None or state.load.status in ("cancelled", "lost")) \
                 and not (state.load_key is not None and update.has(state.load_key)):
             return []
