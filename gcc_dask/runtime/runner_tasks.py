@@ -157,7 +157,10 @@ class TasksRunner:
     def _taken_load(self, state: _BatchState, update: GraphUpdate, by: str) -> list:
         """``[ref]`` (an argument list of one) of the batch's read for a task of `by` (a scheme, or ``"inputs"``),
         when the batch's shards have one in use or in `update` (:meth:`_load`); ``[]`` when they have none: the
-        task reads the batch itself."""
+        task reads the batch itself. A read that died with its worker is not taken again: the schemes that took it
+        run again first (:meth:`_read_lost`, as a failed shard of theirs would make them), and the task takes their
+        new read (a reference or labels lost with that read may be submitted again before any shard reports)."""
+        self._read_lost(state)
         if (state.load is None or state.load.status in ("cancelled", "lost")) \
                 and not (state.load_key is not None and update.has(state.load_key)):
             return []
@@ -308,8 +311,8 @@ class TasksRunner:
         s = state.schemes[scheme]
         if late_report(s, w, fut):
             return  # (decided already, or from a resubmitted scheme's first attempt)
-        if status != "finished" and self._read_lost(state):
-            return
+        if status != "finished" and scheme in self._read_lost(state):
+            return  # (it runs again; a scheme that took no read keeps its erasure, below)
         if w in s.backup:  # a late shard with a backup copy: which of the two stands for it
             outcome, other = settle_copy(s, w, fut, status)
             if outcome == "wait":
@@ -324,23 +327,24 @@ class TasksRunner:
         if s.failed[w]:
             self._maybe_promote(state, s)
 
-    def _read_lost(self, state: _BatchState) -> bool:
+    def _read_lost(self, state: _BatchState) -> set[str]:
         """When the batch's read (:meth:`_load`) died with its worker (a ``KilledWorker``: the embedded cluster
         runs no task twice), every shard that took it fails with it, whatever its own worker: each scheme that
         took it and is not cut yet runs again instead, with a read elsewhere (new keys, the same draws; at most
-        :data:`~.plans.MAX_ATTEMPTS` runs of a scheme's batch, as when its kept shards are lost). True when a
-        scheme runs again; else its shards are erasures as usual (bad data among them: the read's error is the
-        batch's own, :func:`~.tasks.is_bad_batch`, and stops the run)."""
+        :data:`~.plans.MAX_ATTEMPTS` runs of a scheme's batch, as when its kept shards are lost). The names of the
+        schemes that run again (a failed shard of one of them is a late report); a shard of any other scheme is an
+        erasure as usual, whether or not the read died (bad data among them: the read's error is the batch's own,
+        :func:`~.tasks.is_bad_batch`, and stops the run)."""
         load = state.load
         if load is None or load.status != "error" or not isinstance(_error_of(load), KilledWorker):
-            return False
+            return set()
         state.load = None
         schemes, old = reread(state), []  # (:func:`~.inflight.reread`)
         for s in schemes:
             old += scheme_futures(s)
             self._submit_scheme(state, s.plan, restarts=s.restarts + 1)
         self._cancel(old)
-        return bool(schemes)
+        return {s.plan.name for s in schemes}
 
     def _maybe_cut(self, state: _BatchState, s: _SchemeState) -> float:
         """Act on the machine's :meth:`~.batch_machine.BatchMachine.tick` (backups due, the cutoff once final);

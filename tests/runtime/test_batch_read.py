@@ -51,16 +51,23 @@ class _Client:
         return {"workers": {w: {} for w in self.workers}}
 
 
-def _runner(workers=("tcp://a", "tcp://b"), reference=False, chunks=16):
+def _runner(workers=("tcp://a", "tcp://b"), reference=False, chunks=16, replication=False, labels=False):
     codes = {"gcc": make_code("gcc", num_inputs=4, num_workers=8),
              "uncoded": make_code("uncoded", num_inputs=4, num_workers=4)}
+    if replication:  # (waits for one copy of every input, as a run's replication with stop: recovery)
+        codes["replication"] = make_code("replication", num_inputs=4, num_workers=8)
     plugin = SimpleNamespace(name="p", name_token="tok", layout=BatchLayout(64, 4, 2), codes=codes,
-                             source=SimpleNamespace(has_labels=False, chunks=chunks))
+                             source=SimpleNamespace(has_labels=labels, chunks=chunks))
     gcc = SchemePlan(name="gcc", num_workers=8, policy=CutoffPolicy(num_workers=8, wait_for=5))
     uncoded = SchemePlan(name="uncoded", num_workers=4,
                          policy=CutoffPolicy(num_workers=4, wait_for=4, groups=(0, 1, 2, 3)))
+    plans = [gcc, uncoded]
+    if replication:
+        groups = tuple(int(codes["replication"].selected_input(w)) for w in range(8))
+        plans.append(SchemePlan(name="replication", num_workers=8, policy=CutoffPolicy(
+            num_workers=8, wait_for=8, on_shortfall="wait", groups=groups)))
     client = _Client(workers)
-    runner = BatchRunner(client, plugin, [gcc, uncoded], num_samples=64, output_size=1, max_in_flight=4,
+    runner = BatchRunner(client, plugin, plans, num_samples=64, output_size=1, max_in_flight=4,
                          reference=reference)
     runner._cancel = runner._cancel_now
     return runner, client
@@ -147,3 +154,51 @@ def test_the_quiet_rescue_sees_the_read_while_a_scheme_still_needs_it():
     state.schemes["gcc"].decode = _Future("decode")  # cut: its kept results are what it waits for now
     state.reference.status = "finished"
     assert "load-b0-tok" not in waits_on([state])[0]
+
+
+
+def test_a_shard_of_a_scheme_that_took_no_read_is_not_lost_with_the_read():
+    """A breaker's find: the read died with its worker, and the first failure the driver heard of was a shard of
+    a scheme that took no read (replication, its own worker the dead one). Running gcc again swallowed that
+    report: the replication shard never became an erasure, and its batch waited for it for ever (a real run of
+    gcc, letcc, replication and speculative on 3 worker processes, two SIGKILLed while reading, hung). It is an
+    erasure, and gcc runs again."""
+    runner, client = _runner(replication=True)
+    runner._submit_batches([(0, ["gcc", "replication"])])
+    state = runner._inflight[0]
+    gcc, rep = state.schemes["gcc"], state.schemes["replication"]
+    assert all(len(client.tasks[f.key][1]) == 5 for f in rep.shards)  # it took no read
+    state.load.status, state.load.error = "error", KilledWorker("load-b0-tok", "tcp://a", 0)
+    lost = rep.shards[2]
+    lost.status, lost.error = "error", KilledWorker(lost.key, "tcp://a", 0)
+    runner._on_shard(0.1, 0, "replication", 2, lost, "error")
+    assert state.schemes["replication"] is rep and rep.failed[2]  # its erasure, as without a read
+    again = state.schemes["gcc"]
+    assert again is not gcc and again.restarts == 1 and state.load.key == "load-b0-l1-tok"
+    # gcc's first shards report their failure next: late reports, ignored
+    gcc.shards[3].status = "error"
+    runner._on_shard(0.1, 0, "gcc", 3, gcc.shards[3], "error")
+    assert state.schemes["gcc"] is again and not again.failed.any()
+
+
+def test_labels_lost_with_the_read_are_written_from_a_read_that_lives():
+    """The read died with its worker, and the batch's labels task (which took it) reported its KilledWorker
+    before any shard did: the labels ran again, and must not take the dead read again (they would fail with it
+    once more, and after MAX_ATTEMPTS the batch's labels were given up: a resume's work)."""
+    runner, client = _runner(labels=True)
+    runner._submit_batches([(0, ["gcc"])])
+    state = runner._inflight[0]
+    gcc, labels = state.schemes["gcc"], state.labels
+    assert client.tasks[labels.key][1][-1] == ["load-b0-tok"]
+    dead = KilledWorker("load-b0-tok", "tcp://a", 0)
+    state.load.status, state.load.error = "error", dead
+    labels.status, labels.error = "error", dead
+    runner._on_labels(0, labels)
+    again = state.labels
+    assert again is not labels and state.attempt == 1
+    taken = [getattr(r, "key", r) for r in client.tasks[again.key][1][-1]]
+    assert taken == ["load-b0-l1-tok"]  # not the read that died: the one gcc, run again, takes
+    assert state.schemes["gcc"] is not gcc and state.schemes["gcc"].restarts == 1
+    gcc.shards[3].status = "error"  # gcc's first shards report their failure next: late reports, ignored
+    runner._on_shard(0.1, 0, "gcc", 3, gcc.shards[3], "error")
+    assert state.schemes["gcc"].restarts == 1 and not state.schemes["gcc"].failed.any()
