@@ -42,6 +42,8 @@ MAX_BLOCK_SIZE = 262144
 PROBE_S = 0.02
 #: ... or holds this many samples
 PROBE_MAX_ROWS = 8192
+#: ... or holds this many bytes of samples (224 x 224 RGB images in float32: 85 of them)
+PROBE_MAX_BYTES = 16 * 2**20
 #: the first call's samples
 PROBE_MIN_ROWS = 64
 #: calls of f timed on the last rows when one is short (under 2 × PROBE_S): the fastest is f's cost
@@ -69,10 +71,18 @@ class BlockChoice:
     reason: str
 
 
+def probe_rows(num_samples: int, row_bytes: int = 0) -> int:
+    """How many of a source's first samples :func:`time_f` times f on at most: ``num_samples``, at most
+    :data:`PROBE_MAX_ROWS`, and at most :data:`PROBE_MAX_BYTES` of samples of `row_bytes` bytes each (never
+    fewer than one)."""
+    cap = PROBE_MAX_ROWS if row_bytes <= 0 else max(1, min(PROBE_MAX_ROWS, PROBE_MAX_BYTES // int(row_bytes)))
+    return max(1, min(int(num_samples), cap))
+
+
 def time_f(fn: Callable[[np.ndarray], Any], read: Callable[[int, int], np.ndarray], num_samples: int,
-           clock: Callable[[], float] = time.perf_counter) -> FCost:
+           clock: Callable[[], float] = time.perf_counter, row_bytes: int = 0) -> FCost:
     """Time f on the first samples of a source: calls on 64, 128, 256, ... samples until one takes
-    :data:`PROBE_S` seconds or holds ``min(num_samples, PROBE_MAX_ROWS)`` samples; the last call's cost, or,
+    :data:`PROBE_S` seconds or holds :func:`probe_rows` samples; the last call's cost, or,
     when that call was short (under 2 × PROBE_S), the fastest of :data:`PROBE_REPEATS` calls on those samples
     (a busy machine preempts some of them).
 
@@ -90,12 +100,14 @@ def time_f(fn: Callable[[np.ndarray], Any], read: Callable[[int, int], np.ndarra
         The source's length (>= 1).
     clock : callable
         Seconds, monotonic.
+    row_bytes : int
+        Bytes of one sample (0: not known), for :func:`probe_rows`.
 
     Returns
     -------
     FCost
     """
-    limit = max(1, min(int(num_samples), PROBE_MAX_ROWS))
+    limit = probe_rows(num_samples, row_bytes)
     rows = min(PROBE_MIN_ROWS, limit)
     samples = read(0, limit)
     fn(samples[:rows])  # warm-up

@@ -201,6 +201,55 @@ def test_a_batch_reads_only_its_own_chunks_and_keeps_them(tmp_path, monkeypatch)
     assert set(reads.calls.values()) == {1}
 
 
+
+def test_a_block_that_one_shard_alone_reads_is_read_fresh_and_kept_by_nobody(tmp_path, monkeypatch):
+    """uncoded alone, a block as long as a chunk: the shard reads its chunk straight into its block (one read of
+    that chunk, no gather) and the worker keeps neither the chunk nor the block (a worker that kept them faulted
+    in fresh memory for every array f allocated); with replication beside it, every position is read by several
+    shards, so the block is kept and read once per worker, as before."""
+    _zarr(tmp_path / "a.zarr", n=512)
+    src = make_source("zarr", path=str(tmp_path / "a.zarr"), array="x")
+    layout = compose(src, group_size=4, block_size=CHUNK, policy="as_stored")
+    alone = RunPlugin("run-t0k3n", None, {"uncoded": make_code("uncoded", num_inputs=4, num_workers=4)}, src, None,
+                      layout, cache_batches=2)
+    want = src.read(14 * CHUNK, 15 * CHUNK)[0]  # batch 3 = chunks 12..15; position 2 = chunk 14
+    reads = _Reads(monkeypatch)
+    x = alone.shard_input(3, "uncoded", 2)
+    np.testing.assert_array_equal(x, want)
+    assert reads.calls == {(None, 14 * CHUNK, 15 * CHUNK): 1}
+    assert not alone._batches and not len(alone._chunk_pool)  # nothing kept
+    x[:] = -1  # the shard's own array: nothing the worker reads again
+    np.testing.assert_array_equal(alone.shard_input(3, "uncoded", 2), want)
+
+    replication = make_code("replication", num_inputs=4, num_workers=8)
+    shared = RunPlugin("run-t0k3n", None, {"uncoded": make_code("uncoded", num_inputs=4, num_workers=4),
+                                           "replication": replication}, src, None, layout, cache_batches=2)
+    reads.calls.clear()
+    a = shared.shard_input(3, "uncoded", 2)
+    b = shared.shard_input(3, "replication", next(w for w in range(8) if replication.selected_input(w) == 2))
+    assert reads.calls == {(None, 14 * CHUNK, 15 * CHUNK): 1} and "position-2" in shared._batches[3]
+    assert a is b
+
+
+def test_take_of_whole_chunks_reads_them_as_one_slice(tmp_path, monkeypatch):
+    """``take`` of consecutive samples from a chunk's first to a chunk's last, without a chunk reader: one read
+    of those samples (no gather); the same values as the gather through a reader that holds chunks."""
+    _zarr(tmp_path / "a.zarr", n=100)  # 7 chunks, the last of 4 samples
+    src = make_source("zarr", path=str(tmp_path / "a.zarr"), array="x")
+    assert src.whole_chunks(np.arange(16, 48)) and src.whole_chunks(np.arange(96, 100))
+    assert src.whole_chunks(np.arange(80, 100))
+    for idx in (np.arange(16, 47), np.arange(17, 48), np.arange(16, 48)[::-1], np.array([16, 16, 17]),
+                np.arange(0, 0), np.arange(16, 48).reshape(2, -1), np.arange(16, 48) * 1.0):
+        assert not src.whole_chunks(idx), idx
+    assert not make_source("array", array=np.zeros((64, 3), np.float32)).whole_chunks(np.arange(16))
+    reads = _Reads(monkeypatch)
+    X, y = src.take(np.arange(16, 48))
+    assert list(reads.calls) == [(None, 16, 48)]
+    X2, y2 = src.take(np.arange(16, 48), src.read_chunk)
+    np.testing.assert_array_equal(X, X2)
+    np.testing.assert_array_equal(y, y2)
+
+
 # ---------------------------------------------------------------------------------- a real pipeline
 def _cfg(path, data, schemes, **extra):
     cfg = {

@@ -364,3 +364,20 @@ def test_a_chunked_source_is_fitted_on_no_more_than_fit_samples(fit_samples):
     assert idx.size <= fit_samples and idx.size >= min(plain.size, comp.FIT_CHUNKS)
     assert np.all(np.diff(idx) > 0) and idx.max() < n
     assert np.unique(idx // chunk).size <= comp.FIT_CHUNKS
+
+
+@pytest.mark.parametrize("n,k,b", [(1, 1, 1), (7, 4, 2), (8, 4, 2), (9, 4, 2), (100, 8, 3), (12345, 5, 7), (3, 8, 4)])
+def test_group_of_slot_numbers_the_groups_of_every_batch_in_turn(n, k, b):
+    """Slot j of a batch of G groups holds position j // G of its group j % G, groups numbered over the run;
+    full batches broadcast, a short last batch (fewer groups) slot by slot."""
+    layout = BatchLayout(n, k, b)
+    group, position = layout.group_of_slot()
+    first = 0
+    for batch in range(layout.num_batches):
+        start, stop = layout.batch_slots(batch)
+        g = layout.batch_groups(batch)
+        local = np.arange(stop - start)
+        np.testing.assert_array_equal(group[start:stop], first + local % g)
+        np.testing.assert_array_equal(position[start:stop], local // g)
+        first += g
+    assert group.dtype == np.int64 and position.dtype == np.int32

@@ -177,3 +177,29 @@ def test_time_f_reads_the_samples_once():
 
     cost = time_f(lambda x: x.sum(axis=1), read, 1000)
     assert calls == [(0, 1000)] and cost.rows == 1000
+
+
+def test_the_probe_reads_the_first_samples_once_and_no_more_than_its_bytes(monkeypatch):
+    """The model's check (sample 0) and f's timing share one read of the source's first samples (a compressed
+    chunked source decoded its first chunk twice), and large samples are read no more than
+    :data:`~gcc_dask.sizing.PROBE_MAX_BYTES` of them (8,192 images of 224 x 224 x 3 float32 were 4.9 GB)."""
+    from gcc_dask import sizing
+    from gcc_dask.inputs import _probe_model
+    from gcc_dask.sources import make_source
+    from gcc_dask.workloads import make_workload
+
+    reads = []
+    cls = type(make_source("array", array=np.ones((2, 3), np.float32)))
+    original = cls._read
+    monkeypatch.setattr(cls, "_read", lambda s, a, b: reads.append((a, b)) or original(s, a, b))
+    for shape, rows in (((32,), sizing.PROBE_MAX_ROWS), ((3, 224, 224), sizing.PROBE_MAX_BYTES // (3 * 224 * 224 * 4))):
+        source = make_source("array", array=np.ones((20_000 if len(shape) == 1 else 64, *shape), np.float32))
+        assert type(source) is cls
+        reads.clear()
+        out, cost = _probe_model(make_workload("callable", function=lambda x: x.reshape(len(x), -1)[:, :2]), source,
+                                 timed=True)
+        assert reads == [(0, rows)] and out == (2,) and 1 <= cost.rows <= rows
+        reads.clear()
+        assert _probe_model(make_workload("callable", function=lambda x: x.reshape(len(x), -1)[:, :2]), source)[1] is None
+        assert reads == [(0, 1)]
+    assert sizing.probe_rows(10) == 10 and sizing.probe_rows(10**6, 10**12) == 1

@@ -318,6 +318,8 @@ class Source(ABC):
         if idx.size == 0:
             return self.read(0, 0)
         if self.chunks is not None:
+            if chunk is None and self.whole_chunks(idx):  # one read, straight into one fresh array: no gather
+                return self.read(int(idx[0]), int(idx[-1]) + 1)
             return self._take_chunks(idx, chunk or self.read_chunk)
         lo, hi = int(idx.min()), int(idx.max()) + 1
         if hi - lo == idx.size and (np.diff(idx) == 1).all():
@@ -332,6 +334,24 @@ class Source(ABC):
             xs.append(X[run - start])
             ys.append(None if y is None else y[run - start])
         return _unsort(order, xs, ys)
+
+    def whole_chunks(self, indices: Any) -> bool:
+        """Whether `indices` are whole chunks of this chunked source, in order: the consecutive samples from the
+        first of a chunk to the last of a chunk (a block of the stored order as long as some chunks). Reading
+        them reads nothing else, so a caller that holds chunks for other reads (:meth:`take`'s `chunk`) need
+        not hold these. False for a source without chunks, or for no indices.
+
+        Parameters
+        ----------
+        indices : array-like of int, shape (m,)
+        """
+        c = self.chunks
+        idx = np.asarray(indices)
+        if c is None or idx.ndim != 1 or idx.size == 0 or not np.issubdtype(idx.dtype, np.integer):
+            return False
+        lo, hi = int(idx[0]), int(idx[-1]) + 1
+        return (lo % c == 0 and (hi % c == 0 or hi == self.num_samples) and hi - lo == idx.size
+                and bool((np.diff(idx) == 1).all()))
 
     def _take_chunks(self, idx: np.ndarray, chunk: Callable) -> tuple[np.ndarray, np.ndarray | None]:
         """:meth:`take` of a chunked source: each chunk of `idx` read once (through `chunk`), and its samples
