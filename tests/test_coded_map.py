@@ -587,6 +587,29 @@ def test_estimates_read_each_store_chunk_once(process_client, tmp_path, monkeypa
         assert not reads  # blocks of X read their rows themselves
 
 
+
+def test_the_estimates_of_an_as_stored_run_read_no_composition(client, tmp_path, monkeypatch):
+    """A run composed ``as_stored`` keeps the dataset's order: its estimates, eager and lazy, are read without
+    the stored composition (``inputs/sample``: 16 MB at 2,000,000 rows, read and checked for nothing), the same
+    values as the store's own rows."""
+    import dask.array as da
+    import zarr
+
+    from gcc_dask.store import RunStore, readers
+
+    res = gd.coded_map(f, X, client=client, out=tmp_path / "s.zarr", composition={"policy": "as_stored"}, **CONFIG)
+    stored = zarr.open_group(res.store, mode="r")["gcc/decoded"][...]
+
+    def refused(self):
+        raise AssertionError("the composition was read")
+
+    monkeypatch.setattr(RunStore, "sample_index", refused)
+    np.testing.assert_array_equal(readers.read_in_dataset_order(res.store, "gcc"), stored)
+    lazy = readers.read_in_dataset_order(res.store, "gcc", lazy=True, chunks=(100,) * 6)
+    assert isinstance(lazy, da.Array) and lazy.chunks[0] == (100,) * 6
+    np.testing.assert_array_equal(lazy.compute(scheduler="sync"), stored)
+
+
 @pytest.mark.parametrize("op", ["as stored", "scaled"])
 def test_a_zarr_array_rewritten_in_place_is_refused_on_resume_over_its_dask_array(client, tmp_path, op):
     """A breaker's find: ``da.from_zarr(path)`` is fingerprinted by its path, so a store made over it resumed
