@@ -271,7 +271,8 @@ def _coordinate(group: _NodePlan, name: str, values: np.ndarray, dims: tuple[str
     """A coordinate array written whole by the driver at creation (one large chunk: never rewritten)."""
     values = np.asarray(values)
     chunk = (max(1, min(values.shape[0], 1 << 20)),)
-    group.create_array(name, data=values, chunks=chunk, dimension_names=dims, attributes=dict(attrs))
+    group.create_array(name, data=values, chunks=chunk, dimension_names=dims, attributes=dict(attrs),
+                       coordinate=True)
 
 
 #: threads of :class:`Concurrently`: each zarr call on a local store is a few file-system round trips through
@@ -304,17 +305,26 @@ class Concurrently:
                 f.result()
 
 
-def codecs() -> tuple[Any, ...]:
-    """The bytes-to-bytes codecs of every array of a new store: Zarr's default ``zstd`` (level 0), then a
+def codecs(coordinate_itemsize: int | None = None) -> tuple[Any, ...]:
+    """The bytes-to-bytes codecs of an array of a new store: Zarr's default ``zstd`` (level 0), then a
     ``crc32c`` checksum of the compressed chunk, which a read verifies (a flipped byte is a ``ValueError``
-    instead of wrong numbers; docs/store.rst, section 'Integrity')."""
-    from zarr.codecs import Crc32cCodec, ZstdCodec
+    instead of wrong numbers; docs/store.rst, section 'Integrity').
 
+    A coordinate (values of `coordinate_itemsize` bytes each, written once by the driver: ``sample``, ``group``,
+    ``position``, ...) is compressed by ``blosc`` with zstd after a byte shuffle instead, then checksummed the
+    same way: sample indices compress 10x better and about 10x faster so (8 MiB of int64 indices: 3 ms against
+    25-32 ms, and a store of 2,000,000 samples writes 5 such arrays of 16 MB at its creation)."""
+    from zarr.codecs import BloscCodec, Crc32cCodec, ZstdCodec
+
+    if coordinate_itemsize is not None:
+        return (BloscCodec(cname="zstd", clevel=1, shuffle="shuffle", typesize=int(coordinate_itemsize)),
+                Crc32cCodec())
     return (ZstdCodec(level=0, checksum=False), Crc32cCodec())
 
 
 def _array_metadata(shape: tuple[int, ...], chunks: tuple[int, ...], dtype: Any, fill_value: Any,
-                    dimension_names: tuple[str, ...], attributes: Mapping[str, Any]) -> Any:
+                    dimension_names: tuple[str, ...], attributes: Mapping[str, Any],
+                    coordinate: bool = False) -> Any:
     """The Zarr v3 metadata of an array of a new store: a regular chunk grid, the default chunk keys ('/'),
     little-endian bytes, then the store's :func:`codecs`; what ``zarr.create_array`` makes of the same
     arguments (tests/store/test_store_layout.py), without a round trip through zarr's event loop."""
@@ -328,7 +338,8 @@ def _array_metadata(shape: tuple[int, ...], chunks: tuple[int, ...], dtype: Any,
         "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [int(x) for x in chunks]}},
         "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
         "fill_value": fill_value,
-        "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, *(c.to_dict() for c in codecs())],
+        "codecs": [{"name": "bytes", "configuration": {"endian": "little"}},
+                   *(c.to_dict() for c in codecs(dtype.itemsize if coordinate else None))],
         "attributes": dict(attributes), "dimension_names": list(dimension_names),
     })
 
@@ -358,13 +369,14 @@ class _NodePlan:
 
     def create_array(self, name: str, *, chunks: tuple[int, ...], dimension_names: tuple[str, ...],
                      attributes: Mapping[str, Any], shape: tuple[int, ...] | None = None, dtype: Any = None,
-                     fill_value: Any = None, data: np.ndarray | None = None) -> None:
+                     fill_value: Any = None, data: np.ndarray | None = None, coordinate: bool = False) -> None:
         key = self._key(name)
         if data is not None:
             data = np.asarray(data)
             shape, dtype = data.shape, data.dtype
             self._values[key] = data
-        self._nodes[key] = _array_metadata(shape, chunks, dtype, fill_value, dimension_names, attributes)
+        self._nodes[key] = _array_metadata(shape, chunks, dtype, fill_value, dimension_names, attributes,
+                                           coordinate)
 
     def make(self, path: str | os.PathLike) -> None:
         """Create the planned nodes under `path` (a folder that does not exist yet), then write the values."""
