@@ -203,3 +203,28 @@ def test_the_probe_reads_the_first_samples_once_and_no_more_than_its_bytes(monke
         assert _probe_model(make_workload("callable", function=lambda x: x.reshape(len(x), -1)[:, :2]), source)[1] is None
         assert reads == [(0, 1)]
     assert sizing.probe_rows(10) == 10 and sizing.probe_rows(10**6, 10**12) == 1
+
+
+@pytest.mark.parametrize("damaged,timed", [(0, False), (0, True), (3, True)])
+def test_a_damaged_chunk_among_the_probed_samples_is_one_source_error_line(tmp_path, damaged, timed):
+    """A compressed chunk that cannot be decoded (numcodecs' zstd raises RuntimeError) among the samples the probe
+    reads: sample 0's chunk, or a later one that only the timing's read (the first samples, read once) reaches, is
+    one SourceError line naming the source, not a bare RuntimeError out of zarr."""
+    import zarr
+
+    from gcc_dask.errors import SourceError
+    from gcc_dask.inputs import _probe_model
+    from gcc_dask.sources import make_source
+    from gcc_dask.workloads import make_workload
+
+    path = tmp_path / "a.zarr"
+    z = zarr.open_array(str(path), mode="w", shape=(400, 5), chunks=(50, 5), dtype="float32")
+    z[:] = np.random.default_rng(0).normal(size=(400, 5)).astype(np.float32)
+    chunk = path / "c" / str(damaged) / "0"
+    data = bytearray(chunk.read_bytes())
+    data[4:] = bytes(b ^ 0x5A for b in data[4:])
+    chunk.write_bytes(bytes(data))
+    source = make_source("zarr", path=str(path))
+    with pytest.raises(SourceError, match=r"^source: got .*cannot be read \(RuntimeError: .*\)") as err:
+        _probe_model(make_workload("callable", function=lambda x: x[:, :2]), source, timed=timed)
+    assert "\n" not in str(err.value)
