@@ -1,7 +1,8 @@
 """What a resume and a reader trust, checked: the layout's metadata, the chunks of done batches, damaged chunks.
 
-A store made by this version checksums every chunk (``crc32c`` after ``zstd``, :data:`~.layout.CODECS`) and
-writes every chunk, even one that holds only fill values (``write_empty_chunks``), so that a batch whose status
+A store made by this version checksums every chunk (``crc32c`` after ``zstd``, or after ``blosc`` for the
+coordinates: :func:`~.layout.codecs`) and writes every chunk, even one that holds only fill values
+(``write_empty_chunks``), so that a batch whose status
 is written has a chunk in each of its sample arrays. Three checks use that (docs/store.rst, section
 'Integrity'):
 
