@@ -203,10 +203,10 @@ def test_a_batch_reads_only_its_own_chunks_and_keeps_them(tmp_path, monkeypatch)
 
 
 def test_a_block_that_one_shard_alone_reads_is_read_fresh_and_kept_by_nobody(tmp_path, monkeypatch):
-    """uncoded alone, a block as long as a chunk: the shard reads its chunk straight into its block (one read of
-    that chunk, no gather) and the worker keeps neither the chunk nor the block (a worker that kept them faulted
-    in fresh memory for every array f allocated); with replication beside it, every position is read by several
-    shards, so the block is kept and read once per worker, as before."""
+    """uncoded (or speculative) alone, a block as long as a chunk: the shard reads its chunk straight into its
+    block (one read of that chunk, no gather) and the worker keeps neither the chunk nor the block (a worker that
+    kept them faulted in fresh memory for every array f allocated); with replication beside it, every position
+    is read by several shards, so the block is kept and read once per worker, as before."""
     _zarr(tmp_path / "a.zarr", n=512)
     src = make_source("zarr", path=str(tmp_path / "a.zarr"), array="x")
     layout = compose(src, group_size=4, block_size=CHUNK, policy="as_stored")
@@ -220,6 +220,13 @@ def test_a_block_that_one_shard_alone_reads_is_read_fresh_and_kept_by_nobody(tmp
     assert not alone._batches and not len(alone._chunk_pool)  # nothing kept
     x[:] = -1  # the shard's own array: nothing the worker reads again
     np.testing.assert_array_equal(alone.shard_input(3, "uncoded", 2), want)
+
+    # speculative's backup copies run only when late, on another worker: its blocks are read alone too
+    spec = RunPlugin("run-t0k3n", None, {"speculative": make_code("speculative", num_inputs=4, num_workers=12)},
+                     src, None, layout, cache_batches=2)
+    reads.calls.clear()
+    np.testing.assert_array_equal(spec.shard_input(3, "speculative", 6), want)  # copy 1 of position 2
+    assert reads.calls == {(None, 14 * CHUNK, 15 * CHUNK): 1} and not spec._batches
 
     replication = make_code("replication", num_inputs=4, num_workers=8)
     shared = RunPlugin("run-t0k3n", None, {"uncoded": make_code("uncoded", num_inputs=4, num_workers=4),

@@ -261,9 +261,10 @@ class RunPlugin(WorkerPlugin):
         return self._memo(batch, f"position-{k}", _marking(build))
 
     def _read_alone(self, k: int) -> bool:
-        """Whether one shard alone reads the samples of input position `k`: every scheme of the run is a
-        selection scheme (no code reads the whole batch) and one worker of one scheme evaluates `k` (uncoded or
-        speculative, not beside replication).
+        """Whether one shard alone reads the samples of input position `k` on a worker: every scheme of the run
+        is a selection scheme (no code reads the whole batch) and one worker of one scheme evaluates `k`
+        (uncoded or speculative, not beside replication). A speculative backup copy does not count: it runs only
+        when its original is late, and on another worker (:func:`~gcc_dask.runtime.placement.copy_slot`).
 
         Such a block is read for its shard and kept by nobody, nor are its chunks when they are its own: a
         worker that kept every block it read while the batch was in flight faulted in fresh memory for every
@@ -275,7 +276,8 @@ class RunPlugin(WorkerPlugin):
             counts: dict[int, int] = {}
             mixing = False
             for code in self.codes.values():
-                for w in range(code.num_workers):
+                originals = code.num_inputs if getattr(code, "name", "") == "speculative" else code.num_workers
+                for w in range(originals):
                     j = code.selected_input(w)
                     if j is None:
                         mixing = True
