@@ -183,13 +183,24 @@ class Source(ABC):
         ------
         InvalidInputError
             If the slice is out of range.
+        SourceError
+            If the samples cannot be decoded (a damaged compressed chunk, a failed checksum, a dask block that
+            raises): one line naming the source and the samples.
         """
         ok = all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in (start, stop))
         if not ok or not 0 <= start <= stop <= self.num_samples:
             raise InvalidInputError(
                 f"read(start={start!r}, stop={stop!r}) on {self.name!r}: expected integers with "
                 f"0 <= start <= stop <= num_samples={self.num_samples}")
-        X, y = self._read(int(start), int(stop))
+        try:
+            X, y = self._read(int(start), int(stop))
+        except (RuntimeError, ValueError) as e:  # data that cannot be decoded: a damaged compressed chunk (numcodecs'
+            # zstd and blosc raise RuntimeError, a failed checksum ValueError), an absurd shape, a dask block that
+            # raises. The batch's own error (a run stops on it with this line), not a lost result to decode around
+            what = f"sample {start}" if stop - start == 1 else f"samples {start}-{stop - 1}"
+            text = str(e).splitlines()[0] if str(e) else ""
+            raise SourceError(f"source: got {self.name!r}, whose {what} cannot be read ({type(e).__name__}: {text}); "
+                              "expected a readable source: check its shape and files") from None
         fresh = self._fresh_reads and isinstance(X, np.ndarray) and X.flags.writeable
         X = np.array(X, dtype=self.dtype, copy=not fresh).reshape((stop - start, *self.sample_shape))
         if y is not None:

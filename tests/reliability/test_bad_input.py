@@ -406,3 +406,28 @@ def test_a_store_the_workers_cannot_see_is_refused_at_start(isolated_worker):
     assert message.startswith(f"store.path: got {str(shared / 'run.zarr')!r}, which 1 of 1 Dask workers cannot "
                               "see or write (worker tcp://")
     assert "FileNotFoundError" in message and "every worker mount" in message
+
+
+@pytest.mark.parametrize("scheme", ["uncoded", "gcc"])
+def test_a_damaged_chunk_in_the_middle_of_x_stops_the_run_with_one_line(client, tmp_path, scheme):
+    """A breaker's find: a compressed chunk of X that cannot be decoded (numcodecs raises RuntimeError), past the
+    samples the probe reads, failed the shards that read it, which were decoded around as erasures: the run
+    ended ``complete`` with those samples missing (uncoded) or their batch undecodable (gcc). A read that cannot
+    be decoded is the batch's bad data now: the run stops with one line naming the source and the samples, and
+    the store says ``failed``."""
+    path = tmp_path / "x.zarr"
+    z = zarr.open_array(str(path), mode="w", shape=(400, 4), chunks=(50, 4), dtype="float32")
+    z[:] = np.random.default_rng(0).uniform(-1, 1, (400, 4)).astype(np.float32)
+    chunk = path / "c" / "5" / "0"  # samples 250-299: batch 2 of 100 samples
+    data = bytearray(chunk.read_bytes())
+    data[4:] = bytes(b ^ 0x5A for b in data[4:])
+    chunk.write_bytes(bytes(data))
+    with pytest.raises(gd.errors.SourceError, match=r"^source: batch 2 \(samples 200 to 299\): source: got .*, "
+                                                    r"whose samples 250-299 cannot be read \(RuntimeError: .*\); "
+                                                    r"expected a readable source") as err:
+        gd.coded_map(_tanh4, zarr.open_array(str(path), mode="r"), schemes=[scheme], client=client,
+                     out=tmp_path / "run.zarr", composition={"policy": "as_stored"},
+                     code={"num_inputs": 4, "num_workers": 8, "block_size": 25}, cutoff={"stragglers": 2},
+                     stragglers={"model": "none"})
+    assert "\n" not in str(err.value)
+    assert zarr.open_group(str(tmp_path / "run.zarr"), mode="r").attrs["status"] == "failed"
