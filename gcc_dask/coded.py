@@ -250,7 +250,9 @@ def coded_map(f: Callable[..., Any] | str | os.PathLike, X: Any, *, schemes: Seq
         ``predict_proba``, a ``torch.nn.Module`` (run under ``torch.inference_mode``, CUDA when the worker has
         it), an ``.onnx`` file (ONNX Runtime) or an import path ``'module:function'``. An in-memory f is
         pickled with cloudpickle and unpickled once per Dask worker, never once per task. f receives coded
-        rows, mixtures of similar rows of X, so it must accept any real values of X's shape.
+        rows, mixtures of similar rows of X, so it must accept any real values of X's shape. f must not modify
+        its input in place (as with ``dask.array.map_blocks``): a block that several shards evaluate on a
+        worker (replication's copies, speculative's backups, several schemes in one run) is one array.
     X : numpy.ndarray, dask.array.Array, zarr.Array, xarray.DataArray, pandas or dask DataFrame
         ``(n, *sample_shape)``, real floating (float32 or float64), samples along the first axis. A NumPy array
         is sent to each worker once; a dask array is read block by block on the workers (no block of it is
