@@ -80,9 +80,10 @@ def probe_rows(num_samples: int, row_bytes: int = 0) -> int:
 
 
 def time_f(fn: Callable[[np.ndarray], Any], read: Callable[[int, int], np.ndarray], num_samples: int,
-           clock: Callable[[], float] = time.perf_counter, row_bytes: int = 0) -> FCost:
+           clock: Callable[[], float] = time.perf_counter) -> FCost:
     """Time f on the first samples of a source: calls on 64, 128, 256, ... samples until one takes
-    :data:`PROBE_S` seconds or holds :func:`probe_rows` samples; the last call's cost, or,
+    :data:`PROBE_S` seconds or holds :func:`probe_rows` samples (the model's probe hands it the samples it
+    read, at most :data:`PROBE_MAX_BYTES` of them); the last call's cost, or,
     when that call was short (under 2 × PROBE_S), the fastest of :data:`PROBE_REPEATS` calls on those samples
     (a busy machine preempts some of them).
 
@@ -100,14 +101,12 @@ def time_f(fn: Callable[[np.ndarray], Any], read: Callable[[int, int], np.ndarra
         The source's length (>= 1).
     clock : callable
         Seconds, monotonic.
-    row_bytes : int
-        Bytes of one sample (0: not known), for :func:`probe_rows`.
 
     Returns
     -------
     FCost
     """
-    limit = probe_rows(num_samples, row_bytes)
+    limit = probe_rows(num_samples)
     rows = min(PROBE_MIN_ROWS, limit)
     samples = read(0, limit)
     fn(samples[:rows])  # warm-up

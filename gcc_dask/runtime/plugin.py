@@ -226,7 +226,8 @@ class RunPlugin(WorkerPlugin):
         from the source on its own (:meth:`~gcc_dask.batch_layout.BatchLayout.position_samples`: G contiguous
         slots), with no encode and without reading the rest of the batch (from a chunked source: only the
         chunks that hold those samples, through :meth:`chunk`, so the worker's other shards of the batch
-        read none of them again; a block that this shard alone reads is kept by nobody, :meth:`_read_alone`). For the others, the shard's own coded block,
+        read none of them again; a block that this shard alone reads is kept by nobody, :meth:`_read_alone`).
+        For the others, the shard's own coded block,
         ``code.encode(blocks, workers=[worker])`` of :meth:`blocks`, from `loaded`: the batch as the run's one
         read of it (:func:`~gcc_dask.runtime.tasks.load_batch`) returned it, which Dask hands to the shard (on
         another worker, by one transfer of the batch's samples per worker, not a read of its chunks). Without
