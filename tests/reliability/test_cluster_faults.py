@@ -533,6 +533,9 @@ def test_an_outside_cluster_lost_while_composing_is_one_line(tmp_path, killed):
         cfg["composition"]["window"] = 1000
         (tmp_path / "pipe.yaml").write_text(yaml.safe_dump(cfg))
         with Client(scheduler_file=str(file), timeout="60s", set_as_default=False) as watch:
+            # both workers joined before the run starts (an event: on a machine loaded by two test runs they took
+            # more than the run's connect_timeout of 5 s to start, and the run ended with "no workers")
+            watch.wait_for_workers(2)
             run = subprocess.Popen(cli("run", str(tmp_path / "pipe.yaml"), "--no-progress"),
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
             for line in run.stdout:  # the composition has begun
