@@ -362,7 +362,8 @@ def test_the_shards_a_cutoff_needs_from_a_quiet_worker_run_again_elsewhere(tmp_p
             freezer.start()
             run.start()
             run.join()  # the run's return (no time bound: pytest-timeout ends a hang)
-            returned_while_frozen = "pid" in log and psutil.Process(log["pid"]).status() == psutil.STATUS_STOPPED
+            # (_stopped: a worker process gone meanwhile counts as stopped: once, idle, it was gone by then)
+            returned_while_frozen = "pid" in log and _stopped(log["pid"])
         finally:
             stop.set()
             if "pid" in log:
@@ -420,7 +421,7 @@ def test_what_waits_for_a_quiet_worker_runs_again_elsewhere_and_the_run_ends_whi
         try:
             result = gd.run_pipeline(cfg, client=client, echo=said.append)
             thread.join(timeout=60)
-            still_frozen = psutil.Process(log["pid"]).status() == psutil.STATUS_STOPPED
+            still_frozen = _stopped(log["pid"])
         finally:
             stop.set()
             if "pid" in log:
