@@ -69,8 +69,8 @@ def _probe_model(workload, source, nan_policy: str = "raise", timed: bool | str 
     try:
         first, _ = source.read(0, rows)
         x = first[:1]
-    except (MemoryError, ValueError, OSError, RuntimeError) as e:  # an absurd source.shape; a corrupt file or chunk
-        # (a damaged compressed chunk: numcodecs' zstd and blosc raise RuntimeError)
+    except (MemoryError, ValueError, OSError) as e:  # an absurd source.shape; a corrupt file (data that cannot be
+        # decoded, a damaged compressed chunk among them, is Source.read's own SourceError line)
         what = "sample 0" if rows == 1 else f"first {rows} samples"
         raise SourceError(f"source: got {source.name!r}, whose {what} cannot be read ({type(e).__name__}: "
                           f"{str(e).splitlines()[0] if str(e) else ''}); expected a readable source: check its "
