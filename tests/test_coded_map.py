@@ -608,6 +608,13 @@ def test_the_estimates_of_an_as_stored_run_read_no_composition(client, tmp_path,
     lazy = readers.read_in_dataset_order(res.store, "gcc", lazy=True, chunks=(100,) * 6)
     assert isinstance(lazy, da.Array) and lazy.chunks[0] == (100,) * 6
     np.testing.assert_array_equal(lazy.compute(scheduler="sync"), stored)
+    # small store chunks are read by each block straight (no rechunk); larger ones once each, then rechunked
+    assert not [k for k in dict(lazy.__dask_graph__()) if isinstance(k, tuple) and "rechunk" in k[0]]
+    monkeypatch.setattr(readers, "DIRECT_READ_BYTES", 0)
+    rechunked = readers.read_in_dataset_order(res.store, "gcc", lazy=True, chunks=(100,) * 6)
+    assert rechunked.chunks[0] == (100,) * 6 and [k for k in dict(rechunked.__dask_graph__())
+                                                  if isinstance(k, tuple) and "rechunk" in k[0]]
+    np.testing.assert_array_equal(rechunked.compute(scheduler="sync"), stored)
 
 
 @pytest.mark.parametrize("op", ["as stored", "scaled"])

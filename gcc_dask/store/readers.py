@@ -12,6 +12,14 @@ from .layout import INPUTS, _is_consolidated, _local, _open_root
 
 
 # ---------------------------------------------------------------------------------------- readers
+#: a store chunk (a batch's rows) up to this many bytes is read once per block of the dataset-order result that
+#: needs it, rather than once and rechunked (:func:`read_in_dataset_order`): 200,000 rows of 3 floats in store
+#: chunks of 80,000 (960 KB) and blocks of 10,000 came back in 105 ms against 130 ms through the rechunk, on a
+#: cluster of 2 worker processes; at 2,000,000 rows (store chunks of 9.6 MB, blocks of 100,000) the rechunk
+#: was faster, 193 ms against 309 ms
+DIRECT_READ_BYTES = 2 * 2**20
+
+
 def store_path(path: str | os.PathLike) -> str:
     """The absolute path a store at `path` is written to and read from: ``~`` expanded, symbolic links and
     ``..`` resolved (``"~/nope/../s.zarr"`` is ``"<home>/s.zarr"``, whether or not ``nope`` exists).
@@ -133,7 +141,12 @@ def read_in_dataset_order(path: str | os.PathLike, group: str, name: str = "deco
         whole = da.from_zarr(arr)
         if chunks is None or tuple(int(c) for c in chunks) == tuple(whole.chunks[0]):
             return whole
-        return whole.rechunk((tuple(int(c) for c in chunks), *((n,) for n in arr.shape[1:])))
+        want = (tuple(int(c) for c in chunks), *((n,) for n in arr.shape[1:]))
+        if arr.nbytes // max(1, arr.nchunks) <= DIRECT_READ_BYTES:
+            # small store chunks: each block reads its rows straight from the store (a store chunk decompressed
+            # once per block that needs it), one task a block instead of the rechunk's split and merge tasks
+            return da.from_zarr(arr, chunks=want)
+        return whole.rechunk(want)
     segments = _closed_segments(order, int(arr.chunks[0]))
     row_bytes = arr.dtype.itemsize * int(np.prod(arr.shape[1:], dtype=np.int64))
     if max(b - a for a, b in segments) * row_bytes <= MAX_SEGMENT_BYTES:
