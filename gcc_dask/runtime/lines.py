@@ -12,8 +12,8 @@ import numpy as np
 
 from gcc_dask.errors import ClusterError
 
-__all__ = ["LOAD_SAY_S", "bad_batch_text", "failure_line", "load_line", "replaced_line", "rerun_what",
-           "samples_text", "worker_loss_line", "workers_lost_error"]
+__all__ = ["LOAD_SAY_S", "bad_batch_text", "failure_line", "load_line", "raised_line", "replaced_line", "rerun_what",
+           "samples_text", "unscored_line", "worker_loss_line", "workers_lost_error"]
 
 #: a run says how long loading f on the workers took when it took longer than this (seconds)
 LOAD_SAY_S = 2.0
@@ -87,6 +87,42 @@ def failure_line(scheme: str, batch: int, why: str, told: set[str]) -> str | Non
     told.add(scheme)
     return (f"{scheme}: batch {batch} has no estimate: {why} (its rows are NaN; the summary counts the batches "
             "that failed)")
+
+
+def raised_line(scheme: str, batch: int, shard: int, exc: BaseException, told: set[str]) -> str | None:
+    """The line for the user the first time f raised on a shard of `scheme` in a batch that was decoded anyway:
+    the shard is an erasure, decoded around as a straggler's would be, and without this line only the store's
+    ``failed`` and ``n_failed`` would show it. Once per scheme (`told`, updated); None after.
+
+    >>> raised_line("gcc", 4, 7, ValueError("bad row"), set())
+    "gcc: f raised on shard 7 of batch 4 (ValueError('bad row')): its result is an erasure, decoded around as a \
+straggler's would be; later failures of f are not said again, the store counts them per batch (gcc/n_failed)"
+    """
+    key = f"{scheme}:raised"
+    if key in told:
+        return None
+    told.add(key)
+    return (f"{scheme}: f raised on shard {shard} of batch {batch} ({exc!r}): its result is an erasure, decoded "
+            f"around as a straggler's would be; later failures of f are not said again, the store counts them "
+            f"per batch ({scheme}/n_failed)")
+
+
+def unscored_line(batch: int, samples: int, exc: BaseException, told: set[str]) -> str | None:
+    """The line for the user the first time f raised on a batch's samples uncoded, so that the batch has no
+    reference: its `samples` are left out of every metric scored against the reference (RelAcc, MSE, RMSE),
+    which then describe the other batches only. Once a run (`told`, updated); None after.
+
+    >>> unscored_line(2, 512, ValueError("bad row"), set())
+    "batch 2: f raised on its 512 samples uncoded (ValueError('bad row')), so it has no reference: its samples \
+are left out of the metrics scored against the reference (rel_acc, rmse, ...), which describe the other batches \
+only; later such batches are not said again (their inputs/reference rows are NaN)"
+    """
+    if "reference:raised" in told:
+        return None
+    told.add("reference:raised")
+    return (f"batch {batch}: f raised on its {samples:,} sample{'s' if samples != 1 else ''} uncoded ({exc!r}), so "
+            "it has no reference: its samples are left out of the metrics scored against the reference (rel_acc, rmse, ...), which describe "
+            "the other batches only; later such batches are not said again (their inputs/reference rows are NaN)")
 
 
 def rerun_what(again: Iterable[tuple[int, str]], short: Mapping[tuple[int, str], tuple]) -> list[str]:

@@ -17,7 +17,7 @@ from gcc_dask.errors import ClusterError
 from gcc_dask.runtime.batch_machine import Fail, Redecode, Rescore, Restart, WatchShards
 from gcc_dask.runtime.inflight import final as _final  # (importable from here, as before)
 from gcc_dask.runtime.inflight import inputs_again, lost_kept, task_report, unrecorded
-from gcc_dask.runtime.lines import bad_batch_text, failure_line
+from gcc_dask.runtime.lines import bad_batch_text, failure_line, raised_line, unscored_line
 from gcc_dask.runtime.lines import samples_text as _samples_text  # noqa: F401 (importable from here, as before)
 from gcc_dask.runtime.plans import MAX_ATTEMPTS, _BatchState, _SchemeState
 from gcc_dask.runtime.tasks import failed_record, is_bad_batch, is_storage_error, strip_record
@@ -69,6 +69,23 @@ class ResultsRunner:
         """Warn the user the first time a batch of a scheme has no estimate (:func:`~.lines.failure_line`)."""
         if line := failure_line(s.plan.name, batch, why, self._told):
             self.warn(line)
+
+    def _tell_raised(self, state: _BatchState, s: _SchemeState) -> None:
+        """Warn the user the first time f raised on a shard of a scheme whose batch is decoded anyway
+        (:func:`~.lines.raised_line`): the error of its first failed shards (a round trip each, at most a few,
+        once per scheme), a shard lost with its worker (``KilledWorker``) not counting."""
+        if f"{s.plan.name}:raised" in self._told:
+            return
+        for w in np.flatnonzero(s.failed)[:3]:
+            fut = s.shards[int(w)]
+            if fut is None or fut.status != "error":
+                continue
+            exc = _error_of(fut)
+            if isinstance(exc, KilledWorker) or is_bad_batch(exc):
+                continue
+            if line := raised_line(s.plan.name, state.batch, int(w), exc, self._told):
+                self.warn(line)
+            return
 
     def _fail(self, state: _BatchState, s: _SchemeState, reason: str) -> None:
         logger.warning("batch %d of %s failed: %s", state.batch, s.plan.name, reason)
@@ -132,6 +149,9 @@ class ResultsRunner:
             return
         # (Unscored) no reference for this batch (f raised on the uncoded batch): keep the record without metrics
         logger.warning("batch %d (%s): no reference to score against (%r)", batch, scheme, exc)
+        if not isinstance(exc, KilledWorker) and (line := unscored_line(batch, len(self.layout.samples(batch)), exc,
+                                                                        self._told)):
+            self.warn(line)
         try:
             s.result = strip_record(s.decode.result())
         except Exception as e:

@@ -382,6 +382,8 @@ class TasksRunner:
         received = s.received
         if checks_data(s, getattr(self.plugin, "codes", {}).get(plan.name)):
             self._raise_if_bad_data(state, s, every=bool(received))
+        if received and s.failed.any():
+            self._tell_raised(state, s)  # f raised on a shard: said once per scheme
         if drop := not_kept(s):
             self._cancel(drop)
         dashboard.publish(self.client, cutoff_event(self.token, state.batch, plan.name, received, cut.cutoff_s,

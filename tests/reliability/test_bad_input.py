@@ -276,8 +276,12 @@ def test_an_f_raising_a_gcc_dask_error_on_every_shard_is_an_erasure(client, tmp_
                            workload={"kind": "callable", "name": "rel_helpers:picky"},
                            stragglers={"model": "none"}, cutoff={"stragglers": 0})
     cfg["source"] = {"kind": "npy", "path": _npy(tmp_path, "picky.npy", x)}
-    with pytest.warns(RuntimeWarning, match=r"^uncoded: batch 2 has no estimate: .*picky model: it rejects"):
+    with pytest.warns(RuntimeWarning) as caught:
         run = gd.run_pipeline(cfg, client=client)  # said once, with f's error
+    said = [str(w.message) for w in caught]
+    assert [m for m in said if re.match(r"^uncoded: batch 2 has no estimate: .*picky model: it rejects", m)], said
+    # f raised on batch 2's uncoded sample too: the batch has no reference, so its sample is not scored
+    assert [m for m in said if m.startswith("batch 2: f raised on its 1 sample uncoded (WorkloadError")], said
     assert run.status == "complete"
     g = read_group(run.path, "uncoded", ("status", "failed"))
     assert g["status"].tolist() == [1, 1, 3, 1, 1, 1]
@@ -349,7 +353,8 @@ def test_a_model_raising_on_some_inputs_gives_erasures_reported_per_batch(client
     cfg = load_config(cfg)
     source = make_source("synthetic", num_samples=batches * k, shape=[6], seed=3)
     assert not fails_on(source.read(0, 1)[0][0])  # the driver's check of f on sample 0 must pass
-    run = gd.run_pipeline(cfg, client=client)
+    with pytest.warns(RuntimeWarning, match=r"^gcc: f raised on shard \d+ of batch \d+ \(ValueError\('flaky model"):
+        run = gd.run_pipeline(cfg, client=client)  # said once, with f's error
     assert run.status == "complete"
     code = build_codes(cfg)["gcc"]
     expected = np.stack([[fails_on(code.encode(source.read(b * k, (b + 1) * k)[0], workers=[w])[0])
@@ -363,6 +368,39 @@ def test_a_model_raising_on_some_inputs_gives_erasures_reported_per_batch(client
     decoded_ok = gcc["status"] == 2
     assert decoded_ok.any() and np.isfinite(gcc["mse"][decoded_ok]).all()
     assert not list(Path(run.path).glob(".reachable-*"))  # the reachability probe cleans up
+
+
+def _raises_on_large(x):
+    """tanh(x W), except that a call raises when any of its rows has a first value above 2.5 (a model that
+    cannot take some inputs): a shard, or a batch's uncoded reference, that holds such a row fails whole."""
+    if (np.asarray(x)[:, 0] > 2.5).any():
+        raise ValueError("bad row")
+    return np.tanh(x @ np.ones((4, 3), np.float32))
+
+
+def test_a_model_raising_on_some_rows_is_said_with_the_batches_left_unscored(client, tmp_path):
+    """A new user's find: f raising on a few rows failed the shards and the uncoded references that held them
+    with nothing said: the summary showed no failure and RelAcc 1.0 for uncoded, scored on the batches whose
+    reference f could compute only. Each scheme now says once that f raised (the error, the shard and batch),
+    and the run says once that a batch without a reference is left out of the metrics."""
+    x = np.random.default_rng(5).uniform(-1, 1, size=(512, 4)).astype(np.float32)
+    x[[40, 300], 0] = 3.0  # the two rows f raises on: in batches 0 and 4 (of 64 samples, in the stored order)
+    with pytest.warns(RuntimeWarning) as caught:
+        res = gd.coded_map(_raises_on_large, x, schemes=("gcc", "uncoded"), client=client,
+                           out=tmp_path / "raise.zarr", run={"reference": True}, stragglers={"model": "none"},
+                           composition={"policy": "as_stored"},
+                           code={"num_inputs": 4, "num_workers": 8, "block_size": 16}, cutoff={"stragglers": 2})
+    said = [str(w.message) for w in caught]
+    for scheme in ("gcc", "uncoded"):
+        assert sum(m.startswith(f"{scheme}: f raised on shard ") and "ValueError('bad row')" in m
+                   for m in said) == 1, said
+    unscored = [m for m in said if "so it has no reference" in m]
+    assert len(unscored) == 1 and re.match(r"^batch [04]: f raised on its 64 samples uncoded \(ValueError", unscored[0])
+    inputs = read_group(res.store, "inputs", ("reference",))
+    unknown = np.isnan(inputs["reference"]).all(axis=1)
+    assert unknown[:64].all() and unknown[256:320].all() and unknown.sum() == 128  # the batches of the bad rows
+    uncoded = read_group(res.store, "uncoded", ("n_failed",))
+    assert uncoded["n_failed"].sum() == 2  # the two shards that held them
 
 
 # ------------------------------------------------------------------ a store the workers cannot see
