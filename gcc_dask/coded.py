@@ -159,6 +159,12 @@ def _workload_section(f: Any) -> dict[str, Any]:
 def _source_section(X: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """The ``source`` config of X, and how to give the estimates back (lazy, dim, index, chunks)."""
     how: dict[str, Any] = {"lazy": False, "dim": "sample", "index": None, "chunks": None}
+    if isinstance(X, (str, bytes, os.PathLike)):  # np.asarray would make it a 0-d array of one string
+        where = os.fspath(X) if not isinstance(X, bytes) else X.decode(errors="replace")
+        hint = (f"for the Zarr array there, pass zarr.open_array({where!r}, mode='r') or "
+                f"dask.array.from_zarr({where!r})" if os.path.exists(where) else "no file or folder is there")
+        raise ConfigError(f"X: got the path {where!r}; expected an array of samples (NumPy, dask, xarray, Zarr or a "
+                          f"DataFrame): {hint}")
     module = type(X).__module__.split(".")[0]
     if module == "xarray" and hasattr(X, "dims"):
         if X.ndim < 1:

@@ -196,6 +196,20 @@ def test_bad_f_and_X():
         gd.coded_map(3, X)
 
 
+def test_a_path_for_X_is_one_line_saying_what_to_pass(tmp_path):
+    """A new user's find: a Zarr array's path passed as X was refused as "an array of shape ()", the same whether
+    the path existed or not. It is now named as a path, with what to pass instead (or that nothing is there)."""
+    import zarr
+
+    there = str(tmp_path / "x.zarr")
+    zarr.create_array(store=there, data=X[:64])
+    with pytest.raises(ConfigError, match=r"^X: got the path '.*x\.zarr'; expected an array of samples .*: for the "
+                       r"Zarr array there, pass zarr\.open_array\('.*x\.zarr', mode='r'\) or dask\.array\.from_zarr"):
+        gd.coded_map(f, there)
+    with pytest.raises(ConfigError, match=r"^X: got the path '.*nothing\.zarr'; .*: no file or folder is there$"):
+        gd.coded_map(f, tmp_path / "nothing.zarr")
+
+
 def test_unknown_chunks_are_computed_and_sparse_X_is_one_line(process_client):
     """A dask array after boolean indexing (NaN chunk sizes) runs, its sizes computed as dask-ml does, and the
     caller's array is left as it was; a SciPy sparse matrix is one line saying what to call instead."""
