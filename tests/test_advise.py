@@ -3,6 +3,8 @@ and its resume, and one-line errors for bad options."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -215,10 +217,12 @@ def test_the_command_that_applies_the_advice_keeps_the_users_overrides(tmp_path)
 
     gd.run_pipeline(str(cfg))
     label = line.split("label: ")[1].split(",")[0]
-    assert f"--set store.path={tmp_path / 'run'}-{label}.zarr" in line
+    # a store of the entry's own, named by its label, N and S (advice for another N or S names another store)
+    store = line.split("--set store.path=")[1].split()[0]
+    assert re.fullmatch(rf"{re.escape(str(tmp_path / 'run'))}-{re.escape(label)}(-n\d+)?-s1\.zarr", store), line
     again = CliRunner().invoke(main, shlex.split(line)[1:] + ["--set", "run.progress=false"])
     assert again.exit_code == 0, again.output
-    assert gd.open_run(f"{tmp_path / 'run'}-{label}.zarr").attrs["status"] == "complete"
+    assert gd.open_run(store).attrs["status"] == "complete"
     mine = CliRunner().invoke(main, ["advise", str(cfg), "--samples", "96", "--out", str(tmp_path / "a"),
                                      "--no-progress", "--set", f"store.path={tmp_path / 'mine.zarr'}"])
     line = next(ln for ln in mine.output.splitlines() if ln.strip().startswith("gcc-dask run"))

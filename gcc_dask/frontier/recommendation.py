@@ -128,7 +128,7 @@ def _advice(ds, pattern: str, target: float | None, cfg, path: Path, wall: float
     set_lines = [f"--set \"schemes=[{{label: {label}, code: {choice['code']}, params: "
                  f"{json.dumps(choice['params']).replace(chr(34), '')}}}]\"",
                  *([f"--set cutoff.stragglers={int(ds['S'].values[0])}"] if pattern != "bernoulli" else []),
-                 f"--set store.path={_store_for(cfg, label)}"]
+                 f"--set store.path={_store_for(cfg, _store_label(label, choice, ds, pattern))}"]
     return Advice(table=table, choice=choice, text="\n".join(lines), set_lines=set_lines, pattern=pattern,
                   metric=metric, path=str(path), wall_s=wall)
 
@@ -165,6 +165,15 @@ def _exact_sentence(metric: str, target: float, n_max: int, chosen) -> str:
             f"speculative (uncoded with backup copies of late shards) or uncoded (wait for every result); "
             f"the best approximate one is {chosen['estimator']} at N = {int(chosen['N'])}, with {metric} "
             f"{chosen['value']:.4g}" + (f" (± {float(chosen['se']):.2g})." if math.isfinite(float(chosen['se'])) else "."))
+
+
+def _store_label(label: str, choice: dict, ds, pattern: str) -> str:
+    """The chosen entry's label with its N and, for worst-case stragglers, S (``replication-linear-n16-s4``): two
+    pieces of advice for other N or S name stores of their own (with the label alone, the second command met the
+    first one's store and was refused, its configuration differing)."""
+    n = choice.get("params", {}).get("num_workers")
+    return (label + (f"-n{int(n)}" if n is not None else "")
+            + (f"-s{int(ds['S'].values[0])}" if pattern != "bernoulli" else ""))
 
 
 def _store_for(cfg, label: str) -> str:
