@@ -12,8 +12,12 @@ import numpy as np
 
 from gcc_dask.errors import ClusterError
 
-__all__ = ["LOAD_SAY_S", "bad_batch_text", "failure_line", "load_line", "raised_line", "replaced_line", "rerun_what",
+__all__ = ["BAD_SAMPLES", "LOAD_SAY_S", "bad_batch_text", "failure_line", "load_line", "raised_line", "replaced_line", "rerun_what",
            "samples_text", "unscored_line", "worker_loss_line", "workers_lost_error"]
+
+#: the attribute of an error for NaN or Inf in a batch's samples that holds their dataset indices (int64), set on
+#: the workers where the samples are known (:mod:`~gcc_dask.runtime.plugin`) and named by :func:`bad_batch_text`
+BAD_SAMPLES = "gcc_dask_bad_samples"
 
 #: a run says how long loading f on the workers took when it took longer than this (seconds)
 LOAD_SAY_S = 2.0
@@ -58,7 +62,11 @@ def samples_text(samples: np.ndarray, limit: int = 8) -> str:
 
     >>> samples_text(np.arange(8, 12)), samples_text(np.array([3, 1])), samples_text(np.arange(0, 20, 2), limit=3)
     ('samples 8 to 11', 'samples 3, 1', 'samples 0, 2, 4, ... (10 in all)')
+    >>> samples_text(np.array([7]))
+    'sample 7'
     """
+    if samples.size == 1:
+        return f"sample {int(samples[0])}"
     if samples.size > 1 and (np.diff(samples) == 1).all():
         return f"samples {int(samples[0])} to {int(samples[-1])}"
     shown = ", ".join(str(int(i)) for i in samples[:limit])
@@ -70,10 +78,18 @@ def bad_batch_text(batch: int, samples: np.ndarray, exc: BaseException) -> str:
     """The line that stops a run whose batch `batch` (its dataset indices `samples`) has bad data, raised by the
     workers as `exc`. The codes' own advice names their keyword; a run is configured by its run section.
 
+    The samples named are those that hold the bad values when the workers said which (the error's
+    ``gcc_dask_bad_samples``), else the batch's.
+
     >>> bad_batch_text(2, np.arange(8, 12), ValueError("NaN in x; pass nan_policy='propagate' to go on"))
     'source: batch 2 (samples 8 to 11): NaN in x; set run.nan_policy: propagate to go on'
+    >>> e = ValueError("NaN in x"); e.gcc_dask_bad_samples = np.array([9]); bad_batch_text(2, np.arange(8, 12), e)
+    'source: batch 2 (sample 9, of its 4 samples): NaN in x'
     """
     why = str(exc).replace("pass nan_policy='propagate'", "set run.nan_policy: propagate")
+    bad = getattr(exc, BAD_SAMPLES, None)
+    if bad is not None and len(bad):
+        return f"source: batch {batch} ({samples_text(np.asarray(bad))}, of its {len(samples):,} samples): {why}"
     return f"source: batch {batch} ({samples_text(samples)}): {why}"
 
 

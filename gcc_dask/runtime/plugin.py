@@ -22,6 +22,7 @@ from distributed import WorkerPlugin, get_worker
 
 from gcc_dask.errors import GccDaskError
 from gcc_dask.runtime.cancel import _GONE
+from gcc_dask.runtime.lines import BAD_SAMPLES
 from gcc_dask.workloads import load_workload
 
 logger = logging.getLogger(__name__)
@@ -240,7 +241,8 @@ class RunPlugin(WorkerPlugin):
         k = code.selected_input(worker)
         if k is None:
             x = self.blocks(batch, loaded)
-            return _marking(lambda: code.encode(x, workers=(worker,))[0])()
+            return _marking(lambda: _naming_bad_samples(lambda: code.encode(x, workers=(worker,))[0], x,
+                                                        lambda: self.layout.samples(batch)))()
 
         alone = self._read_alone(k)
 
@@ -250,7 +252,7 @@ class RunPlugin(WorkerPlugin):
             # held for nobody; a chunk that other shards share is held while the batch runs (:meth:`chunk`)
             fresh = alone and self.source.whole_chunks(idx)
             x, _ = self.source.take(idx, None if fresh else self._chunk_reader(batch))
-            code.check_input(x)
+            _naming_bad_samples(lambda: code.check_input(x), x, lambda: idx)
             if self.use_gpu:
                 import cupy
 
@@ -291,6 +293,28 @@ class RunPlugin(WorkerPlugin):
 #: attribute set on a GccDaskError raised while reading or encoding a batch (it survives pickling: exceptions
 #: pickle their ``__dict__``)
 _BAD_BATCH = "gcc_dask_bad_batch"
+
+
+def _naming_bad_samples(call: Callable[[], Any], x: Any, samples: Callable[[], np.ndarray]) -> Any:
+    """``call()``; when it raises :class:`~gcc_dask.errors.InvalidInputError` for NaN or Inf in `x` (rows of
+    samples in the order of ``samples()``, their dataset indices; `x` of shape ``(n, ...)`` or ``(K, G, ...)`` in
+    slot order), the error is given the indices of the samples that hold them (:data:`BAD_SAMPLES`): the line that
+    stops the run then names those, not the batch's first samples."""
+    from gcc_dask.errors import InvalidInputError
+
+    try:
+        return call()
+    except InvalidInputError as exc:
+        try:
+            host = np.asarray(x.get() if hasattr(x, "get") and not isinstance(x, np.ndarray) else x)
+            idx = np.asarray(samples())
+            rows = host.reshape(idx.size, -1)
+            bad = ~np.isfinite(rows).all(axis=1)
+            if bad.any():
+                setattr(exc, BAD_SAMPLES, idx[bad].astype(np.int64))
+        except Exception:  # pragma: no cover - the error as it is, without the samples
+            pass
+        raise
 
 
 def _marking(build: Callable[[], Any]) -> Callable[[], Any]:

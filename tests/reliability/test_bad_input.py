@@ -234,9 +234,9 @@ def _with_nan(tmp_path, sample: int, value=np.nan) -> str:
 
 
 def test_nan_in_a_later_batch_stops_the_run_with_one_line(tmp_path):
-    """nan_policy: raise. The batch and its samples are named; the store is marked failed."""
+    """nan_policy: raise. The batch and the sample that holds the Inf are named; the store is marked failed."""
     cfg = _base(tmp_path, source={"kind": "npy", "path": _with_nan(tmp_path, 9, np.inf)})
-    _assert_user_error(_cli(tmp_path, cfg), "source: batch 2 (samples 8 to 11)", "NaN or Inf",
+    _assert_user_error(_cli(tmp_path, cfg), "source: batch 2 (sample 9, of its 4 samples)", "NaN or Inf",
                        "nan_policy='raise'", "set run.nan_policy: propagate")
     assert zarr.open_group(str(tmp_path / "run.zarr"), mode="r").attrs["status"] == "failed"
 
@@ -260,7 +260,7 @@ def test_batches_finished_before_the_nan_keep_their_records(client, tmp_path, mo
                            stragglers={"model": "none"}, cutoff={"stragglers": 0},
                            run={"max_batches_in_flight": 1})
     cfg["source"] = {"kind": "npy", "path": _npy(tmp_path, "nan.npy", x)}
-    with pytest.raises(gd.errors.InvalidInputError, match=r"source: batch 2 \(samples 8 to 11\)"):
+    with pytest.raises(gd.errors.InvalidInputError, match=r"source: batch 2 \(sample 9, of its 4 samples\)"):
         gd.run_pipeline(cfg, client=client)
     for scheme in ("gcc", "uncoded"):
         status = read_group(tmp_path / "nan.zarr", scheme, ("status",))["status"]
@@ -293,7 +293,7 @@ def test_an_f_raising_a_gcc_dask_error_on_every_shard_is_an_erasure(client, tmp_
     assert np.isnan(inputs["reference"][2]).all() and np.isfinite(np.delete(inputs["reference"], 2, axis=0)).all()
 
 
-@pytest.mark.parametrize("scheme", ["uncoded", "speculative", "replication"])
+@pytest.mark.parametrize("scheme", ["uncoded", "speculative", "replication", "gcc"])
 def test_nan_in_x_stops_a_selection_scheme_run_alone(client, tmp_path, scheme):
     """A breaker's find: a selection scheme's shard reads only its own samples, so a NaN in X (nan_policy:
     raise) failed that one shard, which was decoded around as an erasure: uncoded and speculative gave the
@@ -301,8 +301,8 @@ def test_nan_in_x_stops_a_selection_scheme_run_alone(client, tmp_path, scheme):
     selection scheme is now checked for bad data too: the run stops with the same line as gcc's."""
     x = np.random.default_rng(0).uniform(-1, 1, (64, 4)).astype(np.float32)
     x[37, 2] = np.nan
-    with pytest.raises(gd.errors.InvalidInputError, match=r"^source: batch \d+ \(samples .*NaN or Inf.*"
-                       r"set run.nan_policy: propagate"):
+    with pytest.raises(gd.errors.InvalidInputError, match=r"^source: batch \d+ \(sample 37, of its \d+ samples\)"
+                       r": .*NaN or Inf.*set run.nan_policy: propagate"):  # the sample that holds the NaN named
         gd.coded_map(_tanh4, x, schemes=[scheme], client=client, out=tmp_path / "nan.zarr",
                      code={"num_inputs": 4, "num_workers": 8, "block_size": 4}, cutoff={"stragglers": 2},
                      stragglers={"model": "none"})

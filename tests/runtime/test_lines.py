@@ -43,7 +43,7 @@ def test_a_replacement_of_every_worker_is_said_only_when_something_runs_again():
 
 
 @pytest.mark.parametrize(("samples", "text"), [
-    (np.array([5]), "samples 5"),
+    (np.array([5]), "sample 5"),
     (np.arange(8, 12), "samples 8 to 11"),
     (np.array([4, 9, 2]), "samples 4, 9, 2"),
     (np.arange(0, 30, 3), "samples 0, 3, 6, 9, 12, 15, 18, 21, ... (10 in all)"),
