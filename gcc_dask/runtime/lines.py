@@ -101,8 +101,8 @@ def failure_line(scheme: str, batch: int, why: str, told: set[str]) -> str | Non
     if scheme in told:
         return None
     told.add(scheme)
-    return (f"{scheme}: batch {batch} has no estimate: {why} (its rows are NaN; the summary counts the batches "
-            "that failed)")
+    return (f"{scheme}: batch {batch} has no estimate: {why} (its rows are NaN; the summary counts such batches "
+            "in undecodable, or in failed when its decode failed)")
 
 
 def raised_line(scheme: str, batch: int, shard: int, exc: BaseException, told: set[str]) -> str | None:

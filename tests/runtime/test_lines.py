@@ -62,7 +62,7 @@ def test_a_scheme_without_an_estimate_is_told_once():
     told: set[str] = set()
     first = failure_line("gcc", 3, "its decode failed: ValueError('shape')", told)
     assert first == ("gcc: batch 3 has no estimate: its decode failed: ValueError('shape') (its rows are NaN; the "
-                     "summary counts the batches that failed)")
+                     "summary counts such batches in undecodable, or in failed when its decode failed)")
     assert failure_line("gcc", 4, "again", told) is None  # later batches: the summary counts them
     assert failure_line("bacc", 4, "other", told) is not None and told == {"gcc", "bacc"}
 
