@@ -37,7 +37,7 @@ class PhaseTimer:
 
 
 #: the phases :func:`format_phases` names, in the order a run goes through them
-ORDER = ("connect", "probe", "digests", "store", "composition", "batches", "finish")
+ORDER = ("advice", "connect", "probe", "digests", "store", "composition", "batches", "finish")
 
 
 def format_phases(seconds: dict[str, float]) -> str:

@@ -82,7 +82,8 @@ class RunResult:
     wall_s : float
         Seconds the batches took on the cluster (0 when everything was already done).
     phases_s : dict of str to float
-        Where this call's time went, in seconds (wall clock, this process): ``connect`` (the cluster up and its
+        Where this call's time went, in seconds (wall clock, this process): ``advice`` (``schemes: [auto]``'s
+        choice, measured or read back), ``connect`` (the cluster up and its
         workers in), ``probe`` (f checked on a sample, and timed for ``code.block_size: auto`` and
         ``composition.policy: auto``), ``digests`` (the inputs' digest a resume is checked against), ``store``
         (the store created or opened, without the composition), ``composition``, ``batches`` (every batch run
@@ -183,7 +184,8 @@ def run_pipeline(
     if "auto" in cfg.schemes:  # the estimator the advice chooses (recorded in the store, reused on resume)
         from gcc_dask.frontier.advise import resolve_auto
 
-        cfg, advice = resolve_auto(cfg, path, client=client, say=say)
+        with phases("advice"):
+            cfg, advice = resolve_auto(cfg, path, client=client, say=say)
     source, workload = build_source_and_workload(cfg)
     if source.num_samples > MAX_SAMPLES:
         raise SourceError(f"source: got {source.name!r} with {source.num_samples:,} samples; expected at most "

@@ -55,4 +55,7 @@ def test_the_time_line_names_the_phases_a_run_went_through():
     assert line == ("time: 15.4 s in all: probe 0.071 s, store 0.05 s, composition 12 s, batches 2.8 s "
                     "(first batch 0.31 s), finish 0.02 s")
     assert format_phases({"store": 0.01, "total": 0.02}) == "time: 0.02 s in all: store 0.01 s"
+    # schemes: [auto]'s advice first (a new user's 54 s run showed 3 s of parts without it)
+    assert format_phases({"advice": 50.3, "batches": 2.0, "total": 54.2}) == ("time: 54.2 s in all: advice 50 s, "
+                                                                            "batches 2 s")
     assert format_phases({}) == "time"
