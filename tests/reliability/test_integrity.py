@@ -180,13 +180,13 @@ def test_a_full_store_is_one_line_and_the_rerun_after_freeing_space_completes(tm
     and the array (no traceback); once space is freed the same command resumes and equals a clean run."""
     disk = tmp_path / "disk"
     disk.mkdir()
-    # 3 MiB: the finished store's ~570 files take a 4 KiB page each on a tmpfs (inputs/chunk_digest, one small
-    # chunk per batch as inputs/status, added 128 of them to the 2 MiB this test had)
+    # 3 MiB: room for the store of 2 batches (a file takes a 4 KiB page on a tmpfs); then the filler leaves 16 KiB,
+    # fewer than the files of one more batch: 16 batches are as many as the test needs (128 took 3 times as long)
     if not _mount("-t", "tmpfs", "-o", "size=3m", "tmpfs", str(disk)):
         pytest.skip("needs root and mount (a small tmpfs) to fill a file system for real")
     try:
         store = disk / "run.zarr"
-        cfg = synthetic_config(store, batches=128, k=4, n=8, block=4, run={"limit_batches": 2})
+        cfg = synthetic_config(store, batches=16, k=4, n=8, block=4, run={"limit_batches": 2})
         pipe = tmp_path / "pipe.yaml"
         pipe.write_text(yaml.safe_dump(cfg))
         assert _gcc_dask("run", str(pipe), "--no-progress").returncode == 0
@@ -221,7 +221,7 @@ def test_a_disk_full_while_the_store_is_created_is_one_line_and_leaves_nothing(t
     try:
         store = disk / "run.zarr"
         pipe = tmp_path / "pipe.yaml"
-        pipe.write_text(yaml.safe_dump(synthetic_config(store, batches=128, k=4, n=8, block=4,
+        pipe.write_text(yaml.safe_dump(synthetic_config(store, batches=16, k=4, n=8, block=4,
                                                         schemes=["gcc", "uncoded"])))
         subprocess.run(["dd", "if=/dev/zero", f"of={disk / 'filler'}", "bs=4k"], capture_output=True)
         subprocess.run(["truncate", "-s", "-64k", str(disk / "filler")], check=True)
