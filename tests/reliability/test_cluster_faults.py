@@ -118,7 +118,7 @@ def test_a_frozen_worker_is_ended_and_batches_go_on_finishing(tmp_path):
     # shards sleep 300-700 ms (virtual clock), so that the stopped worker always holds running shards that
     # the cutoffs of the batches in flight wait for
     path = tmp_path / "frozen.zarr"
-    cfg = synthetic_config(path, batches=80, k=4, n=12, schemes=("gcc", "uncoded"),
+    cfg = synthetic_config(path, batches=40, k=4, n=12, schemes=("gcc", "uncoded"),
                            stragglers={"shift": "300ms", "scale": "100ms"},
                            cutoff={"stragglers": 4, "deadline": "5s", "on_shortfall": "decode"},
                            cluster={"unresponsive_after": "3s"}, run={"max_batches_in_flight": 4})
