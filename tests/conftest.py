@@ -21,6 +21,17 @@ settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHES
 # the cache's own tests turn it on in a folder of their own (tests/test_composition_cache.py)
 os.environ["GCC_DASK_CACHE"] = "off"
 
+# every cluster the tests start in this process runs without the workers' statistical profiler, as the embedded
+# cluster does (gcc_dask.runtime.cluster): on Python 3.11 its sys._current_frames() every 10 ms holds the
+# interpreter's thread-list lock while a garbage collection can run a gc callback (hypothesis registers one) that
+# lets another thread take the GIL; a thread then started (a store write's pool) waits for that lock with the
+# GIL held, and the test process hangs for good, pytest-timeout included (CPython gh-106883; seen once in
+# test_pipeline's tilde test on a loaded machine, gdb: Worker.trigger_profile -> _PyThread_CurrentFrames ->
+# gc callback -> take_gil, against new_threadstate -> HEAD_LOCK)
+import dask  # noqa: E402
+
+dask.config.set({"distributed.worker.profile.enabled": False})
+
 
 def gpu_available() -> bool:
     """True only if CuPy imports *and* a device call succeeds (``import cupy`` alone proves nothing)."""

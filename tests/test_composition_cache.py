@@ -150,7 +150,7 @@ def test_auto_block_size_takes_the_cached_compositions_when_a_busier_machine_tim
     from gcc_dask.store import RunStore
 
     monkeypatch.setenv("GCC_DASK_CACHE", str(tmp_path / "cache"))
-    x = _data(4096, 8)
+    x = _data(1024, 8)  # B = 32 (4 batches), 16, and 2 for the far f (64 batches: 4096 rows made it 256)
     zarr.create_array(str(tmp_path / "x.zarr"), shape=x.shape, chunks=(512, 8), dtype="float32")[:] = x
     saved = []
     real_save = CompositionCache.save
@@ -164,7 +164,7 @@ def test_auto_block_size_takes_the_cached_compositions_when_a_busier_machine_tim
                                      out=tmp_path / out, **kw).store)
 
     def alone(seconds_per_row):
-        return choose_block_size(seconds_per_row, num_samples=4096, group_size=8, row_bytes=32, chunks=512).block_size
+        return choose_block_size(seconds_per_row, num_samples=1024, group_size=8, row_bytes=32, chunks=512).block_size
 
     fast, slow = 1e-3, 4e-3
     assert alone(fast) != alone(slow)  # the two timings alone give two block sizes

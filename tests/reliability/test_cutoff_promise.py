@@ -1,19 +1,18 @@
 """The cutoff keeps its promise under real stragglers and faults.
 
 - the deadline fires on time on both clocks, with the uncoded reference on (the decode never waits for it);
-- Ctrl-C of ``gcc-dask run`` on a process cluster: one line, exit 130 within seconds, the store marked
-  interrupted, and the same command resumes;
 - every worker lost: one line and exit 2 in bounded time (``cluster.connect_timeout``), and a rerun resumes;
 - the external scheduler lost: one line and exit 2, the store marked failed, and a rerun resumes;
 - a store that cannot be written stops the run with one line, and failed batches are retried on resume;
 - more shards than worker threads: the run says so at start.
+
+Ctrl-C and SIGTERM of ``gcc-dask run`` on a process cluster (one line, exit 130 or 143, the store marked
+interrupted, the same command resumes) are test_stop_signals.py's.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -76,37 +75,6 @@ def test_deadline_fires_on_time_with_the_reference_on(roomy_client, tmp_path, cl
     # is the shards' own sleep, 6 deadlines, not a guess at how fast the machine decodes)
     assert (latency < SHARD_S).all(), latency
     assert (root["inputs/status"][:] == 1).all()  # the reference was still computed and written, later
-
-
-# ----------------------------------------------------------------------------------------- Ctrl-C
-@pytest.mark.slow
-def test_ctrl_c_exits_130_with_one_line_then_resumes(tmp_path):
-    store = tmp_path / "run.zarr"
-    pipe = tmp_path / "pipe.yaml"
-    cfg = synthetic_config(store, batches=60, k=4, n=8, schemes=["gcc", "uncoded"],
-                           cluster={"processes": True, "n_workers": 2, "threads_per_worker": 4},
-                           stragglers={"shift": "100ms", "scale": "50ms"}, run={"max_batches_in_flight": 2})
-    pipe.write_text(yaml.safe_dump(cfg))
-    # a terminal sends SIGINT to the whole foreground process group: the driver and its worker processes
-    proc = subprocess.Popen(cli("run", str(pipe), "--no-progress"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=subprocess_env(), start_new_session=True)
-    try:
-        wait_for_batches(store, proc, 3)
-        assert proc.poll() is None, proc.communicate()
-        os.killpg(proc.pid, signal.SIGINT)
-        out, err = proc.communicate(timeout=300)  # a hang fails here (a bound on a hang, not on a duration)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-    assert proc.returncode == 130, (proc.returncode, err)
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert lines == ["gcc-dask: interrupted; run the same command again to resume"], err
-    assert zarr.open_group(str(store), mode="r").attrs["status"] == "interrupted"
-    again = subprocess.run(cli("run", str(pipe), "--no-progress"), capture_output=True, text=True, timeout=300,
-                           env=subprocess_env())
-    assert again.returncode == 0, again.stderr
-    assert "resuming" in again.stdout and (status(store, "gcc") > 0).all()
 
 
 # ------------------------------------------------------------------------------------ workers lost

@@ -206,8 +206,8 @@ def test_config_rejects_bad_speculation(extra, match):
 
 
 # ----------------------------------------------------------------------------------- on a cluster
-def _run_cfg(path, schemes, workload, **extra):
-    cfg = {"name": "spec", "source": {"kind": "synthetic", "num_samples": 128, "shape": [3], "seed": 4},
+def _run_cfg(path, schemes, workload, samples=128, **extra):
+    cfg = {"name": "spec", "source": {"kind": "synthetic", "num_samples": samples, "shape": [3], "seed": 4},
            "workload": workload, "code": {"num_inputs": 8, "num_workers": 16, "block_size": 4},
            "schemes": schemes, "store": {"path": str(path)}, "run": {"progress": False}}
     cfg.update(extra)
@@ -228,16 +228,18 @@ def test_speculative_with_a_slow_worker_backs_up_its_shards_only(tmp_path):
         slow = workers[1]
         workload = {"kind": "callable", "name": "run_helpers:slow_on",
                     "params": {"kwargs": {"address": slow, "seconds": 1.5}}}
-        run = gd.run_pipeline(_run_cfg(tmp_path / "run.zarr", ["speculative", "uncoded"], workload,
+        # 2 batches of 32 samples, one at a time (each waits for the slow worker's originals or their backups)
+        run = gd.run_pipeline(_run_cfg(tmp_path / "run.zarr", ["speculative", "uncoded"], workload, samples=64,
                                        speculation={"multiplier": 2.0, "min_runtime": "300ms"},
                                        run={"progress": False, "max_batches_in_flight": 1}), client=client)
     assert run.status == "complete"
     root = zarr.open_group(run.path, mode="r")
     np.testing.assert_array_equal(root["speculative/decoded"][:], root["uncoded/decoded"][:])
-    x, _ = gd.sources.make_source("synthetic", num_samples=128, shape=[3], seed=4).read(0, 128)
-    np.testing.assert_allclose(root["uncoded/decoded"][:].reshape(128, -1), np.tanh(x), rtol=1e-6)
+    x, _ = gd.sources.make_source("synthetic", num_samples=64, shape=[3], seed=4).read(0, 64)
+    np.testing.assert_allclose(root["uncoded/decoded"][:].reshape(64, -1), np.tanh(x), rtol=1e-6)
     backups = root["speculative/n_backups"][:]
     received = root["speculative/received"][:]
+    assert backups.size == 2  # both batches checked below
     for b in range(backups.size):
         late = [k for k in range(8) if (b + k) % 4 == 1]  # the originals placed on the slow worker
         assert len(late) == 2 and backups[b] >= 2, (b, backups)
@@ -263,7 +265,7 @@ def test_a_second_copy_backs_up_a_backup_that_lands_on_a_slow_worker(tmp_path):
         workers = sorted(client.scheduler_info()["workers"])
         workload = {"kind": "callable", "name": "run_helpers:slow_on",
                     "params": {"kwargs": {"address": workers[1:3], "seconds": 3.0}}}
-        run = gd.run_pipeline(_run_cfg(tmp_path / "run.zarr", ["speculative", "uncoded"], workload,
+        run = gd.run_pipeline(_run_cfg(tmp_path / "run.zarr", ["speculative", "uncoded"], workload, samples=64,
                                        speculation={"quantile": 0.5, "multiplier": 2.0, "min_runtime": "1s",
                                                     "copies": 2},
                                        run={"progress": False, "max_batches_in_flight": 1}), client=client)
@@ -272,6 +274,7 @@ def test_a_second_copy_backs_up_a_backup_that_lands_on_a_slow_worker(tmp_path):
     np.testing.assert_array_equal(root["speculative/decoded"][:], root["uncoded/decoded"][:])
     assert root["speculative/received"].shape[1] == 24
     backups, received = root["speculative/n_backups"][:], root["speculative/received"][:]
+    assert backups.size == 2  # both batches checked below
     for b in range(backups.size):
         slot = lambda k, c: (b + k + c) % 4  # noqa: E731 - the worker of copy c of input k (round robin)
         twice = [k for k in range(8) if slot(k, 0) == 1]  # original and first backup both on slow workers
