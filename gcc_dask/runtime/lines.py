@@ -12,8 +12,8 @@ import numpy as np
 
 from gcc_dask.errors import ClusterError
 
-__all__ = ["BAD_SAMPLES", "LOAD_SAY_S", "bad_batch_text", "failure_line", "load_line", "raised_line", "replaced_line", "rerun_what",
-           "samples_text", "unscored_line", "worker_loss_line", "workers_lost_error"]
+__all__ = ["BAD_SAMPLES", "LOAD_SAY_S", "bad_batch_text", "failure_line", "load_line", "raised_line", "replaced_line",
+           "rerun_what", "samples_text", "unscored_line", "worker_loss_line", "workers_lost_error"]
 
 #: the attribute of an error for NaN or Inf in a batch's samples that holds their dataset indices (int64), set on
 #: the workers where the samples are known (:mod:`~gcc_dask.runtime.plugin`) and named by :func:`bad_batch_text`
@@ -137,8 +137,9 @@ only; later such batches are not said again (their inputs/reference rows are NaN
         return None
     told.add("reference:raised")
     return (f"batch {batch}: f raised on its {samples:,} sample{'s' if samples != 1 else ''} uncoded ({exc!r}), so "
-            "it has no reference: its samples are left out of the metrics scored against the reference (rel_acc, rmse, ...), which describe "
-            "the other batches only; later such batches are not said again (their inputs/reference rows are NaN)")
+            "it has no reference: its samples are left out of the metrics scored against the reference (rel_acc, "
+            "rmse, ...), which describe the other batches only; later such batches are not said again (their "
+            "inputs/reference rows are NaN)")
 
 
 def rerun_what(again: Iterable[tuple[int, str]], short: Mapping[tuple[int, str], tuple]) -> list[str]:
