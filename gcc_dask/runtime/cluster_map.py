@@ -38,6 +38,12 @@ def _returning_errors(func, *args):
         return _Raised(e)
 
 
+#: copies an item of :func:`map_on_cluster` may get beyond Spark's rule's (`speculation.copies`) when every copy it
+#: has runs on workers that stopped answering: a copy placed while a worker froze (before it missed its heartbeats,
+#: or while the item's original still queued on the scheduler) could land there beside the original, and the item,
+#: at the rule's limit, waited for Dask's worker-ttl (5 minutes) to end the frozen worker
+RESCUE_COPIES = 2
+
 #: shared arguments of :func:`map_on_cluster` smaller than this (pickled, in all) travel with each task; larger
 #: ones (an in-memory source) are scattered to every worker once per attempt
 SHARED_BY_VALUE_BYTES = 1 << 20
@@ -145,7 +151,8 @@ def _map_with_backups(client, call, args: tuple, items: list, todo: list[int], r
     """Run ``call(*args, items[i])`` for each i in `todo` into ``results[i]``, with backup copies of the late
     ones (:func:`~gcc_dask.runtime.backups.backups_due_since_launch`) and of those whose every copy runs on a
     worker that has missed :data:`~gcc_dask.runtime.liveness.MISSED_HEARTBEATS` heartbeats (a frozen worker may
-    hold more than the quarter of the tasks Spark's rule lets wait); return the items whose every copy was lost
+    hold more than the quarter of the tasks Spark's rule lets wait), up to :data:`RESCUE_COPIES` copies beyond the
+    rule's limit for an item whose copies all sit on such workers; return the items whose every copy was lost
     with its worker. Every copy still out is cancelled on the way out.
 
     A result held only by workers that froze after its task finished (the fetch would wait for as long as they
@@ -168,8 +175,9 @@ def _map_with_backups(client, call, args: tuple, items: list, todo: list[int], r
     k = len(todo)
     start = time.monotonic()
     first = np.full(k, math.inf)  # when each item's first result came (seconds since start)
-    launch = np.full((rule.copies + 1, k), math.inf)
-    failed = np.zeros((rule.copies + 1, k), dtype=bool)
+    rows = rule.copies + 1  # Spark's rule's copies; the rescues of items stuck on quiet workers come after them
+    launch = np.full((rows + RESCUE_COPIES, k), math.inf)
+    failed = np.zeros((rows + RESCUE_COPIES, k), dtype=bool)
     copies: list[list] = [[] for _ in range(k)]
     open_ = set(range(k))  # items without a result and with a copy out or to come
     avoid: list[set[str]] = [set() for _ in range(k)]  # workers holding a result of the item that did not arrive
@@ -199,11 +207,13 @@ def _map_with_backups(client, call, args: tuple, items: list, todo: list[int], r
         launch_next()
         while open_:
             now = time.monotonic() - start
-            due, later = backups_due_since_launch(first, launch, failed, now, rule)
+            due, later = backups_due_since_launch(first, launch[:rows], failed[:rows], now, rule)
             # (an item with a finished copy is fetched below: no copy, even when a slow fetch held this loop)
             due = {j for j in due.tolist() if j in open_
                    and not any(f.status == "finished" and not failed[c, j] for c, f in enumerate(copies[j]))}
-            spare = [j for j in open_ if j < launched and len(copies[j]) <= rule.copies]
+            # items that may take one more copy if all theirs run on quiet workers (Spark's rule's limit, and
+            # RESCUE_COPIES beyond it for such items only)
+            spare = [j for j in open_ if j < launched and len(copies[j]) < rows + RESCUE_COPIES]
             if due or (spare and now >= check_at):
                 check_at = now + beat  # the heartbeats move once a beat: no need to look more often
                 running, workers, behind = _placement(client, {j: [f.key for f in copies[j]] for j in spare},
