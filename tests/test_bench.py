@@ -30,6 +30,14 @@ def _positive(value) -> bool:
     return math.isfinite(value) and value > 0
 
 
+def _measured(value) -> bool:
+    """A figure read from the machine's counters (thread seconds, a ratio of them): finite and not negative. It
+    may be 0 on a busy machine: a worker process that the cluster replaced during a run takes its counts with it
+    (``gcc_dask.bench.maps._spent`` reports a lower bound then)."""
+    value = float(value)
+    return math.isfinite(value) and value >= 0
+
+
 @pytest.fixture(scope="module")
 def coding_report():
     return run_coding_bench(quick=True, gpu=False)
@@ -100,7 +108,7 @@ def test_pipeline_report_files_and_ratios(pipeline_report, tmp_path):
     assert all(_positive(r["zstd_ms"]) and _positive(r["zstd_crc32c_ms"]) and _positive(r["ratio"])
                for r in checksums)
     targets = _rows(tmp_path / "pipeline_targets.csv")
-    assert len(targets) >= 5 and all(_positive(t["measured"]) for t in targets)
+    assert len(targets) >= 5 and all(_measured(t["measured"]) for t in targets)
 
 
 def test_tail_section_rows_targets_and_figure(pipeline_report, tmp_path):
@@ -119,8 +127,8 @@ def test_tail_section_rows_targets_and_figure(pipeline_report, tmp_path):
     for r in rows:
         p50, p99, p999 = (float(r[c]) for c in ("batch_p50_s", "batch_p99_s", "batch_p999_s"))
         assert 0 < p50 <= p99 <= p999, r
-        for col in ("samples_per_s", "vs_plain_map", "compute_s", "compute_vs_plain"):
-            assert _positive(r[col]), (col, r)
+        assert _positive(r["samples_per_s"]) and _positive(r["vs_plain_map"]), r
+        assert _measured(r["compute_s"]) and _measured(r["compute_vs_plain"]), r
         assert int(r["backups"]) >= 0 and 0.0 <= float(r["rel_acc"]) <= 1.0
         exact = r["contender"] in ("plain client.map", *(label for label, *_ in HEDGED), "pipeline uncoded",
                                    "pipeline speculative", "pipeline speculative-2")
@@ -141,7 +149,7 @@ def test_tail_section_rows_targets_and_figure(pipeline_report, tmp_path):
     assert {t.name for t in pipeline_report.targets} >= {"b: hangs: speculative p99 / plain map p99",
                                                          "b: hangs: speculative-2 p99 / plain map p99"}
     by_name = {t.name: t for t in pipeline_report.targets}
-    assert all(_positive(t.measured) for t in pipeline_report.targets)  # every target computed (not judged here)
+    assert all(_measured(t.measured) for t in pipeline_report.targets)  # every target computed (not judged here)
     same = by_name["speculative estimates identical to uncoded's wherever uncoded has one (scenarios where both ran)"]
     assert same.measured == 1.0 and same.passed
     assert (tmp_path / "pipeline_tail.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

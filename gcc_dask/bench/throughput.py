@@ -21,7 +21,7 @@ Two sections of ``gcc-dask bench pipeline``:
     time, and the peak resident memory of the driver and of the workers.
 
 Quick mode (``--quick``, the tests): blocks of :data:`QUICK_BLOCK` images, 8 batches in ``throughput`` (its
-contenders: uncoded and gcc, the ones its targets read, and gcc with the reference), 4 and 40 in ``scale``.
+contenders: uncoded and gcc, the ones its targets read, and gcc with the reference), 4 and 16 in ``scale``.
 """
 
 from __future__ import annotations
@@ -289,7 +289,7 @@ def scale_section(client, work: Path, quick: bool, say: Callable[[str], None], m
     from gcc_dask.bench.processes import MemorySampler, _worker_pids
 
     block = QUICK_BLOCK if quick else block
-    sizes = (4 * K * block, 40 * K * block) if quick else (100_000, 1_000_000)
+    sizes = (4 * K * block, 16 * K * block) if quick else (100_000, 1_000_000)
     rows = []
     for samples in sizes:
         data = work / f"scale-data-{samples}.zarr"

@@ -30,7 +30,6 @@ import functools
 
 import numpy as np
 from array_api_compat import device
-from scipy import optimize
 
 from gcc_dask.errors import ConfigError
 
@@ -83,6 +82,8 @@ def gcv_select(kappa: np.ndarray, energy: np.ndarray, n: int, null_dim: int) -> 
     vals = score(grid)
     i = int(np.argmin(vals))
     lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, grid.size - 1)]
+    from scipy import optimize  # imported here: it adds ~0.3 s to every process's import of gcc_dask
+
     res = optimize.minimize_scalar(lambda x: float(score(x)[0]), bounds=(lo, hi), method="bounded")
     best = res.x if res.success and score(res.x)[0] <= vals[i] else grid[i]
     return float(10.0**best)

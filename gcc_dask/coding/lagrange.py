@@ -22,7 +22,6 @@ import warnings
 import numpy as np
 from numpy.polynomial import chebyshev
 from scipy import linalg
-from scipy.interpolate import BarycentricInterpolator
 
 from gcc_dask.errors import ConfigError
 
@@ -119,6 +118,9 @@ class LCC(CodingScheme):
         K = self.num_inputs
         if K == 1:
             return np.ones((z.size, 1))
+        # imported here: scipy.interpolate (with scipy.optimize) adds ~0.45 s to every process's import
+        from scipy.interpolate import BarycentricInterpolator
+
         interp = BarycentricInterpolator(self.data_points, np.eye(K))
         z = np.atleast_1d(z)
         node = at_node(self.data_points, z, interp.wi)  # w_j / (z - α_j) overflows: z is α_j to every digit

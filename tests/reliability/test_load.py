@@ -1,8 +1,8 @@
-"""Load: a long run (500 batches) with bounded driver memory, nothing left on the cluster, bounded caches.
+"""Load: a long run (250 batches) with bounded driver memory, nothing left on the cluster, bounded caches.
 
 Synthetic inputs and an analytic f keep each batch cheap, so the run exercises the driver loop, the
 scheduler and the store rather than the model. K = 2 inputs coded into N = 10 shards, the first 6 kept:
-the received sets vary over C(10, 6) = 210 possibilities; the workers' decoder caches are shrunk to 64
+the received sets vary over C(10, 6) = 210 possibilities; the workers' decoder caches are shrunk to 32
 entries for the run (in-process workers rebuild the codes from this module), so they must evict.
 """
 
@@ -25,9 +25,9 @@ from rel_helpers import read_group, synthetic_config
 
 pytestmark = pytest.mark.slow
 
-BATCHES = 500
+BATCHES = 250
 K, N, S = 2, 10, 4
-CACHE = 64
+CACHE = 32
 
 
 def _cache_sizes(dask_worker):
@@ -126,7 +126,7 @@ def test_long_run_is_bounded_and_leaves_nothing_behind(small_logs_client, tmp_pa
     assert kept == [0]
 
     # memory of the driver (and of the in-process scheduler and workers): after a warm-up run, RSS grows
-    # by less than 24 MiB over 500 batches (measured: ~12 MiB, mostly the workers' decoder caches filling)
+    # by less than 24 MiB over 250 batches (measured: ~12 MiB, mostly the workers' decoder caches filling)
     rss = np.array([r for _, r in sampler.rss]) / 2**20
     growth = rss.max() - rss[0]
     print(f"{BATCHES} batches in {wall:.1f} s; {distinct} distinct received sets; decoder cache max "
