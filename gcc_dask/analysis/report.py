@@ -182,7 +182,8 @@ def _run_report(path: Path, out: Path, recompute) -> Report:
            "## Per scheme", "",
            _md(summary[[c for c in ("rel_acc", "accuracy", "accuracy_uncoded", "rmse", "rel_rmse", "r2",
                                     "max_abs_err", "rmse_mean", "rmse_std", "rel_acc_std", "cutoff_p50_s",
-                                    "cutoff_p99_s", "latency_p50_s", "latency_p99_s", "decoded", "undecodable", "failed", "mean_received")
+                                    "cutoff_p99_s", "latency_p50_s", "latency_p99_s", "decoded", "undecodable",
+                                    "failed", "missing", "filled", "mean_received")
                         if c in summary and c not in dropped] + _backups_column(summary)], ".4g"), "",
            *_poor_lines(summary),
            "## Latency percentiles (s)", "", _md(latency, ".4g"), ""]

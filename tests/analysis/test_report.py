@@ -75,6 +75,11 @@ def test_run_report_writes_every_promised_file(smoke_run, tmp_path):
     assert "![shards by batch](figures/shards.png)" in rep.markdown
     assert "mean_backups" not in rep.markdown  # no speculative scheme in the run: no backups column
     assert rep.left_out is None and "- note:" not in rep.markdown  # a reference and labels: nothing left out
+    # the per-scheme table counts the samples left without an estimate and those filled from neighbours, as the
+    # summary does (a run that lost estimates showed none of it in the report)
+    header = rep.markdown.split("## Per scheme")[1].split("\n\n")[1].splitlines()[0]
+    cells = [c.strip() for c in header.split("|")]
+    assert cells.index("failed") < cells.index("missing") < cells.index("filled") < cells.index("mean_received")
 
 
 def test_a_report_of_a_coded_map_store_says_in_one_line_what_it_left_out(client, tmp_path):
