@@ -21,6 +21,15 @@ settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHES
 # the cache's own tests turn it on in a folder of their own (tests/test_composition_cache.py)
 os.environ["GCC_DASK_CACHE"] = "off"
 
+# the suite starts a few hundred Python processes (CLI runs and their clusters' workers), each of which imports
+# gcc_dask: without a bytecode cache each compiles it again (0.7 s of CPU a process; some container images set
+# PYTHONDONTWRITEBYTECODE, this project's CI machine among them). The tests cache it as Python does by default, in
+# __pycache__ folders beside the sources (ignored by git); processes started from here inherit the setting
+if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
+    import sys
+
+    sys.dont_write_bytecode = False
+
 # every cluster the tests start in this process runs without the workers' statistical profiler, as the embedded
 # cluster does (gcc_dask.runtime.cluster): on Python 3.11 its sys._current_frames() every 10 ms holds the
 # interpreter's thread-list lock while a garbage collection can run a gc callback (hypothesis registers one) that

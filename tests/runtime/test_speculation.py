@@ -253,20 +253,23 @@ def test_speculative_with_a_slow_worker_backs_up_its_shards_only(tmp_path):
 def test_a_second_copy_backs_up_a_backup_that_lands_on_a_slow_worker(tmp_path):
     """copies = 2, four workers, two neighbours slow on every shard: an original on the first slow worker has
     its first backup on the second (late too) and its second backup on a fast worker, which wins; the
-    estimates are uncoded's, bit for bit. A shard is late after 1 s, a third of the slow workers' 3 s. A fast
-    worker's shard that a busy machine holds past 1 s is late too and gets its copy, as the rule says: the
-    backups are at least the 6 of the slow workers' originals, not exactly 6 (the exact counts of the rule with
-    copies = 2 are the simulated clock's, test_batch_machine.py and the tests of backups_due above; on 2 cores
-    loaded by a second test process, a fast shard was once backed up here)."""
+    estimates are uncoded's, bit for bit. A shard is late after max(1 s, the median time of the results in),
+    and the slow workers take 5 s: the second backup is launched at twice that time, before the original
+    finishes, while the median stays under 2 s (with multiplier 2 and 3 s slow workers, four busy processes
+    beside the suite made the median of the fast shards 0.75 s or more, and an original finished before its
+    second copy was due: 4 backups). A fast worker's shard that a busy machine holds past that time is late too
+    and gets its copy, as the rule says: the backups are at least the 6 of the slow workers' originals, not
+    exactly 6 (the exact counts of the rule with copies = 2 are the simulated clock's, test_batch_machine.py
+    and the tests of backups_due above)."""
     from distributed import Client, LocalCluster
 
     with LocalCluster(n_workers=4, threads_per_worker=8, processes=False, dashboard_address=":0",
                       silence_logs=40) as cluster, Client(cluster) as client:
         workers = sorted(client.scheduler_info()["workers"])
         workload = {"kind": "callable", "name": "run_helpers:slow_on",
-                    "params": {"kwargs": {"address": workers[1:3], "seconds": 3.0}}}
+                    "params": {"kwargs": {"address": workers[1:3], "seconds": 5.0}}}
         run = gd.run_pipeline(_run_cfg(tmp_path / "run.zarr", ["speculative", "uncoded"], workload, samples=64,
-                                       speculation={"quantile": 0.5, "multiplier": 2.0, "min_runtime": "1s",
+                                       speculation={"quantile": 0.5, "multiplier": 1.0, "min_runtime": "1s",
                                                     "copies": 2},
                                        run={"progress": False, "max_batches_in_flight": 1}), client=client)
     assert run.status == "complete"
