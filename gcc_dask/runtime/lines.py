@@ -105,6 +105,21 @@ def failure_line(scheme: str, batch: int, why: str, told: set[str]) -> str | Non
             "in undecodable, or in failed when its decode failed)")
 
 
+def in_place_hint(exc: BaseException) -> str:
+    """What to add to the line of f's error `exc` when f wrote into its input: the blocks f is given are read-only
+    (several shards, and the batch's reference, share them on a worker), so NumPy refuses the write.
+
+    >>> in_place_hint(ValueError("assignment destination is read-only"))[:38]
+    '; f wrote into its input, which is rea'
+    >>> in_place_hint(ValueError("bad row"))
+    ''
+    """
+    if isinstance(exc, ValueError) and "read-only" in str(exc):
+        return ("; f wrote into its input, which is read-only: the shards of a worker and the batch's reference "
+                "share the samples they are given, so f must copy before changing them (x = x.copy())")
+    return ""
+
+
 def raised_line(scheme: str, batch: int, shard: int, exc: BaseException, told: set[str]) -> str | None:
     """The line for the user the first time f raised on a shard of `scheme` in a batch that was decoded anyway:
     the shard is an erasure, decoded around as a straggler's would be, and without this line only the store's
@@ -118,7 +133,8 @@ straggler's would be; later failures of f are not said again, the store counts t
     if key in told:
         return None
     told.add(key)
-    return (f"{scheme}: f raised on shard {shard} of batch {batch} ({exc!r}): its result is an erasure, decoded "
+    return (f"{scheme}: f raised on shard {shard} of batch {batch} ({exc!r}{in_place_hint(exc)}): its result is "
+            "an erasure, decoded "
             f"around as a straggler's would be; later failures of f are not said again, the store counts them "
             f"per batch ({scheme}/n_failed)")
 
@@ -136,7 +152,8 @@ only; later such batches are not said again (their inputs/reference rows are NaN
     if "reference:raised" in told:
         return None
     told.add("reference:raised")
-    return (f"batch {batch}: f raised on its {samples:,} sample{'s' if samples != 1 else ''} uncoded ({exc!r}), so "
+    return (f"batch {batch}: f raised on its {samples:,} sample{'s' if samples != 1 else ''} uncoded "
+            f"({exc!r}{in_place_hint(exc)}), so "
             "it has no reference: its samples are left out of the metrics scored against the reference (rel_acc, "
             "rmse, ...), which describe the other batches only; later such batches are not said again (their "
             "inputs/reference rows are NaN)")

@@ -252,6 +252,7 @@ class RunPlugin(WorkerPlugin):
             # held for nobody; a chunk that other shards share is held while the batch runs (:meth:`chunk`)
             fresh = alone and self.source.whole_chunks(idx)
             x, _ = self.source.take(idx, None if fresh else self._chunk_reader(batch))
+            x = x if fresh else _read_only(x)  # (held for the worker's other shards of the position)
             _naming_bad_samples(lambda: code.check_input(x), x, lambda: idx)
             if self.use_gpu:
                 import cupy
@@ -398,4 +399,16 @@ def _read_batch(source, layout, batch: int, chunk: Callable[[int], Any] | None =
     """Read the samples of ``batch`` (``layout.samples(batch)``, dataset indices in slot order), a chunked
     source's chunks through `chunk` (see :meth:`RunPlugin.chunk`)."""
     x, labels = source.take(layout.samples(batch), chunk)
-    return Loaded(x=x, labels=None if labels is None else np.asarray(labels), n_real=x.shape[0])
+    return Loaded(x=_read_only(x), labels=None if labels is None else np.asarray(labels), n_real=x.shape[0])
+
+
+def _read_only(x: Any) -> Any:
+    """`x` made read-only when it is a NumPy array (a view of it when it is not its own data): a batch's samples,
+    or a block of them, are shared on a worker by the shards that evaluate them and by the batch's reference, so an
+    f that wrote into its input would hand the next one altered rows. NumPy refuses the write instead (an error of
+    f, said with :func:`~.lines.in_place_hint`), as documented in docs/own_model.rst."""
+    if isinstance(x, np.ndarray) and x.flags.writeable:
+        if not x.flags.owndata:  # (a view: the caller's array, e.g. an in-memory source, stays writable)
+            x = x.view()
+        x.flags.writeable = False
+    return x

@@ -17,7 +17,7 @@ from gcc_dask.errors import ClusterError
 from gcc_dask.runtime.batch_machine import Fail, Redecode, Rescore, Restart, WatchShards
 from gcc_dask.runtime.inflight import final as _final  # (importable from here, as before)
 from gcc_dask.runtime.inflight import inputs_again, lost_kept, task_report, unrecorded
-from gcc_dask.runtime.lines import bad_batch_text, failure_line, raised_line, unscored_line
+from gcc_dask.runtime.lines import bad_batch_text, failure_line, in_place_hint, raised_line, unscored_line
 from gcc_dask.runtime.lines import samples_text as _samples_text  # noqa: F401 (importable from here, as before)
 from gcc_dask.runtime.plans import MAX_ATTEMPTS, _BatchState, _SchemeState
 from gcc_dask.runtime.tasks import failed_record, is_bad_batch, is_storage_error, strip_record
@@ -58,7 +58,8 @@ class ResultsRunner:
             exc = _error_of(s.shards[int(w)])
             self._raise_bad_batch(state, exc)
         if not every and not isinstance(exc, KilledWorker):  # f raised on every shard: say why once, go on
-            self._tell_failure(s, state.batch, f"every shard that ran failed; shard {int(failed[0])}: {exc!r}")
+            self._tell_failure(s, state.batch, f"every shard that ran failed; shard {int(failed[0])}: "
+                                               f"{exc!r}{in_place_hint(exc)}")
 
     def _raise_bad_batch(self, state: _BatchState, exc: BaseException) -> None:
         """Stop the run with one line naming the batch and its samples when `exc` was raised by its data."""

@@ -101,7 +101,11 @@ class TorchWorkload(_InMemory, Workload):
 
         def f(X: Any) -> Any:
             on_gpu = _is_cupy(X)
-            t = torch.from_dlpack(X) if on_gpu else torch.from_numpy(np.ascontiguousarray(X))
+            if not on_gpu:
+                X = np.ascontiguousarray(X)
+                if not X.flags.writeable:  # the run's shared, read-only samples: torch wants its own (and warns)
+                    X = X.copy()
+            t = torch.from_dlpack(X) if on_gpu else torch.from_numpy(X)
             if per_sample is not None:
                 if int(np.prod(t.shape[1:])) != int(np.prod(per_sample)):
                     raise WorkloadError(f"input of shape {tuple(t.shape)} does not fit torch "

@@ -403,6 +403,38 @@ def test_a_model_raising_on_some_rows_is_said_with_the_batches_left_unscored(cli
     assert uncoded["n_failed"].sum() == 2  # the two shards that held them
 
 
+def _doubles_in_place(x):
+    """2 x, computed by writing into its input (what docs/own_model.rst tells an f not to do)."""
+    x *= 2.0
+    return x
+
+
+def test_a_model_writing_into_its_input_is_refused_and_said_never_mixed_in(client, tmp_path):
+    """An f that wrote into its input changed the samples that a worker's shards share (uncoded's shard and
+    replication's copies of a position; the batch's samples that its reference and its coded shards read), so the
+    next shard got doubled rows and gave 4x instead of 2x, with nothing said. Those samples are now read-only: f's
+    write fails, and the line that says so tells what to do; no estimate is made of altered rows."""
+    x = np.random.default_rng(6).uniform(-1, 1, size=(128, 4)).astype(np.float32)
+    common = dict(client=client, stragglers={"model": "none"}, composition={"policy": "as_stored"},
+                  code={"num_inputs": 4, "num_workers": 8, "block_size": 16})
+    hint = "f wrote into its input, which is read-only"
+    with pytest.warns(RuntimeWarning) as caught:
+        res = gd.coded_map(_doubles_in_place, x, schemes=("uncoded", "replication"), out=tmp_path / "sel.zarr",
+                           **common)
+    said = [str(w.message) for w in caught]
+    for scheme in ("uncoded", "replication"):
+        assert any(m.startswith(f"{scheme}: batch ") and hint in m for m in said), said
+    assert np.isnan(np.asarray(res.estimates)).all()  # no estimate of doubled rows: none at all
+    # gcc encodes a block of its own for each shard (f may write into it), but the batch's reference is f on the
+    # shared samples: refused, and said
+    with pytest.warns(RuntimeWarning) as caught:
+        res = gd.coded_map(_doubles_in_place, x, schemes=("gcc",), out=tmp_path / "gcc.zarr", run={"reference": True},
+                           **common)
+    unscored = [str(w.message) for w in caught if "so it has no reference" in str(w.message)]
+    assert len(unscored) == 1 and hint in unscored[0]
+    assert np.isfinite(np.asarray(res.estimates)).all()
+
+
 # ------------------------------------------------------------------ a store the workers cannot see
 def _can_unshare(tmp_path) -> bool:
     if shutil.which("unshare") is None or os.geteuid() != 0:
