@@ -76,7 +76,8 @@ say()
 
 
 class _Viewer:
-    """The page held open by a Bokeh client in another process (nice 19); its document's changes, timed."""
+    """The page held open by a Bokeh client in another process (nice 19 once open, with `nice`); its document's
+    changes, timed."""
 
     def __init__(self, url: str, timeout: float = 900.0, nice: bool = True) -> None:
         self.lines: list[dict] = []
@@ -85,8 +86,7 @@ class _Viewer:
         self._opened = threading.Event()
         self._reader = threading.Thread(target=self._read, daemon=True, name="gcc-dask-bench-viewer")
         self._reader.start()
-        # until its first line or its end: at nice 19 on a loaded machine (load average 30) it took over 60 s to
-        # start; `timeout` only keeps a viewer that hangs from holding the bench for ever
+        # until its first line or its end; `timeout` only keeps a viewer that hangs from holding the bench for ever
         deadline = time.monotonic() + timeout
         while not self._opened.wait(0.5):
             if self.proc.poll() is not None:
