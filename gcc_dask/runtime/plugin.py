@@ -252,7 +252,7 @@ class RunPlugin(WorkerPlugin):
             # held for nobody; a chunk that other shards share is held while the batch runs (:meth:`chunk`)
             fresh = alone and self.source.whole_chunks(idx)
             x, _ = self.source.take(idx, None if fresh else self._chunk_reader(batch))
-            x = x if fresh else _read_only(x)  # (held for the worker's other shards of the position)
+            x = x if alone else _read_only(x)  # (kept for the worker's other shards of the position: _memo below)
             _naming_bad_samples(lambda: code.check_input(x), x, lambda: idx)
             if self.use_gpu:
                 import cupy
