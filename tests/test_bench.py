@@ -63,9 +63,10 @@ def test_coding_report_files_and_ratios(coding_report, tmp_path):
     apply = _rows(tmp_path / "coding_apply.csv")
     assert {(r["dtype"], r["N"]) for r in apply} == {(d, n) for d in ("float32", "float64") for n in ("16", "64")}
     for r in apply:
-        for col in ("encode_ratio", "decode_ratio", "encode_cpu_ratio", "decode_cpu_ratio", "encode_bare_ms",
-                    "bare_encode_gflops"):
+        for col in ("encode_ratio", "decode_ratio", "encode_bare_ms", "bare_encode_gflops"):
             assert _positive(r[col]), (col, r)
+        for col in ("encode_cpu_ratio", "decode_cpu_ratio"):  # NaN where the thread clock counted 0 (busy machine)
+            assert _positive(r[col]) or math.isnan(float(r[col])), (col, r)
         assert int(r["F"]) == int(r["N"]) - int(r["N"]) // 4
     decoder = _rows(tmp_path / "coding_decoder.csv")
     assert {r["scheme"] for r in decoder} == {"gcc", "bacc"}
@@ -393,3 +394,10 @@ def test_page_section_rows_and_targets(pipeline_report, tmp_path):
     assert (cost.op, cost.limit, first.op, first.limit) == (">=", PAGE_COST_MIN, "<=", FIRST_BATCH_MAX_S)
     assert (own.op, own.limit) == ("<=", pytest.approx(2.0))
     assert _positive(cost.measured) and _positive(own.measured)
+
+
+def test_a_cpu_ratio_the_thread_clock_could_not_count_is_nan_not_zero():
+    from gcc_dask.bench.coding import _cpu_ratio
+
+    assert _cpu_ratio(3e-5, 2e-5) == pytest.approx(1.5)
+    assert math.isnan(_cpu_ratio(0.0, 2e-5)) and math.isnan(_cpu_ratio(3e-5, 0.0))

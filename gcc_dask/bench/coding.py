@@ -70,6 +70,13 @@ def best_times(fns: list[Callable[[], Any]], *, min_repeats: int = 3, budget_s: 
     return best, rounds
 
 
+def _cpu_ratio(ours: float, bare: float) -> float:
+    """``ours / bare`` of two best thread-CPU times, or NaN where either is 0: a busy machine's thread clock
+    sometimes counts nothing for a call of tens of microseconds (seen: encode at N = 16, d = 784 with 4 other busy
+    processes), and a ratio of 0 or infinity would be a figure of the clock, not of the code."""
+    return ours / bare if ours > 0 and bare > 0 else math.nan
+
+
 def _one_blas_thread():
     """A context in which the BLAS runs one thread (threadpoolctl), or None without threadpoolctl."""
     try:
@@ -144,8 +151,8 @@ def _apply_rows(grid: dict, backends, rng, echo, budget_s: float) -> list[dict]:
                             with one:
                                 (ce, cbe, cd, cbd), creps = timed(min_repeats=3 if big else 5, budget_s=budget_s,
                                                                   clock=time.thread_time)
-                            row.update({"encode_cpu_ms": ce * 1e3, "encode_cpu_ratio": ce / cbe,
-                                        "decode_cpu_ms": cd * 1e3, "decode_cpu_ratio": cd / cbd,
+                            row.update({"encode_cpu_ms": ce * 1e3, "encode_cpu_ratio": _cpu_ratio(ce, cbe),
+                                        "decode_cpu_ms": cd * 1e3, "decode_cpu_ratio": _cpu_ratio(cd, cbd),
                                         "cpu_repeats": creps})
                         rows.append(row)
                         cpu = (f"; 1-thread CPU x{row['encode_cpu_ratio']:.2f} / x{row['decode_cpu_ratio']:.2f}"
@@ -205,10 +212,11 @@ def _targets(apply_rows: list[dict], build_rows: list[dict], quick: bool) -> lis
         mine = [r for r in apply_rows if r["backend"] == backend]
         d = TARGET_D if any(r["d"] == TARGET_D for r in mine) else max(r["d"] for r in mine)
         at = [r for r in mine if r["d"] == d]
-        cpu = all("encode_cpu_ratio" in r for r in at)
-        how = "1-thread CPU time" if cpu else "wall time"
         note = "; quick mode: d=150528 not run" if d != TARGET_D else ""
         for op in ("encode", "decode"):
+            # CPU time where every row has it (NaN: the thread clock counted nothing, see _cpu_ratio), else wall
+            cpu = all(math.isfinite(r.get(f"{op}_cpu_ratio", math.nan)) for r in at)
+            how = "1-thread CPU time" if cpu else "wall time"
             col = f"{op}_cpu_ratio" if cpu else f"{op}_ratio"
             ratios = np.array([r[col] for r in at])
             worst = at[int(np.argmax(ratios))]
