@@ -117,5 +117,7 @@ def _probe_model(workload, source, nan_policy: str = "raise", timed: bool | str 
         raise WorkloadError(
             f"workload: got an f that fails on a block of the source's first samples while it is timed for "
             f"code.block_size: auto ({type(e).__name__}: {text}), after it passed on one sample; expected an f "
-            "that maps (n, ...) samples to (n, ...) outputs for every n (or set code.block_size to a number)"
+            "that maps (n, ...) samples to (n, ...) outputs for every n and every sample: fix f for these samples "
+            "(or blocks of them), or set code.block_size to a number (a shard on which f raises is then an "
+            "erasure, decoded around)"
         ) from None

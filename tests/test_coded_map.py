@@ -407,7 +407,8 @@ def test_an_f_that_fails_on_the_timing_of_an_auto_block_size_is_one_line(client,
     bad = lambda b: np.tanh(b[:, :3]) if len(b) == 1 else 1 / 0  # noqa: E731
     config = {**CONFIG, "code": {**CONFIG["code"], "block_size": "auto"}}
     with pytest.raises(WorkloadError, match=r"fails on a block .* timed for code.block_size: auto "
-                                            r"\(ZeroDivisionError: division by zero\)"):
+                                            r"\(ZeroDivisionError: division by zero\).* every n and every sample: "
+                                            r"fix f for these samples"):
         gd.coded_map(bad, X[:128], client=client, out=tmp_path / "t.zarr", **config)
 
 
