@@ -43,7 +43,7 @@ from gcc_dask.runtime.runner_tasks import TasksRunner
 from gcc_dask.runtime.signals import SignalFlag
 from gcc_dask.runtime.tasks import RunPlugin
 from gcc_dask.runtime.window import Window, WorkerLoss, refill_size, takes_more
-from gcc_dask.runtime.workers import WorkerList
+from gcc_dask.runtime.workers import WorkerList, WorkersReplaced
 
 logger = logging.getLogger(__name__)
 
@@ -206,10 +206,10 @@ class BatchRunner(TasksRunner, ResultsRunner, ClusterRunner):
                     fetching, ready = self._rerun_quiet(fetching, ready)
                 if self._workers.replaced:  # every worker was replaced: rerun what was lost with them
                     self._workers.replaced = False
-                    held, ready = ready + (fetching or []), []
+                    held = ready + (fetching or [])
                     if fetching is not None:  # abandon the fetch (its old tasks are cancelled below)
                         fetching, self._fetch_gen = None, self._fetch_gen + 1
-                    self._restart_in_flight(held)
+                    ready = self._restart_in_flight(held)
                 if ready and fetching is None:
                     fetching, ready = self._fetch(ready), []
                 if not self._inflight and fetching is None:
@@ -233,7 +233,12 @@ class BatchRunner(TasksRunner, ResultsRunner, ClusterRunner):
                 if kind == "records":
                     if batch != self._fetch_gen:  # an abandoned fetch (_restart_in_flight)
                         continue
-                    for st, batch_results in zip(fetching, self._fetched(fetching, fut)):
+                    try:
+                        fetched = self._fetched(fetching, fut)
+                    except WorkersReplaced:  # a record lost with the workers: the restart above makes it again
+                        fetching, ready = None, fetching + ready
+                        continue
+                    for st, batch_results in zip(fetching, fetched):
                         dashboard.publish(self.client, done_event(self.token, st.batch,
                                                                   dashboard.record_summary(batch_results)))
                         hand_over([(st, batch_results)], on_batch_done, results)
@@ -248,6 +253,8 @@ class BatchRunner(TasksRunner, ResultsRunner, ClusterRunner):
                         self._on_score(batch, scheme, fut)
                     elif kind == "labels":
                         self._on_labels(batch, fut)
+                except WorkersReplaced:  # a handler's wait met new workers: the restart above runs its batch again
+                    continue
                 except GccDaskError:
                     # bad data, or a store that cannot be written: the run stops, but batches that finished
                     # keep their records (else a resume would redo them, and their status would stay 0 next to

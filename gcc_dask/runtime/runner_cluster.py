@@ -82,31 +82,46 @@ class ClusterRunner:
         if event := self._page_quiet.update(self._workers.behind_heartbeats, self._workers.unresponsive):
             dashboard.publish(self.client, event)
 
-    def _restart_in_flight(self, held: list[_BatchState]) -> None:
+    def _restart_in_flight(self, held: list[_BatchState]) -> list[_BatchState]:
         """Every worker seen before is gone and others took their place (all killed and restarted, say): run
         again, under new keys, every scheme of the batches in flight whose record the driver does not hold
-        yet, ``held`` (those finished but not fetched) included, and cancel the old tasks.
+        yet, ``held`` (those finished but not fetched) included, with the batch's read, reference or labels,
+        and cancel the old tasks. Returns the batches of `held` with every record on the driver already (a
+        fetch that stopped half-way): nothing of theirs runs again, they wait for their hand-over.
 
-        Needed because the scheduler gives a shard placed on a worker (a loose restriction, see
-        :meth:`_placement`) that went to the ``no-worker`` state while no worker was left only to a worker its
-        restriction names, never to a new one (distributed 2026.8,
-        ``Scheduler.bulk_schedule_unrunnable_after_adding_worker``): those shards, the decodes that need
-        them, and any lost result that Dask would recompute from them, waited forever. On the virtual clock
-        a scheme's batch run again keeps the same received set (docs/pipeline.rst, 'Failures and erasures').
+        Needed because the scheduler gives a task placed on a worker (a loose restriction: a shard, see
+        :meth:`_placement`, or a batch's read, :meth:`_load`) that went to the ``no-worker`` state while no worker
+        was left only to a worker its restriction names, never to a new one (distributed 2026.8,
+        ``Scheduler.bulk_schedule_unrunnable_after_adding_worker``): those tasks, the decodes, references and
+        labels that need them, and any lost result that Dask would recompute from them, waited forever. On the
+        virtual clock a scheme's batch run again keeps the same received set (docs/pipeline.rst, 'Failures and
+        erasures').
         """
+        recorded = [state for state in held if not unrecorded([state])]
         for state in held:
-            self._inflight[state.batch] = state
+            if state not in recorded:
+                self._inflight[state.batch] = state
         old, again = [], 0
         for state in list(self._inflight.values()):
-            for s in unrecorded([state]):  # (a scheme whose record is on the driver already is left alone)
+            schemes = unrecorded([state])  # (a scheme whose record is on the driver already is left alone)
+            if not schemes and state.labels is None:
+                continue
+            state.load, state.load_key = None, None  # (its worker may be gone: the schemes read the batch anew)
+            for s in schemes:
                 old += scheme_futures(s)
                 self._submit_scheme(state, s.plan, restarts=s.restarts + 1)
                 again += 1
+            if state.reference is not None or state.labels is not None:
+                # its worker, or its read's, may be gone: again, with the new read (the old one is let go, not
+                # cancelled: cancelling a task cancels those that depend on it, finished scores among them)
+                state.attempt += 1
+                self._submit_reference(state)
         if old:
             self._cancel(old)
         if line := replaced_line(again):
             self.echo(line)
             logger.warning("every worker was replaced; %d scheme batches in flight run again", again)
+        return recorded
 
     def _catch_sigint(self) -> Callable[[], None]:
         """While the loop runs, Ctrl-C or SIGTERM sets a flag that the loop turns into ``KeyboardInterrupt``

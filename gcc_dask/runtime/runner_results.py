@@ -21,6 +21,7 @@ from gcc_dask.runtime.lines import bad_batch_text, failure_line, in_place_hint, 
 from gcc_dask.runtime.lines import samples_text as _samples_text  # noqa: F401 (importable from here, as before)
 from gcc_dask.runtime.plans import MAX_ATTEMPTS, _BatchState, _SchemeState
 from gcc_dask.runtime.tasks import failed_record, is_bad_batch, is_storage_error, strip_record
+from gcc_dask.runtime.workers import WorkersReplaced
 
 logger = logging.getLogger("gcc_dask.runtime.executor")
 
@@ -154,7 +155,9 @@ class ResultsRunner:
                                                                         self._told)):
             self.warn(line)
         try:
-            s.result = strip_record(s.decode.result())
+            s.result = strip_record(self._result(s.decode))
+        except (ClusterError, WorkersReplaced):  # (the loop: the run stops; or its batches run again)
+            raise
         except Exception as e:
             s.result = dict(failed_record(s.plan.name, batch, s.plan.num_workers, s.start_wall),
                             error=f"lost: {e!r}")
@@ -191,7 +194,7 @@ class ResultsRunner:
                     self._submit_score(state, s)
                     return self._result(s.score)
                 return strip_record(record)
-            except ClusterError:  # the scheduler is gone: the run stops with its one line
+            except (ClusterError, WorkersReplaced):  # the scheduler is gone, or every worker was replaced
                 raise
             except Exception as e:
                 logger.warning("batch %d (%s): decoding again failed (%r)", state.batch, s.plan.name, e)
@@ -201,9 +204,13 @@ class ResultsRunner:
         return self._results([fut])[0]
 
     def _results(self, futs: list, poll: float = 0.5) -> list:
-        """``client.gather(futs)``, for the few waits outside the loop: a lost scheduler ends it with the run's
-        one line (:meth:`_lost_scheduler_error`; the futures of a client that lost its scheduler may never
-        resolve, and the run used to hang there, on a loaded machine), and so does Ctrl-C or SIGTERM."""
+        """``client.gather(futs)``, for the few waits outside the loop. Each `poll` seconds it looks at the cluster,
+        as the loop does: a lost scheduler ends it with the run's one line (:meth:`_lost_scheduler_error`; the
+        futures of a client that lost its scheduler may never resolve, and the run used to hang there, on a loaded
+        machine), and so does Ctrl-C or SIGTERM, and no worker for ``worker_timeout`` seconds
+        (:meth:`_check_workers`); every worker replaced by others raises :class:`~.workers.WorkersReplaced`, which
+        the loop answers by running its batches in flight again (a task placed on a gone worker waits for ever: a
+        run waited there after every worker was killed and replaced)."""
         from distributed import wait
 
         while True:
@@ -215,6 +222,9 @@ class ResultsRunner:
                 if self._scheduler_lost():
                     raise self._lost_scheduler_error() from None
                 self._signals.check()
+                self._check_workers()
+                if self._workers.replaced:
+                    raise WorkersReplaced() from None
 
     def _gather(self, state: _BatchState) -> list[dict]:
         """The batch's records (one per scheme), fetched in one round trip."""
@@ -222,7 +232,7 @@ class ResultsRunner:
         if pending:
             try:
                 fetched = self._results([_final(s) for s in pending])
-            except ClusterError:
+            except (ClusterError, WorkersReplaced):
                 raise
             except Exception as e:  # the worker holding a record died between finishing and the fetch
                 fetched = [None] * len(pending)

@@ -22,10 +22,17 @@ from gcc_dask.runtime.liveness import HeartbeatWatch, end_worker
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["WORKERS_TTL_S", "WorkerList"]
+__all__ = ["WORKERS_TTL_S", "WorkerList", "WorkersReplaced"]
 
 #: seconds between refreshes of the worker list that shards are spread over (and checks that any are left)
 WORKERS_TTL_S = 1.0
+
+
+class WorkersReplaced(Exception):
+    """Raised by a wait of the driver outside its loop (a record fetched alone, a decode run again) once every worker
+    seen before is gone and others took their place (:attr:`WorkerList.replaced`): what it waits for may wait for
+    ever, as a task placed on a gone worker is given to no new one. The loop then runs the batches in flight again
+    (:meth:`~.executor.BatchRunner._restart_in_flight`)."""
 
 
 class WorkerList:

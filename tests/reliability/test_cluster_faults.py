@@ -8,8 +8,8 @@
 - The shards of a batch are placed on workers (a loose restriction, docs/pipeline.rst, section 'Slots and
   placement'); when no worker is left, the scheduler parks them as ``no-worker`` and later gives them only to
   a worker their restriction names, never to a new one. The run used to wait forever after "N Dask
-  worker(s) back; the run goes on"; it now runs the batches in flight again on the new workers and
-  completes.
+  worker(s) back; the run goes on"; it now runs the batches in flight again on the new workers (their reads,
+  references and labels too) and completes.
 """
 
 from __future__ import annotations
@@ -76,9 +76,14 @@ def test_every_worker_killed_and_replaced_the_run_goes_on(tmp_path):
             time.sleep(0.1)
         first = workers()
         procs += first
-        store, pipe = tmp_path / "run.zarr", tmp_path / "pipe.yaml"
+        store, pipe, data = tmp_path / "run.zarr", tmp_path / "pipe.yaml", tmp_path / "data.zarr"
         batches = 60
+        # a chunked source: each batch has one read, which its coded shards and its reference take (it was placed on
+        # a worker killed below, and has to be read again on the new ones)
+        x = np.random.default_rng(3).random((batches * 4, 6), dtype=np.float32)
+        zarr.open_group(str(data), mode="w").create_array("x", shape=x.shape, chunks=(16, 6), dtype="float32")[:] = x
         cfg = synthetic_config(store, batches=batches, k=4, n=12, schemes=["gcc", "uncoded"],
+                               source={"kind": "zarr", "path": str(data), "array": "x"},
                                cluster={"scheduler_file": str(sched_file), "connect_timeout": "60s",
                                         "processes": None, "n_workers": None, "threads_per_worker": None},
                                stragglers={"shift": "50ms", "scale": "20ms"},
