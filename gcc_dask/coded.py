@@ -267,9 +267,10 @@ def coded_map(f: Callable[..., Any] | str | os.PathLike, X: Any, *, schemes: Seq
         ``dask.array.from_zarr``); a DataArray by its data; a DataFrame ``(n, p)`` of numeric columns as an
         array (float32 when every column is, else float64; a dask DataFrame's partitions are its chunks:
         :func:`gcc_dask.frames.as_rows`). f receives arrays, never DataFrames.
-    schemes : sequence of str
-        The estimators to run on the same batches: ``gcc`` (the default), ``bacc``, ``bspline``, ``letcc``,
-        ``lcc``, ``replication`` or ``uncoded``.
+    schemes : str or sequence of str
+        The estimators to run on the same batches (one name is one scheme): ``gcc`` (the default), ``bacc``,
+        ``bspline``, ``letcc``, ``lcc``, ``replication``, ``speculative`` (uncoded with backup copies of late
+        shards, Spark's rule) or ``uncoded``; ``auto`` lets :func:`gcc_dask.advise` pick.
     client : distributed.Client, optional
         The cluster to use (never closed here). Default: the client Dask would use now
         (``distributed.default_client()``), else ``cluster=`` / ``DASK_SCHEDULER_ADDRESS``, else an embedded

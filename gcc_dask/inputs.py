@@ -89,10 +89,13 @@ def _probe_model(workload, source, nan_policy: str = "raise", timed: bool | str 
         raise
     except Exception as e:
         text = " ".join(str(e).split())
+        # a 1-D X has scalar samples: f gets blocks of shape (m,), which a model of (m, p) rows refuses
+        scalar = (" (each sample of a 1-D X is one value, so f gets blocks of shape (m,): reshape X to (n, 1) "
+                  "if f takes rows)") if x.ndim == 1 else ""
         raise WorkloadError(
             f"workload: got an f that fails on a sample of the source (shape {tuple(x.shape[1:])}, dtype "
-            f"{x.dtype}: {type(e).__name__}: {text}); expected an f that maps (n, ...) samples to (n, ...) outputs"
-        ) from None
+            f"{x.dtype}: {type(e).__name__}: {text}){scalar}; expected an f that maps (n, ...) samples to (n, ...) "
+            "outputs") from None
     if y.ndim < 1 or y.shape[0] != 1:
         raise WorkloadError(f"workload: got output shape {y.shape} for n = 1; expected f to map (n, ...) to "
                             "(n, ...)")

@@ -87,7 +87,8 @@ class RunResult:
         workers in), ``probe`` (f checked on a sample, and timed for ``code.block_size: auto`` and
         ``composition.policy: auto``), ``digests`` (the inputs' digest a resume is checked against), ``store``
         (the store created or opened, without the composition), ``composition``, ``batches`` (every batch run
-        and written), ``first_batch`` (from the first submission to the first batch written), ``finish`` (the
+        and written), within it ``load_f`` (f loaded on the workers, their plugin's set-up, before the first
+        submission) and ``first_batch`` (from the first submission to the first batch written), ``finish`` (the
         final status written) and ``total``.
         A phase the call did not go through is absent (a resume of a finished run has no ``batches``).
     """
@@ -359,8 +360,9 @@ _RERUNS_WARNED: set[str] = set()
 
 def _run_batches(cfg, c, store, *args, **kwargs) -> float:
     """Run the pending batches on client `c`, writing records as they finish; the wall time taken (s). A
-    ``phases`` keyword (a :class:`~gcc_dask.phases.PhaseTimer`) is told ``first_batch``: the seconds from the
-    first submission to the first batch's records.
+    ``phases`` keyword (a :class:`~gcc_dask.phases.PhaseTimer`) is told ``load_f``, the seconds f took to load on the
+    workers, and ``first_batch``: the seconds from the first submission (once f was loaded) to the first batch's
+    records.
 
     Marks the store ``failed`` when the run stops on an error, ``interrupted`` on Ctrl-C or SIGTERM (and
     re-raises), whenever it comes: while the run is set up (the workers' check of the store, the plugins) as
@@ -452,8 +454,9 @@ def _run_batches_on(cfg, c, store, path, workload, codes, source, layout, plans,
                     counts[r["scheme"]] = counts.get(r["scheme"], 0) + int(r[key])
         records.add(batch_records)
         bar.update(1)
-        if phases is not None and "first_batch" not in phases.seconds:
-            phases.seconds["first_batch"] = time.perf_counter() - t0
+        if phases is not None and "first_batch" not in phases.seconds:  # (after f was loaded on the workers)
+            phases.seconds["load_f"] = runner.load_s
+            phases.seconds["first_batch"] = time.perf_counter() - t0 - runner.load_s
 
     t0 = time.perf_counter()
     try:

@@ -412,6 +412,22 @@ def test_an_f_that_fails_on_the_timing_of_an_auto_block_size_is_one_line(client,
         gd.coded_map(bad, X[:128], client=client, out=tmp_path / "t.zarr", **config)
 
 
+def _rows_only(x):
+    if np.ndim(x) != 2:
+        raise ValueError(f"Expected 2D array, got {np.ndim(x)}D array instead")
+    return np.tanh(x)
+
+
+def test_a_1d_x_whose_f_takes_rows_is_told_to_reshape_x(client, tmp_path):
+    """A 1-D X has scalar samples, so f gets blocks of shape (m,): a model of rows refuses them, and the line said
+    "shape ()" alone (a new user's find); it now says why and what to do."""
+    with pytest.raises(WorkloadError, match=r"shape \(\), dtype float32: ValueError: Expected 2D array.*\) \(each "
+                                            r"sample of a 1-D X is one value.*reshape X to \(n, 1\) if f takes rows"):
+        gd.coded_map(_rows_only, X[:, 0].copy(), client=client, out=tmp_path / "1d.zarr", **CONFIG)
+    assert gd.coded_map(_rows_only, X[:128, :1], client=client, out=tmp_path / "2d.zarr",
+                        **CONFIG).estimates.shape == (128, 1)  # (the same rows as (n, 1): it runs)
+
+
 @pytest.mark.parametrize("given", ["import path", "imported function"])
 def test_an_edited_module_behind_f_is_refused_on_resume(client, tmp_path, monkeypatch, given):
     """Issue 35, case 3: f named by its import path ('module:function'), or an importable function (pickled by

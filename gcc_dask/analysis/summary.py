@@ -222,6 +222,8 @@ def summarize_run(path: str) -> pd.DataFrame:
         row["decoded"] = int(np.isin(status, (1, 2)).sum())
         row["undecodable"] = int((status == 3).sum())
         row["failed"] = int((status == 4).sum())
+        # shards that failed (f raised on them, or their worker was lost): erasures, decoded around
+        row["failed_shards"] = int(group["n_failed"][...][done_batches].sum()) if "n_failed" in group else 0
         row["pending"] = int((status == 0).sum())
         received = group["received"][...][done_batches]
         row["mean_received"] = float(received.sum(axis=1).mean()) if received.size else np.nan
@@ -318,7 +320,9 @@ def format_summary(summary: pd.DataFrame) -> str:
     ``cut99_s`` the 99th percentile of when the cutoff fired, ``recv`` the mean number of results used, ``missing`` the samples
     without an estimate, ``filled`` those a fill estimated from their neighbours, ``failed`` the failed
     batches (an undecodable batch's samples are ``missing``). Under the table, a line for each
-    ``speculative`` scheme gives the mean backup copies its batches launched (``mean_backups``).
+    ``speculative`` scheme gives the mean backup copies its batches launched (``mean_backups``), and one for
+    each scheme with failed shards counts them (``failed_shards``: f raised on them, or their worker was lost;
+    erasures, decoded around, which the ``failed`` column of batches does not count).
     """
     kind = summary.attrs.get("output_kind")
     if kind is None and "output_kind" in summary.columns and len(summary):
@@ -344,6 +348,10 @@ def format_summary(summary: pd.DataFrame) -> str:
     if "code" in summary.columns and "mean_backups" in summary.columns:
         notes = [f"{name}: {summary.at[name, 'mean_backups']:.3g} backup copies a batch (mean)"
                  for name in summary.index if summary.at[name, "code"] == "speculative"]
+    if "failed_shards" in summary.columns:  # (a newcomer read "failed 0" while f raised on shards)
+        notes += [f"{name}: {int(summary.at[name, 'failed_shards']):,} shards failed (f raised, or their worker "
+                  "was lost): erasures, decoded around (the failed column counts batches without an estimate)"
+                  for name in summary.index if summary.at[name, "failed_shards"] > 0]
     for name, why in (summary.attrs.get("poor") or {}).items():
         notes.append(f"poor estimates: {name}: {why} (an exact scheme, speculative or uncoded, gives f itself; "
                      "docs/concepts.rst, section 'When estimates are poor')")

@@ -45,7 +45,7 @@ CONTENDERS = {"uncoded": ("uncoded", False), "speculative": ("speculative", Fals
 CHEAP_TARGETS = {"uncoded": 0.8, "speculative": 0.8, "gcc": 0.35, "replication": 0.35, "gcc, second call": 0.45}
 #: the parts of a call shown beside its ratio (:attr:`gcc_dask.pipeline.RunResult.phases_s`, and the estimates
 #: computed afterwards), median seconds over the rounds
-PHASES = ("probe", "digests", "store", "composition", "first_batch", "batches", "finish", "estimates")
+PHASES = ("probe", "digests", "store", "composition", "load_f", "first_batch", "batches", "finish", "estimates")
 #: (rows, rows per chunk) of the full run's datasets
 SIZES = ((200_000, 10_000), (2_000_000, 100_000))
 QUICK_SIZES = ((20_000, 1_000),)

@@ -36,7 +36,7 @@ __all__ = ["mainjob_section", "MAINJOB_TARGET", "PHASES"]
 #: the ratio to the warm plain map the main job's gcc pipeline is held to (issue 38)
 MAINJOB_TARGET = 0.4
 #: the parts of a call shown beside its ratio (:attr:`gcc_dask.pipeline.RunResult.phases_s`), median seconds
-PHASES = ("connect", "probe", "digests", "store", "composition", "first_batch", "batches", "finish")
+PHASES = ("connect", "probe", "digests", "store", "composition", "load_f", "first_batch", "batches", "finish")
 #: the main job's geometry (pipelines/mnist_lenet.yaml)
 K, N, S, BLOCK = 8, 16, 4, 64
 #: what the bench changes in the main job: gcc alone, no injected stragglers, no reference, a fresh store

@@ -151,6 +151,7 @@ class BatchRunner(TasksRunner, ResultsRunner, ClusterRunner):
         self._window = Window()  # per scheme: the latest batch that reached its cutoff (the others overtaken)
         self._loss = WorkerLoss(worker_timeout)  # the wait once every worker is gone
         self._submitted = 0  # batches submitted so far (the next batch's seq)
+        self.load_s = 0.0  # seconds f took to load on the workers (the plugin's set-up), once run() started
         self._inflight: dict[int, _BatchState] = {}
         # the workers shards are spread over (refreshed off the loop; unresponsive ones ended)
         self._workers = WorkerList(client, gpu=use_gpu, unresponsive_after=unresponsive_after, echo=self.echo)
@@ -179,7 +180,8 @@ class BatchRunner(TasksRunner, ResultsRunner, ClusterRunner):
         """
         loading = time.perf_counter()
         self._register()  # loads f on every worker (the plugin's setup): before the first batch's clock starts
-        if line := load_line(time.perf_counter() - loading):
+        self.load_s = time.perf_counter() - loading
+        if line := load_line(self.load_s):
             self.echo(line)
         quiet = _LostFetchLogFilter(self.token)
         logging.getLogger("distributed.client").addFilter(quiet)

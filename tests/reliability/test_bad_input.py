@@ -368,6 +368,15 @@ def test_a_model_raising_on_some_inputs_gives_erasures_reported_per_batch(client
     decoded_ok = gcc["status"] == 2
     assert decoded_ok.any() and np.isfinite(gcc["mse"][decoded_ok]).all()
     assert not list(Path(run.path).glob(".reachable-*"))  # the reachability probe cleans up
+    # the summary counts them beside its batches (a new user read "failed 0" while f raised on shards), and the
+    # table printed at the end says so under it
+    from gcc_dask.analysis.summary import format_summary
+
+    done = gcc["status"] > 0
+    assert run.summary.loc["gcc", "failed_shards"] == int(gcc["n_failed"][done].sum()) > 0
+    assert run.summary.loc["gcc", "failed"] == 0  # (batches without an estimate)
+    assert f"gcc: {int(expected.sum())} shards failed (f raised, or their worker was lost): erasures, decoded " \
+        "around" in " ".join(format_summary(run.summary).split())
 
 
 def _raises_on_large(x):
