@@ -63,10 +63,13 @@ def keyed_sin(x):
 
 
 
-def slow_on(x, address: str | list = "", seconds: float = 1.0):
+def slow_on(x, address: str | list = "", seconds: float = 1.0, scheme: str | None = None):
     """f(x) = tanh(x), but `seconds` late on the Dask worker at `address` (a persistently slow worker; a list:
-    on each of them); the delay is a cooperative sleep, so a cancelled copy frees its thread."""
+    on each of them); with `scheme`, only in that scheme's shards (tasks ``eval-b*-w*-<scheme>-*``: the other
+    schemes of the run, an exact one that would wait for them, are not slowed). The delay is a cooperative sleep,
+    so a cancelled copy frees its thread."""
     from distributed import get_worker
+    from distributed.worker import thread_state
 
     from gcc_dask.runtime.tasks import cooperative_sleep
 
@@ -74,7 +77,8 @@ def slow_on(x, address: str | list = "", seconds: float = 1.0):
         here = get_worker().address
     except ValueError:  # called outside a task (the driver's check on one sample)
         here = None
-    if here is not None and here in ([address] if isinstance(address, str) else address):
+    mine = scheme is None or f"-{scheme}-" in str(getattr(thread_state, "key", ""))
+    if here is not None and here in ([address] if isinstance(address, str) else address) and mine:
         cooperative_sleep(seconds)
     return np.tanh(np.asarray(x, dtype=np.float64))
 

@@ -215,11 +215,14 @@ def _run_cfg(path, schemes, workload, samples=128, **extra):
 
 
 def test_speculative_with_a_slow_worker_backs_up_its_shards_only(tmp_path):
-    """Four workers, one of them 1.5 s late on every shard: the originals placed on it are late, get backups
-    (on the next worker), and the backups win; the estimates are uncoded's, bit for bit. A fast worker's shard
-    that a busy machine holds past the rule's 300 ms is late too and may get a copy (on 2 cores loaded by a
+    """Four workers, one of them 30 s late on every speculative shard: the originals placed on it are late, get
+    backups (on the next worker), and the backups win; the estimates are uncoded's, bit for bit. A fast worker's
+    shard that a busy machine holds past the rule's 300 ms is late too and may get a copy (on 2 cores loaded by a
     second test process, one batch had 4 backups): that the rule picks those alone is the simulated clock's
-    to show (test_batch_machine.py and the backups_due tests above), not a real cluster's."""
+    to show (test_batch_machine.py and the backups_due tests above), not a real cluster's. The slow worker used
+    to be 1.5 s late on every shard: a busy machine (2 busy loops and three cluster tests beside it) made a backup
+    slower than that, so an original won; 30 s late only on speculative's shards (uncoded, which waits for every
+    result, is not slowed), and cancelled when its backup wins, it cannot, and the test takes no longer."""
     from distributed import Client, LocalCluster
 
     with LocalCluster(n_workers=4, threads_per_worker=8, processes=False, dashboard_address=":0",
@@ -227,7 +230,7 @@ def test_speculative_with_a_slow_worker_backs_up_its_shards_only(tmp_path):
         workers = sorted(client.scheduler_info()["workers"])
         slow = workers[1]
         workload = {"kind": "callable", "name": "run_helpers:slow_on",
-                    "params": {"kwargs": {"address": slow, "seconds": 1.5}}}
+                    "params": {"kwargs": {"address": slow, "seconds": 30.0, "scheme": "speculative"}}}
         # 2 batches of 32 samples, one at a time (each waits for the slow worker's originals or their backups)
         run = gd.run_pipeline(_run_cfg(tmp_path / "run.zarr", ["speculative", "uncoded"], workload, samples=64,
                                        speculation={"multiplier": 2.0, "min_runtime": "300ms"},
@@ -260,14 +263,16 @@ def test_a_second_copy_backs_up_a_backup_that_lands_on_a_slow_worker(tmp_path):
     second copy was due: 4 backups). A fast worker's shard that a busy machine holds past that time is late too
     and gets its copy, as the rule says: the backups are at least the 6 of the slow workers' originals, not
     exactly 6 (the exact counts of the rule with copies = 2 are the simulated clock's, test_batch_machine.py
-    and the tests of backups_due above)."""
+    and the tests of backups_due above). The slow workers are 30 s late, only on speculative's shards (uncoded,
+    which waits for every result, is not slowed), and cancelled when a copy wins: no busy machine lets an
+    original or a first backup there win, and the test takes no longer."""
     from distributed import Client, LocalCluster
 
     with LocalCluster(n_workers=4, threads_per_worker=8, processes=False, dashboard_address=":0",
                       silence_logs=40) as cluster, Client(cluster) as client:
         workers = sorted(client.scheduler_info()["workers"])
         workload = {"kind": "callable", "name": "run_helpers:slow_on",
-                    "params": {"kwargs": {"address": workers[1:3], "seconds": 5.0}}}
+                    "params": {"kwargs": {"address": workers[1:3], "seconds": 30.0, "scheme": "speculative"}}}
         run = gd.run_pipeline(_run_cfg(tmp_path / "run.zarr", ["speculative", "uncoded"], workload, samples=64,
                                        speculation={"quantile": 0.5, "multiplier": 1.0, "min_runtime": "1s",
                                                     "copies": 2},
