@@ -97,10 +97,12 @@ class ClusterRunner:
         virtual clock a scheme's batch run again keeps the same received set (docs/pipeline.rst, 'Failures and
         erasures').
         """
-        recorded = [state for state in held if not unrecorded([state])]
+        recorded = []
         for state in held:
-            if state not in recorded:
+            if unrecorded([state]):
                 self._inflight[state.batch] = state
+            else:
+                recorded.append(state)
         old, again = [], 0
         for state in list(self._inflight.values()):
             schemes = unrecorded([state])  # (a scheme whose record is on the driver already is left alone)
