@@ -132,12 +132,16 @@ def main() -> None:
 @_user_errors
 def run(pipeline, out, scheduler, overrides, overwrite, no_progress, performance_report) -> None:
     """Run PIPELINE (a YAML file) and print the per-scheme summary."""
+    from gcc_dask.config import load_config
+
+    # the file read and checked before the run's imports (Dask, Zarr, pandas: seconds): a bad file or key is
+    # one line at once
+    cfg = load_config(pipeline, overrides=_overrides(overrides, scheduler, overwrite, no_progress))
     from gcc_dask.analysis.summary import format_summary
     from gcc_dask.phases import format_phases
     from gcc_dask.pipeline import run_pipeline
 
-    overrides = _overrides(overrides, scheduler, overwrite, no_progress)
-    result = run_pipeline(pipeline, out=out, overrides=overrides, echo=click.echo,
+    result = run_pipeline(cfg, out=out, echo=click.echo,
                           performance_report=performance_report)
     click.echo(f"\nstore: {result.path}  ({result.status})")
     click.echo(format_phases(result.phases_s))

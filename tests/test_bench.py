@@ -125,12 +125,17 @@ def test_tail_section_rows_targets_and_figure(pipeline_report, tmp_path):
     Values that do not depend on the machine's speed only: rows, columns, counts, estimates and identities
     between columns. No measured time or ratio is compared with a threshold or with another measured time (a
     busy machine moves them all; the benchmark reports them)."""
-    from gcc_dask.bench.tail import HEDGED, QUICK_CONTENDERS, SCENARIOS
+    from gcc_dask.bench.tail import HEDGED, QUICK_CONTENDERS, SCENARIOS, hedged_in
 
     write_report(pipeline_report, tmp_path)
     rows = _rows(tmp_path / "pipeline_tail.csv")
-    want = ["plain client.map", *(label for label, *_ in HEDGED), *(f"pipeline {c}" for c in QUICK_CONTENDERS)]
-    assert [(r["scenario"], r["contender"]) for r in rows] == [(s, c) for s in SCENARIOS for c in want]
+
+    def want(s):  # quick mode: every hedged map under hangs (b), the first elsewhere
+        return ["plain client.map", *(label for label, *_ in hedged_in(s[0], True)),
+                *(f"pipeline {c}" for c in QUICK_CONTENDERS)]
+
+    assert [(r["scenario"], r["contender"]) for r in rows] == [(s, c) for s in SCENARIOS for c in want(s)]
+    assert hedged_in("b", True) == HEDGED and hedged_in("a", True) == HEDGED[:1] and hedged_in("a", False) == HEDGED
     for r in rows:
         p50, p99, p999 = (float(r[c]) for c in ("batch_p50_s", "batch_p99_s", "batch_p999_s"))
         assert 0 < p50 <= p99 <= p999, r
