@@ -229,6 +229,32 @@ def test_take_reads_rows_in_the_given_order(indices):
     np.testing.assert_array_equal(labels, y[indices])
 
 
+def test_take_from_memory_gathers_from_a_view_and_returns_fresh_rows(monkeypatch):
+    """An in-memory source (MNIST's cache, an array) is not copied whole before a batch is picked out of it: the
+    run is gathered from a view of the source's memory, and what comes back is fresh (writing to it changes
+    neither the source nor a later take)."""
+    from gcc_dask.sources.base import Source
+
+    x, y = _clustered()
+    src = make_source("array", array=x, labels=y)
+    reads = []
+    real = Source._read_checked
+
+    def spy(self, start, stop, fresh):
+        reads.append((start, stop, fresh))
+        return real(self, start, stop, fresh)
+
+    monkeypatch.setattr(Source, "_read_checked", spy)
+    got, labels = src.take(np.array([40, 2, 30]))
+    assert reads == [(2, 41, False)]  # one run (gaps of at most TAKE_GAP), gathered from a view
+    np.testing.assert_array_equal(got, x[[40, 2, 30]])
+    got[:] = -1.0
+    labels[:] = -1
+    np.testing.assert_array_equal(src.take(np.array([40, 2, 30]))[0], x[[40, 2, 30]])
+    assert (src.read(2, 3)[0] == x[2:3]).all() and src.read(2, 3)[0].flags.writeable  # read stays fresh
+    assert reads[-1] == (2, 3, True)
+
+
 def test_take_rejects_out_of_range():
     from gcc_dask.errors import InvalidInputError
 

@@ -192,6 +192,12 @@ class Source(ABC):
             raise InvalidInputError(
                 f"read(start={start!r}, stop={stop!r}) on {self.name!r}: expected integers with "
                 f"0 <= start <= stop <= num_samples={self.num_samples}")
+        return self._read_checked(int(start), int(stop), fresh=True)
+
+    def _read_checked(self, start: int, stop: int, fresh: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        """:meth:`read` of checked bounds; with ``fresh=False`` X may be a read-only view of the source's own
+        memory (an in-memory source's cache), for a caller that only gathers from it (:meth:`take`: copying
+        a window of MNIST digits before picking a batch out of it was as costly as LeNet-5 on the batch)."""
         try:
             X, y = self._read(int(start), int(stop))
         except (RuntimeError, ValueError) as e:  # data that cannot be decoded: a damaged compressed chunk (numcodecs'
@@ -201,8 +207,9 @@ class Source(ABC):
             text = str(e).splitlines()[0] if str(e) else ""
             raise SourceError(f"source: got {self.name!r}, whose {what} cannot be read ({type(e).__name__}: {text}); "
                               "expected a readable source: check its shape and files") from None
-        fresh = self._fresh_reads and isinstance(X, np.ndarray) and X.flags.writeable
-        X = np.array(X, dtype=self.dtype, copy=not fresh).reshape((stop - start, *self.sample_shape))
+        if fresh and not (self._fresh_reads and isinstance(X, np.ndarray) and X.flags.writeable):
+            X = np.array(X, dtype=self.dtype, copy=True)
+        X = np.asarray(X, dtype=self.dtype).reshape((stop - start, *self.sample_shape))
         if y is not None:
             y = _checked_labels(self.name, np.asarray(y).reshape(stop - start), int(start))
         return X, y
@@ -341,7 +348,7 @@ class Source(ABC):
         xs, ys = [], []
         for run in np.split(sorted_idx, cuts):
             start = int(run[0])
-            X, y = self.read(start, int(run[-1]) + 1)
+            X, y = self._read_checked(start, int(run[-1]) + 1, fresh=False)  # gathered below: a fresh array
             xs.append(X[run - start])
             ys.append(None if y is None else y[run - start])
         return _unsort(order, xs, ys)

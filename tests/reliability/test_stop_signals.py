@@ -92,10 +92,12 @@ def test_a_signal_mid_run_stops_with_one_line_and_the_rerun_resumes(tmp_path, si
     assert not alive, alive  # the embedded cluster's worker processes ended with the driver
     if signum == signal.SIGTERM:
         return  # the store is left as Ctrl-C leaves it ('interrupted', checked above): the SIGINT case resumes it
-    again = subprocess.run(cli("run", str(pipe), "--no-progress"), capture_output=True, text=True, timeout=300,
-                           env=subprocess_env())
+    # resumed up to batch 12 (run.limit_batches, which a resume may change): the 60 batches are there so that the
+    # signal comes mid-run, whatever the machine's speed; running them all again proved nothing more
+    again = subprocess.run(cli("run", str(pipe), "--no-progress", "--set", "run.limit_batches=12"),
+                           capture_output=True, text=True, timeout=300, env=subprocess_env())
     assert again.returncode == 0, again.stderr
-    assert "resuming" in again.stdout and (status(store, "gcc") > 0).all()
+    assert "resuming" in again.stdout and (status(store, "gcc")[:12] > 0).all()
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
