@@ -20,7 +20,7 @@ from gcc_dask.cli import main
 from gcc_dask.errors import ConfigError, PoorEstimatesWarning
 
 
-# the quick pipeline bench (a module fixture, set up by the first test that asks for it) takes 2.5 to 3 minutes
+# the quick pipeline bench (a module fixture, set up by the first test that asks for it) takes about 2 minutes
 # on 2 idle cores and 6 to 10 beside four other busy processes and the suite's other worker: a hang guard of its
 # own, above pyproject's 15 minutes for one test
 pytestmark = pytest.mark.timeout(1800)
