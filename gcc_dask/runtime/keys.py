@@ -8,7 +8,7 @@ never meets the old one's result or cancellation:
 task                       key
 =========================  ============================================================================
 shard ``w``                ``eval-b{batch}-w{w}-{scheme}{restart}{copy}-{token}``
-decode                     ``decode-b{batch}-{scheme}{restart}{attempt}-{token}``
+decode                     ``decode-b{batch}-{scheme}{restart}{attempt}{direct}-{token}``
 score                      ``score-b{batch}-{scheme}{restart}{attempt}-{token}``
 reference, labels          ``reference-b{batch}{attempt}-{token}``, ``labels-b{batch}{attempt}-{token}``
 the batch's one read       ``load-b{batch}{again}-{token}`` (``{again}``: ``-l{n}`` read again, :func:`load_key`)
@@ -16,7 +16,8 @@ the batch's one read       ``load-b{batch}{again}-{token}`` (``{again}``: ``-l{n
 
 with ``{restart}`` ``-r{n}`` for the n-th run of a scheme's batch again (its kept shards were lost,
 :func:`restart_suffix`), ``{attempt}`` ``-a{n}`` for the n-th submission again of a decode, score or the batch's
-inputs (:func:`attempt_suffix`), and ``{copy}`` one of :data:`BACKUP` (a backup copy of a late shard),
+inputs (:func:`attempt_suffix`), ``{direct}`` :data:`DIRECT` for a decode submitted with all its shards, and
+``{copy}`` one of :data:`BACKUP` (a backup copy of a late shard),
 :data:`PROMOTED` (a spare run again at its batch's priority) or :func:`rescue_suffix` (shards stuck on a quiet
 worker, run again elsewhere). The run page parses shard keys back
 (:func:`~gcc_dask.dashboard.state.parse_shard_key`).
@@ -24,13 +25,17 @@ worker, run again elsewhere). The run page parses shard keys back
 
 from __future__ import annotations
 
-__all__ = ["BACKUP", "PROMOTED", "attempt_suffix", "decode_key", "inputs_key", "load_key", "rescue_suffix",
+__all__ = ["BACKUP", "DIRECT", "PROMOTED", "attempt_suffix", "decode_key", "inputs_key", "load_key", "rescue_suffix",
            "restart_suffix", "score_key", "shard_key"]
 
 #: the suffix of a late shard's backup copy
 BACKUP = "-b"
 #: the suffix of a spare submitted again at its batch's priority
 PROMOTED = "-p"
+#: the suffix of a decode submitted with all its shards (a scheme whose cutoff keeps every result): when one of
+#: them fails, the decode of the others that follows must not meet that decode's error under the same key (it did,
+#: while the scheduler still held it: the batch failed instead of decoding around the erasure)
+DIRECT = "-d"
 
 
 def restart_suffix(restarts: int) -> str:
@@ -64,9 +69,15 @@ def shard_key(batch: int, w: int, scheme: str, token: str, restart: str = "", co
     return f"eval-b{batch}-w{w}-{scheme}{restart}{copy}-{token}"
 
 
-def decode_key(batch: int, scheme: str, token: str, restarts: int = 0, attempt: int = 0) -> str:
-    """The key of the decode of `scheme`'s `batch` (:func:`attempt_suffix`)."""
-    return f"decode-b{batch}-{scheme}{attempt_suffix(restarts, attempt)}-{token}"
+def decode_key(batch: int, scheme: str, token: str, restarts: int = 0, attempt: int = 0, direct: bool = False) -> str:
+    """The key of the decode of `scheme`'s `batch` (:func:`attempt_suffix`); `direct`: the decode submitted with
+    all its shards, which a failed shard fails (:data:`DIRECT`): the decode of the kept shards that follows it
+    has a key of its own.
+
+    >>> decode_key(4, "gcc", "1a2b"), decode_key(4, "gcc", "1a2b", direct=True)
+    ('decode-b4-gcc-1a2b', 'decode-b4-gcc-d-1a2b')
+    """
+    return f"decode-b{batch}-{scheme}{attempt_suffix(restarts, attempt)}{DIRECT if direct else ''}-{token}"
 
 
 def score_key(batch: int, scheme: str, token: str, restarts: int = 0, attempt: int = 0) -> str:

@@ -252,7 +252,7 @@ class TasksRunner:
         """Submit the decode of the kept shards (again, under a new key, when the last one died). With
         `update` (the shards are in it too), the decode is added to it; else submitted at once."""
         plan = s.plan
-        key = decode_key(state.batch, plan.name, self.token, s.restarts, s.attempt)
+        key = decode_key(state.batch, plan.name, self.token, s.restarts, s.attempt, direct=s.direct)
 
         def bind(futs):
             s.decode = futs[0]

@@ -32,6 +32,9 @@ def test_the_keys_of_a_batch_s_other_tasks_end_with_the_token_and_differ_per_sub
     assert [attempt_suffix(r, a) for r, a in [(0, 0), (2, 0), (0, 1), (2, 1)]] == ["", "-r2", "-a1", "-r2-a1"]
     assert decode_key(4, "gcc", "t") == "decode-b4-gcc-t"
     assert decode_key(4, "gcc", "t", restarts=1, attempt=2) == "decode-b4-gcc-r1-a2-t"
+    # a decode submitted with all its shards, and the decode of the kept ones after a shard failed it: two keys
+    # (under one key the second met the first's error while the scheduler held it, and the batch failed)
+    assert decode_key(4, "gcc", "t", direct=True) == "decode-b4-gcc-d-t" != decode_key(4, "gcc", "t")
     assert score_key(4, "bacc", "t", attempt=1) == "score-b4-bacc-a1-t"
     assert inputs_key("reference", 0, "t") == "reference-b0-t" and inputs_key("labels", 0, "t", 2) == "labels-b0-a2-t"
     every = {decode_key(1, "gcc", "t", r, a) for r in range(3) for a in range(3)}

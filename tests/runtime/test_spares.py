@@ -339,7 +339,7 @@ def test_a_scheme_that_keeps_every_result_is_decoded_without_watching_its_shards
     runner._submit_batch(0, ["uncoded"])
     s = runner._inflight[0].schemes["uncoded"]
     # the decode went with the shards, over all four; only the decode is watched
-    assert s.direct and s.decode.key == "decode-b0-uncoded-tok"
+    assert s.direct and s.decode.key == "decode-b0-uncoded-d-tok"
     assert s.meta["latency_s"] is None and client.submitted[-1][1][4] == [0, 1, 2, 3]
     assert [tag[0] for _, tag in client.watched] == ["decode"]
     # a shard fails: so does the decode, and the runner falls back to watching the shards
@@ -349,7 +349,8 @@ def test_a_scheme_that_keeps_every_result_is_decoded_without_watching_its_shards
     assert sorted(tag[3] for _, tag in client.watched if tag[0] == "shard") == [0, 1, 2, 3]
     for w in range(4):
         runner._on_shard(0.1 + w, 0, "uncoded", w, s.shards[w], "error" if w == 2 else "finished")
-    # the cutoff decides as for any scheme: the three survivors are decoded
+    # the cutoff decides as for any scheme: the three survivors are decoded, under a key of their own (under the
+    # failed decode's key the scheduler, while it still held that one, gave back its error: the batch failed)
     key, args = client.submitted[-1]
     assert key == "decode-b0-uncoded-tok" and args[4] == [0, 1, 3] and args[6]["status"] == 2
 
