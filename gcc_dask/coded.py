@@ -89,7 +89,9 @@ class CodedResult:
     @functools.cached_property
     def estimates(self):
         """f̂(X) of the first scheme: shape ``(n, *output_shape)``, float32, row i for row i of X; NaN in the
-        rows of a batch that could not be decoded. NumPy for NumPy input, else a dask array reading the store."""
+        rows of a batch that could not be decoded. NumPy for NumPy input (the rows the decodes sent back as the
+        run went, :attr:`gcc_dask.pipeline.RunResult.estimates`; read from the store only when some did not
+        come back, as after a resume), else a dask array reading the store."""
         return self.estimates_of(self.schemes[0])
 
     def estimates_of(self, scheme: str):
@@ -104,6 +106,9 @@ class CodedResult:
 
         if scheme not in self.schemes:
             raise ConfigError(f"scheme: got {scheme!r}; expected one of the schemes that ran: {list(self.schemes)}")
+        kept = getattr(self.run, "estimates", None) or {}
+        if not self.lazy and scheme in kept:
+            return kept[scheme]
         return read_in_dataset_order(self.store, scheme, "decoded", lazy=self.lazy, chunks=self.chunks)
 
     @property
@@ -346,5 +351,5 @@ def coded_map(f: Callable[..., Any] | str | os.PathLike, X: Any, *, schemes: Seq
         data["store"] = store
     cfg = load_config(data)
     result = run_pipeline(cfg, client=client if client is not None else current_client(),
-                          performance_report=performance_report)
+                          performance_report=performance_report, keep_estimates=not how["lazy"])
     return CodedResult(run=result, schemes=tuple(cfg.schemes), **how)

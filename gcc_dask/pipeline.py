@@ -42,7 +42,7 @@ from gcc_dask.errors import ClusterError, ConfigError, GccDaskError, PoorEstimat
 from gcc_dask.pipeline_cluster import _check_reachable, _wait_for_workers
 from gcc_dask.pipeline_layout import _block_choice, _compose, _layout, composition_blind, composition_policy  # noqa: F401
 from gcc_dask.pipeline_plans import build_codes, build_plans
-from gcc_dask.pipeline_records import RecordBuffer, StoreSink
+from gcc_dask.pipeline_records import DecodedRows, RecordBuffer, StoreSink
 from gcc_dask.pipeline_resume import (
     _inputs_digest, _inputs_pending, _limit_note, _limited, _pending, _tell_misplaced,
 )
@@ -91,6 +91,12 @@ class RunResult:
         submission) and ``first_batch`` (from the first submission to the first batch written), ``finish`` (the
         final status written) and ``total``.
         A phase the call did not go through is absent (a resume of a finished run has no ``batches``).
+    estimates : dict of str to numpy.ndarray
+        With ``run_pipeline(..., keep_estimates=True)``: each scheme's estimates f̂ in the dataset's order, float32
+        of shape ``(num_samples, *output_shape)`` (NaN where a batch was undecodable), the same values as the
+        store's ``<scheme>/decoded`` read with :func:`gcc_dask.store.read_in_dataset_order`, kept as the batches'
+        records came back (no read of the store). A scheme is absent when not every batch of it ran in this call
+        (a resume) or brought its rows back; empty without ``keep_estimates``.
     """
 
     path: str
@@ -98,6 +104,7 @@ class RunResult:
     config: PipelineConfig
     wall_s: float
     phases_s: dict = field(default_factory=dict, compare=False)
+    estimates: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def summary(self) -> pd.DataFrame:
@@ -133,6 +140,7 @@ def run_pipeline(
     overrides: Sequence[str] = (),
     echo: Callable[[str], None] | None = None,
     performance_report: str | os.PathLike | None = None,
+    keep_estimates: bool = False,
 ) -> RunResult:
     """Run a coded pipeline end to end and return its summary.
 
@@ -154,6 +162,10 @@ def run_pipeline(
         Write Dask's performance report of the run's work on the cluster to this HTML file
         (``distributed.performance_report``; ``gcc-dask run --performance-report``). Nothing is written
         when every batch was already done.
+    keep_estimates : bool
+        Also keep the estimates on this machine as the batches finish (:attr:`RunResult.estimates`; memory: 4
+        bytes per output value per scheme), so that they need no read of the store afterwards
+        (:func:`gcc_dask.coded_map` for NumPy input).
 
     Returns
     -------
@@ -234,7 +246,7 @@ def run_pipeline(
         else:
             warn = _warn_caller
         result = _run_stored(cfg, path, source, workload, output_shape, connected, say, warn, echo is not None,
-                             performance_report, advice, cost=cost, fixed=fixed, phases=phases)
+                             performance_report, advice, cost=cost, fixed=fixed, phases=phases, keep=keep_estimates)
     phases.seconds["total"] = phases.elapsed()
     return result
 
@@ -255,11 +267,12 @@ _EMBEDDED_NOTE = (" (an embedded cluster's: it closes when the run ends; --perfo
 
 
 def _run_stored(cfg, path, source, workload, output_shape, connected, say, warn, progress,
-                report_path, advice=None, cost=None, fixed=None, phases: "PhaseTimer | None" = None) -> RunResult:
+                report_path, advice=None, cost=None, fixed=None, phases: "PhaseTimer | None" = None,
+                keep: bool = False) -> RunResult:
     """Resume or create the store at `path`, run what is pending on ``connected()``'s client, finish the store
     (with `advice`, the choice of ``schemes: [auto]``, in its attrs). `cost` is f's measured cost (for
     ``code.block_size: auto``), `fixed` a fixed batch dimension of the model; `phases` is told the time of each
-    part (:attr:`RunResult.phases_s`)."""
+    part (:attr:`RunResult.phases_s`); `keep`: the estimates kept as they come (:attr:`RunResult.estimates`)."""
     phases = phases if phases is not None else PhaseTimer()
     codes = build_codes(cfg)
     plans = build_plans(cfg, codes)
@@ -306,6 +319,7 @@ def _run_stored(cfg, path, source, workload, output_shape, connected, say, warn,
             done = _limited(cfg, store.num_batches) - len(work)
             say(f"resuming {path}: {done} of {_limited(cfg, store.num_batches)} batches already done")
         wall = 0.0
+        rows = None
         if store is None or work:
             c = connected()
             with perf_report(c, report_path):
@@ -328,10 +342,11 @@ def _run_stored(cfg, path, source, workload, output_shape, connected, say, warn,
                                      "composition_s": round(composed_s, 3)}})
                     # a new store: every batch pending for every scheme (nothing to read back)
                     work = [(b, list(cfg.schemes)) for b in range(_limited(cfg, store.num_batches))]
+                rows = DecodedRows(layout, cfg.schemes, source.num_samples, output_shape) if keep else None
                 with phases("batches"):
                     wall = _run_batches(cfg, c, store, path, workload, codes, source, layout, plans, latency_model,
                                         output_shape, work, say, progress, warn, in_flight=choice.max_in_flight,
-                                        phases=phases)
+                                        phases=phases, rows=rows)
             if report_path is not None:
                 say(f"performance report: {os.path.abspath(os.path.expanduser(os.fspath(report_path)))}")
         with phases("finish"):
@@ -343,7 +358,9 @@ def _run_stored(cfg, path, source, workload, output_shape, connected, say, warn,
             store.finish(status=run_status)
         if num_batches < store.num_batches:
             say(_limit_note(cfg, store, num_batches))
-    return RunResult(path=path, status=run_status, config=cfg, wall_s=wall, phases_s=phases.seconds)
+    estimates = rows.complete(store.num_batches) if rows is not None else {}
+    return RunResult(path=path, status=run_status, config=cfg, wall_s=wall, phases_s=phases.seconds,
+                     estimates=estimates)
 
 
 def _plugin_prefix(path: str) -> str:
@@ -381,8 +398,9 @@ def _run_batches(cfg, c, store, *args, **kwargs) -> float:
 
 
 def _run_batches_on(cfg, c, store, path, workload, codes, source, layout, plans, latency_model, output_shape,
-                    work, say, progress, warn=None, in_flight=None, phases: "PhaseTimer | None" = None) -> float:
-    """:func:`_run_batches` itself."""
+                    work, say, progress, warn=None, in_flight=None, phases: "PhaseTimer | None" = None,
+                    rows: DecodedRows | None = None) -> float:
+    """:func:`_run_batches` itself; `rows`, when given, takes each batch's decoded rows out of its records."""
     frozen = _check_reachable(c, os.path.abspath(path))
     # an in-process cluster (workers are threads of this process) cannot lose a worker alone: nothing to warn of;
     # a scheduler already warned of in this process is not asked again (one warning per scheduler, not per call)
@@ -434,7 +452,7 @@ def _run_batches_on(cfg, c, store, path, workload, codes, source, layout, plans,
         reference=cfg.run.reference, use_gpu=use_gpu,
         latency_per_sample=cfg.stragglers.unit == "sample", virtual_clock=cfg.stragglers.clock == "virtual",
         worker_timeout=cfg.cluster.connect_timeout, unresponsive_after=cfg.cluster.unresponsive_after,
-        spares=cfg.cutoff.spares, echo=say, warn=warn,
+        spares=cfg.cutoff.spares, echo=say, warn=warn, keep_decoded=rows is not None,
     )
     if frozen:
         say(f"Dask worker{'s' if len(frozen) > 1 else ''} {', '.join(sorted(frozen))} missed "
@@ -452,6 +470,8 @@ def _run_batches_on(cfg, c, store, path, workload, codes, source, layout, plans,
             for key, counts in odd.items():
                 if r.get(key):
                     counts[r["scheme"]] = counts.get(r["scheme"], 0) + int(r[key])
+        if rows is not None:
+            rows.add(batch_records)  # (the rows out of the records before they are written)
         records.add(batch_records)
         bar.update(1)
         if phases is not None and "first_batch" not in phases.seconds:  # (after f was loaded on the workers)

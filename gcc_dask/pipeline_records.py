@@ -2,17 +2,68 @@
 
 :class:`StoreSink` is the picklable writer the worker tasks call (the runtime gets it as an object, never imports
 the store); :class:`RecordBuffer` collects finished batches' records on the driver and writes them in few, large
-flushes. Both are used by :func:`gcc_dask.pipeline.run_pipeline`.
+flushes; :class:`DecodedRows` keeps the decoded rows that came back in the records (``keep_estimates``). All are
+used by :func:`gcc_dask.pipeline.run_pipeline`.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Sequence
+
+import numpy as np
 
 from gcc_dask import store as store_mod
 
-__all__ = ["StoreSink", "RecordBuffer"]
+__all__ = ["StoreSink", "RecordBuffer", "DecodedRows"]
+
+
+class DecodedRows:
+    """The estimates of a run as its batches' records bring them to the driver, in the dataset's order: what
+    :func:`gcc_dask.coded_map` hands back for NumPy input without reading the store a second time.
+
+    Each record of a run with ``keep_decoded`` carries its batch's decoded rows in slot order (float32,
+    ``(samples of the batch, output size)``); :meth:`add` takes them out of the record (the store's writer never
+    sees them) and puts row i at the dataset index ``layout.samples(batch)[i]``, as the store's ``sample``
+    coordinate does. :meth:`complete` gives a scheme's array only when every batch's rows came (a resumed run,
+    a batch that failed on the driver, or one decoded again after its worker died may not bring them: the store
+    then has them, and the caller reads it).
+
+    Parameters
+    ----------
+    layout : gcc_dask.batch_layout.BatchLayout
+        The run's composition (:meth:`~gcc_dask.batch_layout.BatchLayout.samples`).
+    schemes : sequence of str
+    num_samples : int
+    output_shape : tuple of int
+        f's output shape per sample.
+    """
+
+    def __init__(self, layout: Any, schemes: Sequence[str], num_samples: int, output_shape: tuple[int, ...]) -> None:
+        self.layout = layout
+        self.shape = (int(num_samples), *(int(d) for d in output_shape))
+        self._values: dict[str, np.ndarray] = {}
+        self._batches: dict[str, set[int]] = {s: set() for s in schemes}
+
+    def add(self, records: list[dict]) -> None:
+        """Take the decoded rows out of `records` (one batch's, one per scheme) and keep them."""
+        for r in records:
+            rows = r.pop("decoded", None)
+            r.pop("keep_decoded", None)
+            scheme = r.get("scheme")
+            if rows is None or scheme not in self._batches:
+                continue
+            where = self.layout.samples(int(r["batch"]))
+            if scheme not in self._values:
+                self._values[scheme] = np.empty(self.shape, dtype=np.float32)
+            self._values[scheme][where] = np.asarray(rows, dtype=np.float32).reshape(where.size, *self.shape[1:])
+            self._batches[scheme].add(int(r["batch"]))
+
+    def complete(self, num_batches: int) -> dict[str, np.ndarray]:
+        """The schemes whose `num_batches` batches all brought their rows: ``{scheme: (n, *output_shape)
+        float32}``, NaN in the rows of a batch that could not be decoded (as in the store)."""
+        return {s: self._values[s] for s, got in self._batches.items()
+                if s in self._values and len(got) == int(num_batches)}
 
 
 class StoreSink:

@@ -709,3 +709,40 @@ def test_a_zarr_store_rewritten_in_place_is_refused_on_resume_over_its_xarray_da
     zarr.open_array(os.path.join(path, "x"), mode="r+")[:] = X[:256] + 100  # rewritten in place
     with pytest.raises(gd.errors.StoreError, match=r"other model or data files"):
         gd.coded_map(f, xr.open_zarr(path)["x"], client=client, out=out, **CONFIG)
+
+
+def test_numpy_estimates_come_back_with_the_records_not_from_the_store(process_client, tmp_path, monkeypatch):
+    """For NumPy input the estimates are the rows each decode sent back with its batch's record, put in the
+    dataset's order on the driver: the same values as the store's, with no read of the store; with a reference
+    (the rows go through the score task) and for every scheme. A resume, whose finished batches send nothing,
+    reads them from the store instead."""
+    import zarr
+
+    from gcc_dask import store as store_mod
+
+    out = tmp_path / "kept.zarr"
+    res = gd.coded_map(f, X, schemes=("gcc", "uncoded"), client=process_client, out=out,
+                       run={"reference": True}, composition={"policy": "similarity", "window": 128}, **CONFIG)
+    root = zarr.open_group(res.store, mode="r")
+    order = root["inputs/sample"][:]
+    assert (order != np.arange(600)).any()  # composed: the store's rows are not X's
+    stored = {}
+    for scheme in ("gcc", "uncoded"):
+        stored[scheme] = np.empty_like(root[f"{scheme}/decoded"][...])
+        stored[scheme][order] = root[f"{scheme}/decoded"][...]
+    assert set(res.run.estimates) == {"gcc", "uncoded"}
+
+    def refused(*args, **kwargs):
+        raise AssertionError("the estimates were read from the store")
+
+    with monkeypatch.context() as m:
+        m.setattr(store_mod, "read_in_dataset_order", refused)
+        np.testing.assert_array_equal(res.estimates, stored["gcc"])
+        np.testing.assert_array_equal(res.estimates_of("uncoded"), stored["uncoded"])
+    np.testing.assert_array_equal(res.estimates_of("uncoded"), f(X))  # uncoded with every result: f itself
+    assert np.isfinite(res.summary.loc["gcc", "rel_acc"])  # scored as before
+
+    again = gd.coded_map(f, X, schemes=("gcc", "uncoded"), client=process_client, out=out,
+                         run={"reference": True}, composition={"policy": "similarity", "window": 128}, **CONFIG)
+    assert again.run.estimates == {}  # nothing ran: the store holds every batch
+    np.testing.assert_array_equal(again.estimates, stored["gcc"])

@@ -105,6 +105,11 @@ class BatchRunner(TasksRunner, ResultsRunner, ClusterRunner):
         Where to say what the user must see even when nothing is echoed: the first batch of a scheme that has
         no estimate because f or its decode failed, with the error (the library passes a RuntimeWarning);
         default `echo`.
+    keep_decoded : bool
+        Hand each scheme's decoded rows back to the driver in its batch record (``record["decoded"]``, float32 of
+        shape (samples of the batch, output size), in slot order), beside writing them to the store: what
+        :func:`gcc_dask.coded_map` returns without reading the store again. Records that lost them on a rare
+        recovery path (a decode redone after its worker died) come without.
     """
 
     def __init__(
@@ -127,6 +132,7 @@ class BatchRunner(TasksRunner, ResultsRunner, ClusterRunner):
         spares: str = "lazy",
         echo: Callable[[str], None] | None = None,
         warn: Callable[[str], None] | None = None,
+        keep_decoded: bool = False,
     ) -> None:
         self.client = client
         self.plugin = plugin
@@ -137,6 +143,7 @@ class BatchRunner(TasksRunner, ResultsRunner, ClusterRunner):
         self.output_size = output_size
         self.max_in_flight = max(1, int(max_in_flight))
         self.reference = reference
+        self.keep_decoded = bool(keep_decoded)
         self.latency_per_sample = bool(latency_per_sample)
         self.worker_timeout = float(worker_timeout)
         self._told: set[str] = set()  # schemes whose first failed batch was told to the user (_tell_failure)

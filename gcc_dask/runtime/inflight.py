@@ -125,13 +125,16 @@ def not_kept(s: _SchemeState) -> list:
 
 
 def decode_meta(s: _SchemeState, status: int, cutoff_s: float, latency_s: np.ndarray | None, failed: np.ndarray,
-                output_size: int, score: bool, backups: int | None = None) -> dict:
+                output_size: int, score: bool, backups: int | None = None, keep: bool = False) -> dict:
     """What the decode of scheme `s`'s batch is told (``decode_task``'s `meta`): its status and cutoff time, the
     shards' latencies (None: the decode measures them on the wall clock), which shards failed, the batch's start
-    (wall clock), f's output size, whether to keep the decoded rows for a score, and (a cut decode) the backup
-    copies launched."""
+    (wall clock), f's output size, whether to keep the decoded rows for a score, whether to keep them in the
+    record for the driver (`keep`: the caller wants the estimates back without reading the store), and (a cut
+    decode) the backup copies launched."""
     meta = {"status": status, "cutoff_s": cutoff_s, "latency_s": latency_s, "failed": failed,
             "batch_start": s.start_wall, "output_size": output_size, "score": score}
+    if keep:
+        meta["keep"] = True
     if backups is not None:
         meta["backups"] = backups
     return meta

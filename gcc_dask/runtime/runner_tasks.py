@@ -211,7 +211,7 @@ class TasksRunner:
         goes back to watching the shards, so the cutoff decides as for any other scheme."""
         latency = s.delays.copy() if s.virtual else None  # (on the wall clock the decode measures them)
         s.meta = decode_meta(s, decode.status, decode.cutoff_s, latency, np.zeros(s.plan.num_workers, dtype=bool),
-                             self.output_size, self.reference)
+                             self.output_size, self.reference, keep=self.keep_decoded)
         self._submit_decode(state, s, update)
 
     def _map_placed(self, state: _BatchState, s: _SchemeState, ws: list[int], update: GraphUpdate, sfx: str = "",
@@ -390,7 +390,7 @@ class TasksRunner:
                                                     cut.status))
         self._overtake(plan.name, state.seq)
         s.meta = decode_meta(s, cut.status, cut.cutoff_s, s.machine.latency(), s.failed.copy(), self.output_size,
-                             self.reference, backups=s.backups)
+                             self.reference, backups=s.backups, keep=self.keep_decoded)
         self._submit_decode(state, s)
         self._give_turn(plan.name)
 

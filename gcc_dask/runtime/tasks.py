@@ -266,7 +266,8 @@ def decode_task(
     Nothing but the kept shards is an input: the uncoded reference is joined later (:func:`score_task`),
     off the latency path. ``meta`` carries what the driver decided: ``status`` (int), ``cutoff_s``,
     ``latency_s`` (N,), ``failed`` (N,) bool, ``batch_start`` (``time.time()`` at submission),
-    ``score`` (bool: keep the decoded rows in the record for :func:`score_task`) and ``backups`` (the backup
+    ``score`` (bool: keep the decoded rows in the record for :func:`score_task`), ``keep`` (bool, optional: keep
+    them in the record for the driver, ``keep_decoded``) and ``backups`` (the backup
     copies the batch launched, ``speculative``; 0 if absent). ``latency_s`` None: the
     decode was submitted with its shards (a scheme that keeps every result, on the wall clock), and each
     shard's latency is taken from its result (``finished - batch_start``), the cutoff as the largest. The record (status,
@@ -352,8 +353,10 @@ def decode_task(
         "chunk_digest": digest,  # binds the chunks just written to their place (docs/store.rst, 'Integrity')
         "nonfinite_rows": nonfinite, "overflow_rows": overflow,  # said once by the run, with their counts
     }
-    if meta.get("score"):
+    if meta.get("score") or meta.get("keep"):
         record["decoded"] = decoded
+    if meta.get("keep"):
+        record["keep_decoded"] = True  # (score_task hands the rows on instead of dropping them)
     return record
 
 
@@ -361,7 +364,8 @@ def score_task(record: dict, reference: np.ndarray) -> dict:
     """Join a decoded batch with its uncoded reference: the record with ``mse`` and ``rel_acc`` filled in.
 
     Runs after :func:`decode_task` and the batch's :func:`reference_task`, so the reference never delays a
-    decode. Drops the record's ``decoded`` rows (they are in the store already).
+    decode. Drops the record's ``decoded`` rows (they are in the store already), unless the decode was told to
+    keep them for the driver (``keep_decoded``).
     """
     if record is None:  # the run ended before its decode ran
         return None
@@ -370,12 +374,14 @@ def score_task(record: dict, reference: np.ndarray) -> dict:
     if decoded is not None and record["status"] in (1, 2):
         record["mse"] = metrics.mse(decoded, reference)
         record["rel_acc"] = metrics.rel_acc(decoded, reference)
+    if decoded is not None and record.get("keep_decoded"):
+        record["decoded"] = decoded
     return record
 
 
 def strip_record(record: dict) -> dict:
-    """A record without the decoded rows that :func:`decode_task` keeps for scoring."""
-    return {k: v for k, v in record.items() if k != "decoded"}
+    """A record without the decoded rows that :func:`decode_task` keeps for scoring (or for the driver)."""
+    return {k: v for k, v in record.items() if k not in ("decoded", "keep_decoded")}
 
 
 def failed_record(scheme: str, batch: int, num_workers: int, batch_start: float) -> dict:
