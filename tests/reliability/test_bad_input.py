@@ -257,8 +257,8 @@ def test_batches_finished_before_the_nan_keep_their_records(client, tmp_path, mo
     x = np.random.default_rng(0).random((16, 5)).astype(np.float32)
     x[9, 2] = np.nan
     cfg = synthetic_config(tmp_path / "nan.zarr", batches=4, k=4, n=8, schemes=("gcc", "uncoded"),
-                           stragglers={"model": "none"}, cutoff={"stragglers": 0},
-                           run={"max_batches_in_flight": 1})
+                           stragglers={"model": "none"}, cutoff={"stragglers": 0, "deadline": None},
+                           run={"max_batches_in_flight": 1})  # (no deadline: a busy machine cut no batch early)
     cfg["source"] = {"kind": "npy", "path": _npy(tmp_path, "nan.npy", x)}
     with pytest.raises(gd.errors.InvalidInputError, match=r"source: batch 2 \(sample 9, of its 4 samples\)"):
         gd.run_pipeline(cfg, client=client)
@@ -274,7 +274,8 @@ def test_an_f_raising_a_gcc_dask_error_on_every_shard_is_an_erasure(client, tmp_
     x[:, 0] = [0.1, 0.2, 1.9, 0.3, 0.4, 0.5]
     cfg = synthetic_config(tmp_path / "picky.zarr", batches=6, k=1, n=1, schemes=("uncoded",),
                            workload={"kind": "callable", "name": "rel_helpers:picky"},
-                           stragglers={"model": "none"}, cutoff={"stragglers": 0})
+                           stragglers={"model": "none"}, cutoff={"stragglers": 0, "deadline": None})
+    # (no deadline: on a busy machine a 1 s deadline could cut a batch before its failed shard reported)
     cfg["source"] = {"kind": "npy", "path": _npy(tmp_path, "picky.npy", x)}
     with pytest.warns(RuntimeWarning) as caught:
         run = gd.run_pipeline(cfg, client=client)  # said once, with f's error
