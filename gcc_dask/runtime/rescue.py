@@ -128,4 +128,4 @@ def quiet_line(quiet, what: list[str], said: set[str]) -> str | None:
     said.update(new)
     return (f"Dask worker{'s' if len(new) > 1 else ''} {', '.join(new)} missed {MISSED_HEARTBEATS} heartbeats: "
             f"{'what batches' if len(what) > 1 else 'what batch'} {', '.join(what)} waited for there runs again "
-            "on the other workers (said once a run)")
+            "on the other workers (said once per worker a run)")

@@ -186,7 +186,7 @@ def test_a_quiet_worker_is_said_once_a_run_and_only_when_something_runs_again():
     assert quiet_line({"tcp://a:1"}, [], said) is None and said == set()  # nothing ran again: nothing said
     first = quiet_line({"tcp://a:1"}, ["0 (gcc: 2 shards)"], said)
     assert first == ("Dask worker tcp://a:1 missed 3 heartbeats: what batch 0 (gcc: 2 shards) waited for there "
-                     "runs again on the other workers (said once a run)")
+                     "runs again on the other workers (said once per worker a run)")
     assert quiet_line({"tcp://a:1"}, ["0 (gcc: 2 shards)"], said) is None  # the same worker again: not said
     both = quiet_line({"tcp://a:1", "tcp://b:2"}, ["3 (inputs)", "4 (uncoded)"], said)
     assert both.startswith("Dask worker tcp://b:2 missed 3 heartbeats: what batches 3 (inputs), 4 (uncoded)")
