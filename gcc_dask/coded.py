@@ -80,18 +80,44 @@ class CodedResult:
         return (f"<CodedResult schemes={list(self.schemes)}{rows}, store={self.store!r}, "
                 f"status={getattr(self.run, 'status', '?')!r}, lazy={self.lazy}>")
 
+    def _check_store(self) -> None:
+        """Raise :class:`~gcc_dask.errors.StoreError` when the store is no longer the one this result was made with
+        (another run overwrote it since: its ``store_id`` changed; a resume keeps it), before anything is read from
+        it: this result's estimates and that store's reference or summary would belong to two different runs."""
+        from gcc_dask.errors import StoreError
+        from gcc_dask.store import STORE_ID_ATTR, RunStore
+
+        made = getattr(self.run, "store_id", None)
+        if made is None:
+            return
+        try:
+            now = RunStore(self.store).attrs.get(STORE_ID_ATTR)
+        except Exception:  # gone, or no longer a run store: the read itself says so
+            return
+        if now != made:
+            raise StoreError(f"store: {self.store!r} was overwritten by another run after this result was made (its "
+                             f"store_id is {str(now)[:8]}, this result's {made[:8]}); expected the store of this "
+                             "result: read the newer result, or give each coded_map call its own out=")
+
     @property
     def summary(self):
         """One row per scheme (:attr:`gcc_dask.pipeline.RunResult.summary`; ``rel_acc`` and ``rmse`` need the
-        uncoded reference: ``run={"reference": True}``)."""
+        uncoded reference: ``run={"reference": True}``).
+
+        Raises
+        ------
+        StoreError
+            The store was overwritten by another run since this result was made."""
+        if "_summary" not in getattr(self.run, "__dict__", {}):
+            self._check_store()
         return self.run.summary
 
     @functools.cached_property
     def estimates(self):
         """f̂(X) of the first scheme: shape ``(n, *output_shape)``, float32, row i for row i of X; NaN in the
         rows of a batch that could not be decoded. NumPy for NumPy input (the rows the decodes sent back as the
-        run went, :attr:`gcc_dask.pipeline.RunResult.estimates`; read from the store only when some did not
-        come back, as after a resume), else a dask array reading the store."""
+        run went, :attr:`gcc_dask.pipeline.RunResult.estimates`, copied; read from the store only when some did
+        not come back, as after a resume), else a dask array reading the store."""
         return self.estimates_of(self.schemes[0])
 
     def estimates_of(self, scheme: str):
@@ -101,6 +127,8 @@ class CodedResult:
         ------
         ConfigError
             If `scheme` did not run.
+        StoreError
+            The estimates are read from a store that another run has overwritten since.
         """
         from gcc_dask.store import read_in_dataset_order
 
@@ -108,7 +136,8 @@ class CodedResult:
             raise ConfigError(f"scheme: got {scheme!r}; expected one of the schemes that ran: {list(self.schemes)}")
         kept = getattr(self.run, "estimates", None) or {}
         if not self.lazy and scheme in kept:
-            return kept[scheme]
+            return kept[scheme].copy()  # (each call its own array, as each read of the store was)
+        self._check_store()
         return read_in_dataset_order(self.store, scheme, "decoded", lazy=self.lazy, chunks=self.chunks)
 
     @property
@@ -118,6 +147,7 @@ class CodedResult:
 
         if not self.run.config.run.reference:
             return None
+        self._check_store()
         return read_in_dataset_order(self.store, INPUTS, "reference", lazy=self.lazy, chunks=self.chunks)
 
     def to_xarray(self):
@@ -352,4 +382,5 @@ def coded_map(f: Callable[..., Any] | str | os.PathLike, X: Any, *, schemes: Seq
     cfg = load_config(data)
     result = run_pipeline(cfg, client=client if client is not None else current_client(),
                           performance_report=performance_report, keep_estimates=not how["lazy"])
-    return CodedResult(run=result, schemes=tuple(cfg.schemes), **how)
+    # the schemes that ran: ``auto`` is the one the advice chose (the run's config holds it, resolved)
+    return CodedResult(run=result, schemes=tuple(getattr(result, "config", cfg).schemes), **how)

@@ -97,6 +97,10 @@ class RunResult:
         store's ``<scheme>/decoded`` read with :func:`gcc_dask.store.read_in_dataset_order`, kept as the batches'
         records came back (no read of the store). A scheme is absent when not every batch of it ran in this call
         (a resume) or brought its rows back; empty without ``keep_estimates``.
+    store_id : str or None
+        The store's identity (its ``store_id`` attribute, made when the store is created and kept by resumes): a
+        store overwritten by a later run at the same path has another, which tells a reader of this result that
+        the store is no longer the one it describes (docs/store.rst). None for a store made without one.
     """
 
     path: str
@@ -105,6 +109,7 @@ class RunResult:
     wall_s: float
     phases_s: dict = field(default_factory=dict, compare=False)
     estimates: dict = field(default_factory=dict, compare=False, repr=False)
+    store_id: str | None = field(default=None, compare=False, repr=False)
 
     @property
     def summary(self) -> pd.DataFrame:
@@ -360,7 +365,7 @@ def _run_stored(cfg, path, source, workload, output_shape, connected, say, warn,
             say(_limit_note(cfg, store, num_batches))
     estimates = rows.complete(store.num_batches) if rows is not None else {}
     return RunResult(path=path, status=run_status, config=cfg, wall_s=wall, phases_s=phases.seconds,
-                     estimates=estimates)
+                     estimates=estimates, store_id=store.attrs.get(store_mod.STORE_ID_ATTR))
 
 
 def _plugin_prefix(path: str) -> str:

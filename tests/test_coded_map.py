@@ -746,3 +746,62 @@ def test_numpy_estimates_come_back_with_the_records_not_from_the_store(process_c
                          run={"reference": True}, composition={"policy": "similarity", "window": 128}, **CONFIG)
     assert again.run.estimates == {}  # nothing ran: the store holds every batch
     np.testing.assert_array_equal(again.estimates, stored["gcc"])
+
+
+def test_each_call_for_numpy_estimates_gives_an_array_of_its_own(client, tmp_path):
+    """A breaker's find: the kept estimates were handed out as one array, so editing what estimates_of returned
+    changed every later result (estimates_of, to_xarray) without a word; each read of the store used to give a
+    fresh array, and so does each call now."""
+    res = gd.coded_map(f, X, schemes=("gcc", "uncoded"), client=client, out=tmp_path / "own.zarr", **CONFIG)
+    u = res.estimates_of("uncoded")
+    u /= 2
+    again = res.estimates_of("uncoded")
+    assert again is not u
+    np.testing.assert_array_equal(again, f(X))  # uncoded: f itself (no result of uncoded's is ever cut)
+    np.testing.assert_array_equal(res.to_xarray()["uncoded"].values, f(X))
+
+
+def test_a_result_whose_store_another_run_overwrote_refuses_to_mix_the_two(client, tmp_path):
+    """A breaker's find: after another call overwrote the store, an earlier result gave its own estimates (kept in
+    memory) beside the new run's reference and summary (read from the store): estimates 5 apart from a reference
+    with an RMSE of 0. Now what it would read from the store is refused with one line; its own estimates stay."""
+    from gcc_dask.errors import StoreError
+
+    kw = dict(schemes=("uncoded",), client=client, out=tmp_path / "shared.zarr", run={"reference": True}, **CONFIG)
+    first = gd.coded_map(f, X, **kw)
+    second = gd.coded_map(lambda x: 5 + f(x), X, store={"overwrite": True}, **kw)
+    np.testing.assert_array_equal(first.estimates, f(X))  # its own, from memory
+    for read in (lambda: first.reference, lambda: first.summary, first.to_xarray):
+        with pytest.raises(StoreError, match=r"overwritten by another run after this result was made"):
+            read()
+    np.testing.assert_array_equal(second.estimates, second.reference)
+    assert second.summary.loc["uncoded", "rmse"] == 0.0
+
+
+def test_auto_gives_the_scheme_it_chose_and_its_estimates(client, tmp_path):
+    """A breaker's find: with ``schemes="auto"`` the result kept the name ``auto``, so its estimates could not
+    be read (no ``auto`` group in the store) and estimates_of refused the scheme that ran."""
+    res = gd.coded_map(f, X, schemes="auto", client=client, out=tmp_path / "auto.zarr", advise={"samples": 96},
+                       **CONFIG)
+    assert res.schemes == tuple(res.run.config.schemes) and "auto" not in res.schemes
+    est = res.estimates
+    assert est.shape == (600, 3) and np.isfinite(est).all()
+    np.testing.assert_array_equal(res.estimates_of(res.schemes[0]), est)
+    assert list(res.to_xarray().data_vars) == [res.schemes[0]]
+
+
+def _as_frame(x):
+    import pandas as pd
+
+    return pd.DataFrame(f(x))
+
+
+def test_an_f_that_returns_a_dataframe_gives_its_values(client, tmp_path):
+    """A breaker's find: an f returning a pandas DataFrame (an estimator set to ``set_output(transform="pandas")``)
+    passed the probe, then every decode failed (its ``.get`` was taken for CuPy's) and the run said 'complete'
+    with every row NaN. f's output is an array from the shard on."""
+    res = gd.coded_map(_as_frame, X, schemes=("uncoded", "gcc"), client=client, out=tmp_path / "df.zarr",
+                       **CONFIG)
+    assert res.run.status == "complete"
+    np.testing.assert_array_equal(res.estimates, f(X))
+    assert np.isfinite(res.estimates_of("gcc")).all()

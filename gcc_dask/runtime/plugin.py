@@ -307,7 +307,7 @@ def _naming_bad_samples(call: Callable[[], Any], x: Any, samples: Callable[[], n
         return call()
     except InvalidInputError as exc:
         try:
-            host = np.asarray(x.get() if hasattr(x, "get") and not isinstance(x, np.ndarray) else x)
+            host = np.asarray(x.get() if type(x).__module__.split(".")[0] == "cupy" else x)
             idx = np.asarray(samples())
             rows = host.reshape(idx.size, -1)
             bad = ~np.isfinite(rows).all(axis=1)

@@ -64,9 +64,20 @@ def _write(p: "RunPlugin", kind: str, batch: int, **arrays: Any) -> Any:
                          "again to resume") from None
 
 
+def is_cupy(a: Any) -> bool:
+    """Whether `a` is a CuPy array (by its type's module: a pandas object has a ``get`` method too)."""
+    return type(a).__module__.split(".")[0] == "cupy"
+
+
 def to_host(a: Any) -> np.ndarray:
-    """A NumPy copy of a NumPy or CuPy array (``cupy.ndarray.get``)."""
-    return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)
+    """A NumPy copy of a NumPy or CuPy array (``cupy.ndarray.get``), or ``numpy.asarray`` of anything else."""
+    return a.get() if is_cupy(a) else np.asarray(a)
+
+
+def as_array(y: Any) -> Any:
+    """f's output as an array: a NumPy or CuPy array as it is, anything else (a pandas DataFrame or Series, as an
+    estimator set to ``set_output(transform="pandas")`` returns; a list) through ``numpy.asarray``."""
+    return y if isinstance(y, np.ndarray) or is_cupy(y) else np.asarray(y)
 
 
 #: how far row 0 of a square output block may be from f on that row alone (relative to the row's largest value)
@@ -88,6 +99,7 @@ def check_output(p: RunPlugin, y: Any, rows: int, what: str, x: Any = None) -> A
         batch's reference unknown (NaN). Without it an output of the same size in another layout (f transposing
         a block of several rows, not one) would be reshaped into wrong rows without a word.
     """
+    y = as_array(y)  # (row 0 of a DataFrame is not y[0]; its .get is not CuPy's)
     expected = getattr(p, "output_shape", None)
     if expected is None:
         return y

@@ -53,7 +53,7 @@ may resume a store) ← :mod:`.run_store` (:class:`RunStore`); :mod:`.readers` (
 from gcc_dask.errors import WriteRefusedError
 
 from .integrity import check_structure
-from .layout import BATCH_CHUNK, DONE_STATUSES, INPUTS, STORE_FORMAT, BatchStatus
+from .layout import BATCH_CHUNK, DONE_STATUSES, INPUTS, STORE_FORMAT, STORE_ID_ATTR, BatchStatus
 from .lock import StoreLock
 from .readers import check_writable, open_run, open_scheme, read_in_dataset_order, store_path
 from .run_store import RunStore, SampleIndex
@@ -63,6 +63,7 @@ from .writes import write_batch, write_decoded, write_inputs
 __all__ = [
     "BatchStatus",
     "DONE_STATUSES",
+    "STORE_ID_ATTR",
     "WriteRefusedError",
     "RunStore",
     "SampleIndex",
