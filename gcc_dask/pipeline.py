@@ -33,7 +33,7 @@ import pandas as pd
 from gcc_dask import dashboard
 from gcc_dask import store as store_mod
 from gcc_dask._paths import writable_file
-from gcc_dask.analysis.summary import summarize_run
+from gcc_dask.analysis.summary import poor_line, summarize_run
 from gcc_dask.config import FINGERPRINT_IGNORED, PipelineConfig, load_config
 from gcc_dask.inputs import _check_model_fits, _probe_model, _resolve_path, build_source_and_workload  # noqa: F401
 from gcc_dask.limits import MAX_SAMPLES
@@ -122,8 +122,7 @@ class RunResult:
         df.attrs.update(block_size=self.block_size, block_size_reason=self.block_size_reason)
         self.__dict__["_summary"] = df
         for name, why in (df.attrs.get("poor") or {}).items():
-            _warn_caller(f"poor estimates: {name}: {why} (an exact scheme, speculative or uncoded, gives f itself; "
-                         "docs/concepts.rst, section 'When estimates are poor')", PoorEstimatesWarning)
+            _warn_caller(poor_line(df, name, why), PoorEstimatesWarning)
         return df
 
     @property

@@ -21,7 +21,7 @@ from gcc_dask import metrics
 from gcc_dask.analysis.stores import names_corrupt_chunks
 from gcc_dask.store.layout import REQUIRED_ATTRS
 
-__all__ = ["summarize_run", "format_summary"]
+__all__ = ["summarize_run", "format_summary", "poor_line"]
 
 def _schemes(path: str) -> list[str]:
     root = zarr.open_group(path, mode="r")
@@ -309,6 +309,16 @@ SHORT_COLUMNS = {"num_workers": "N", "rel_acc": "rel_acc", "accuracy": "acc", "r
                  "mean_received": "recv", "missing": "missing", "filled": "filled", "failed": "failed"}
 
 
+def poor_line(summary: pd.DataFrame, name: str, why: str) -> str:
+    """The line that says scheme `name`'s estimates are poor (`why`, from ``summary.attrs["poor"]``), with what
+    gives f itself: speculative or uncoded waiting for every result, or (for ``uncoded`` at a cutoff, whose
+    missing rows are what made it poor) the same scheme with ``cutoff.stragglers: 0``, or speculative."""
+    code = summary.at[name, "code"] if "code" in summary.columns and name in summary.index else None
+    exact = ("uncoded with every result (cutoff.stragglers: 0) or speculative gives f itself" if code == "uncoded"
+             else "an exact scheme, speculative or uncoded, gives f itself")
+    return f"poor estimates: {name}: {why} ({exact}; docs/concepts.rst, section 'When estimates are poor')"
+
+
 def format_summary(summary: pd.DataFrame) -> str:
     """The summary as a Markdown table of its main columns, under 100 characters wide (what ``gcc-dask run``
     prints at the end; every column stays in the store and in the report's CSV).
@@ -353,8 +363,7 @@ def format_summary(summary: pd.DataFrame) -> str:
                   "was lost): erasures, decoded around (the failed column counts batches without an estimate)"
                   for name in summary.index if summary.at[name, "failed_shards"] > 0]
     for name, why in (summary.attrs.get("poor") or {}).items():
-        notes.append(f"poor estimates: {name}: {why} (an exact scheme, speculative or uncoded, gives f itself; "
-                     "docs/concepts.rst, section 'When estimates are poor')")
+        notes.append(poor_line(summary, name, why))
     if kind == "regression":
         notes.append("output_kind regression (one value per sample, or set): relative RMSE, R², largest "
                      "error; no RelAcc")

@@ -116,3 +116,18 @@ def test_an_f_far_from_zero_on_rows_without_near_neighbours_is_flagged(process_c
         good = gd.coded_map(offset, NEAR, client=process_client, run={"reference": True},
                             stragglers=STRAGGLERS).summary
     assert good.at["gcc", "poor"] == "", good.loc["gcc", ["rel_rmse", "r2"]]
+
+
+def test_the_poor_line_of_uncoded_points_to_uncoded_with_every_result_not_to_itself():
+    """A breaker's find: uncoded at a cutoff, poor, was told that 'an exact scheme, speculative or uncoded, gives f
+    itself': uncoded is what it ran. Its line now names the setting that makes it exact."""
+    import pandas as pd
+
+    from gcc_dask.analysis.summary import poor_line
+
+    df = pd.DataFrame({"code": ["uncoded", "gcc"]}, index=["uncoded", "gcc"])
+    unc, gcc = poor_line(df, "uncoded", "40% rows missing"), poor_line(df, "gcc", "RelAcc 0.4")
+    assert unc.startswith("poor estimates: uncoded: 40% rows missing (uncoded with every result "
+                          "(cutoff.stragglers: 0) or speculative gives f itself;")
+    assert "an exact scheme, speculative or uncoded, gives f itself" in gcc
+    assert "an exact scheme" not in unc
