@@ -84,20 +84,19 @@ class CodedResult:
         """Raise :class:`~gcc_dask.errors.StoreError` when the store is no longer the one this result was made with
         (another run overwrote it since: its ``store_id`` changed; a resume keeps it), before anything is read from
         it: this result's estimates and that store's reference or summary would belong to two different runs."""
-        from gcc_dask.errors import StoreError
-        from gcc_dask.store import STORE_ID_ATTR, RunStore
+        same_store(self.store, getattr(self.run, "store_id", None))
 
+    def _checked(self, values):
+        """`values` read from the store; when lazy, a dask array that checks the store once per compute (a task
+        all its blocks wait for, :func:`same_store`) before its blocks are read: one taken before another call
+        overwrote the store raises instead of reading the other run's rows."""
         made = getattr(self.run, "store_id", None)
-        if made is None:
-            return
-        try:
-            now = RunStore(self.store).attrs.get(STORE_ID_ATTR)
-        except Exception:  # gone, or no longer a run store: the read itself says so
-            return
-        if now != made:
-            raise StoreError(f"store: {self.store!r} was overwritten by another run after this result was made (its "
-                             f"store_id is {str(now)[:8]}, this result's {made[:8]}); expected the store of this "
-                             "result: read the newer result, or give each coded_map call its own out=")
+        if not self.lazy or made is None:
+            return values
+        import dask
+
+        checked = dask.delayed(same_store, pure=False)(self.store, made)
+        return values.map_blocks(_after_check, checked, dtype=values.dtype)
 
     @property
     def summary(self):
@@ -138,7 +137,7 @@ class CodedResult:
         if not self.lazy and scheme in kept:
             return kept[scheme].copy()  # (each call its own array, as each read of the store was)
         self._check_store()
-        return read_in_dataset_order(self.store, scheme, "decoded", lazy=self.lazy, chunks=self.chunks)
+        return self._checked(read_in_dataset_order(self.store, scheme, "decoded", lazy=self.lazy, chunks=self.chunks))
 
     @property
     def reference(self):
@@ -148,7 +147,8 @@ class CodedResult:
         if not self.run.config.run.reference:
             return None
         self._check_store()
-        return read_in_dataset_order(self.store, INPUTS, "reference", lazy=self.lazy, chunks=self.chunks)
+        return self._checked(read_in_dataset_order(self.store, INPUTS, "reference", lazy=self.lazy,
+                                                   chunks=self.chunks))
 
     def to_xarray(self):
         """The estimates of every scheme (and ``reference`` when computed) as an :class:`xarray.Dataset`.
@@ -167,6 +167,38 @@ class CodedResult:
         coords = {self.dim: np.asarray(self.index) if self.index is not None else np.arange(first.shape[0])}
         coords.update({d: np.arange(n) for d, n in zip(out_dims, first.shape[1:])})
         return xr.Dataset(data, coords=coords, attrs={"store": self.store, "schemes": list(self.schemes)})
+
+
+def same_store(path: str, store_id: str | None) -> bool:
+    """True when the run store at `path` still has `store_id` (its identity, made at creation and kept by resumes;
+    None: nothing to check); else one :class:`~gcc_dask.errors.StoreError` line: another run overwrote the store
+    since the result that holds `store_id` was made. A store that cannot be opened passes (the read that follows
+    says what is wrong with it). Runs on this machine or in a task of the lazy estimates.
+
+    Raises
+    ------
+    StoreError
+        The store at `path` has another ``store_id``.
+    """
+    from gcc_dask.errors import StoreError
+    from gcc_dask.store import STORE_ID_ATTR, RunStore
+
+    if store_id is None:
+        return True
+    try:
+        now = RunStore(path).attrs.get(STORE_ID_ATTR)
+    except Exception:  # gone, or no longer a run store: the read itself says so
+        return True
+    if now != store_id:
+        raise StoreError(f"store: {path!r} was overwritten by another run after this result was made (its "
+                         f"store_id is {str(now)[:8]}, this result's {store_id[:8]}); expected the store of this "
+                         "result: read the newer result, or give each coded_map call its own out=")
+    return True
+
+
+def _after_check(block: np.ndarray, checked: bool) -> np.ndarray:
+    """`block`, once :func:`same_store` passed (`checked`: its result, a dependency of every block)."""
+    return block
 
 
 def _workload_section(f: Any) -> dict[str, Any]:

@@ -63,8 +63,9 @@ class CodedPostFit:
     schemes, client, out, performance_report, **config
         As :func:`gcc_dask.coded_map` (e.g. ``code={"num_inputs": 8, "num_workers": 12}``). ``client`` is not
         an estimator parameter (``get_params`` leaves it out, so a clone uses Dask's default client). ``out`` is
-        a folder: each call writes ``<method>.zarr`` in it, replacing that of the call before; by default every
-        call gets a temporary store.
+        a folder: each call writes ``<method>.zarr`` in it, replacing that of the call before (a dask result of
+        the call before then raises :class:`~gcc_dask.errors.StoreError` when computed, instead of reading the
+        new call's rows: compute it first, or leave ``out`` unset); by default every call gets a temporary store.
 
     Attributes
     ----------
@@ -218,7 +219,17 @@ class CodedPostFit:
         ``predict``."""
         classes = getattr(self.estimator, "classes_", None)
         if classes is None:
-            return self._decoded("predict", X)
+            fn, rows = self._rows("predict", X)
+            dtype = self._dtype(fn, rows.array)
+            if dtype.kind in "iub":  # labels with no classes_ to score (a clusterer): nothing real to decode
+                from gcc_dask.errors import WorkloadError
+
+                raise WorkloadError(
+                    f"CodedPostFit.predict: {type(self.estimator).__name__}.predict returns {dtype} labels and the "
+                    f"estimator has no classes_ (no class scores whose argmax gives them), so there is nothing real "
+                    "to decode; expected an estimator whose predict returns real values, or a classifier: decode "
+                    "its transform (for KMeans, the distances to the centres; the label is their argmin) instead")
+            return self._coded("predict", X, (fn, rows)).astype(dtype if dtype.kind == "f" else np.float64)
         method = self.scores
         if method == "auto":
             method = "decision_function" if hasattr(self.estimator, "decision_function") else "predict_proba"
@@ -265,10 +276,12 @@ class CodedPostFit:
         if lazy:
             import dask.array as da
 
+            # along the samples the other's chunks, whole along any other axis (pred and y may differ in
+            # dimensions: a 1-d prediction against a y of one column)
             if not _is_dask(pred):
-                pred = da.from_array(pred, chunks=y.chunks[:pred.ndim])
+                pred = da.from_array(pred, chunks=(y.chunks[0], *((d,) for d in pred.shape[1:])))
             if not _is_dask(y):
-                y = da.from_array(y, chunks=pred.chunks[:y.ndim])
+                y = da.from_array(y, chunks=(pred.chunks[0], *((d,) for d in y.shape[1:])))
             elif y.chunks[0] != pred.chunks[0]:
                 y = y.rechunk({0: pred.chunks[0]})
             xp = da

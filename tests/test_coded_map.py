@@ -805,3 +805,20 @@ def test_an_f_that_returns_a_dataframe_gives_its_values(client, tmp_path):
     assert res.run.status == "complete"
     np.testing.assert_array_equal(res.estimates, f(X))
     assert np.isfinite(res.estimates_of("gcc")).all()
+
+
+def test_a_lazy_result_taken_before_its_store_was_overwritten_raises_when_computed(client, tmp_path):
+    """A breaker's find: the dask array of a result, taken before another call overwrote its store, read the other
+    run's rows when computed. It now checks the store once per compute, before its blocks are read."""
+    import dask.array as da
+
+    from gcc_dask.errors import StoreError
+
+    kw = dict(schemes=("uncoded",), client=client, out=tmp_path / "lazy.zarr", run={"reference": True}, **CONFIG)
+    first = gd.coded_map(f, da.from_array(X, chunks=100), **kw)
+    est, ref = first.estimates, first.reference
+    np.testing.assert_array_equal(est.compute(), f(X))  # its own store: read
+    gd.coded_map(f, da.from_array(X[::-1].copy(), chunks=100), store={"overwrite": True}, **kw)
+    for lazy in (est, ref):
+        with pytest.raises(StoreError, match=r"overwritten by another run after this result was made"):
+            lazy.compute()

@@ -252,3 +252,30 @@ def test_coded_map_takes_dataframes_and_unknown_chunks(process_client):
 
 def _linear(x):
     return x @ np.arange(6, dtype=x.dtype)[:, None]
+
+
+def test_score_of_dask_x_against_a_y_of_one_column(client):
+    """A breaker's find: with dask X and a 2-d y of one column, score built y's chunks from the 1-d prediction's
+    and failed ('Chunks and shape must be of the same length/dimension')."""
+    import dask.array as da
+    from sklearn.linear_model import Ridge
+
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(301, 4))
+    y = (X @ np.array([1.0, -2.0, 0.5, 0.0]))[:, None]
+    model = gd.CodedPostFit(Ridge(), schemes=("uncoded",), client=client).fit(X, y.ravel())
+    got = model.score(da.from_array(X, chunks=100), y)
+    assert got == pytest.approx(model.estimator.score(X, y.ravel()), abs=1e-5)
+
+
+def test_predict_of_integer_labels_without_classes_is_one_line_naming_the_estimator(client):
+    """A breaker's find: KMeans.predict gives int labels and KMeans has no classes_: the run refused f's integer
+    outputs, telling the user to cast an f they never wrote. The line now names the estimator and what to do."""
+    from sklearn.cluster import KMeans
+
+    X = np.random.default_rng(2).normal(size=(200, 3))
+    model = gd.CodedPostFit(KMeans(3, n_init=2, random_state=0), schemes=("uncoded",), client=client).fit(X)
+    with pytest.raises(gd.errors.WorkloadError, match=r"^CodedPostFit.predict: KMeans.predict returns int32 labels "
+                                                       r".*decode its transform"):
+        model.predict(X)
+    np.testing.assert_allclose(model.transform(X), model.estimator.transform(X), rtol=1e-5, atol=1e-5)
