@@ -3,6 +3,8 @@ and its resume, and one-line errors for bad options."""
 
 from __future__ import annotations
 
+import warnings
+
 import re
 
 import numpy as np
@@ -294,7 +296,9 @@ def test_a_single_output_f_gets_its_relative_error_and_never_a_relacc(client, tm
 
     adv = advise(_pipe(tmp_path, [1.0, 0.0, 1.0]), samples=96, client=client, out=tmp_path / "a", progress=False)
     assert adv.metric == "mse" and "rel_rmse" in adv.table
-    ds = xr.open_zarr(adv.path)
+    with warnings.catch_warnings():  # its metadata consolidated: no "Failed to open ... consolidated metadata"
+        warnings.simplefilter("error", RuntimeWarning)
+        ds = xr.open_zarr(adv.path)
     assert "rel_acc" not in ds.data_vars and "mse" in ds.data_vars
     ref_ms = ds.attrs["reference_mean_square"]
     np.testing.assert_allclose(adv.table["rel_rmse"], np.sqrt(adv.table["value"] / ref_ms))

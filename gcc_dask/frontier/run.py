@@ -523,6 +523,9 @@ def _write(path: Path, ds, outputs: dict[str, np.ndarray]) -> None:
         for digest, values in outputs.items():  # (the reference in f's own dtype: the scores are the same again)
             group.create_array(digest, data=np.asarray(values) if digest == REFERENCE_KEY
                                else np.asarray(values, dtype=np.float32))
+        # written once, never edited in place: its metadata consolidated, so that xarray.open_zarr opens it at
+        # once (without, it warned "Failed to open Zarr store with consolidated metadata" and read every file)
+        zarr.consolidate_metadata(str(tmp))
     if path.exists():
         shutil.rmtree(path) if path.is_dir() else path.unlink()
     os.replace(tmp, path)
