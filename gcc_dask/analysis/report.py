@@ -173,6 +173,11 @@ def _run_report(path: Path, out: Path, recompute) -> Report:
     dropped = set(_REFERENCE_COLUMNS if not attrs.get("has_reference", True) else ()) | set(
         _LABEL_COLUMNS if not attrs.get("has_labels", True) else ())
     md = _header(attrs, "run", path)
+    if "pending" in summary.columns and (summary["pending"] > 0).any():  # (an interrupted or limited run)
+        md += ["- not finished: " + ", ".join(
+            f"{name} {int(summary.at[name, 'batches']) - int(summary.at[name, 'pending'])} of "
+            f"{int(summary.at[name, 'batches'])} batches done" for name in summary.index)
+            + " (the same `gcc-dask run` command resumes it)"]
     md += [f"- {attrs.get('num_samples')} samples in {attrs.get('num_batches')} batches of "
            f"{attrs.get('batch_size')} (groups of K = {attrs.get('num_inputs', attrs.get('batch_size'))}, blocks of "
            f"B = {attrs.get('block_size', 1)}); workers per scheme {attrs.get('schemes')}",

@@ -248,3 +248,18 @@ def test_analysis_package_exports_lazily():
     assert callable(ga.make_report) and callable(ga.fit_rate)
     with pytest.raises(AttributeError):
         ga.nope  # noqa: B018
+
+
+def test_the_report_of_an_unfinished_run_says_how_many_batches_are_done(client, tmp_path):
+    """A breaker's find: the report of an interrupted (or limited) store said its status and nothing of how far it
+    got (the pending batches were in summary.csv only). It now says, per scheme, how many batches are done, and that
+    the same command resumes it; a finished run's report says nothing of the kind."""
+    X = np.random.default_rng(0).random((128, 4)).astype(np.float32)
+    kw = dict(client=client, code={"num_inputs": 4, "num_workers": 8, "block_size": 8}, cutoff={"stragglers": 2})
+    part = gd.coded_map(lambda b: np.tanh(b[:, :3]), X, schemes=("gcc", "uncoded"), out=tmp_path / "part.zarr",
+                        run={"limit_batches": 2}, **kw)
+    text = make_report(part.store, tmp_path / "r", recompute=False).markdown
+    assert "- not finished: gcc 2 of 4 batches done, uncoded 2 of 4 batches done (the same `gcc-dask run` " \
+           "command resumes it)" in text
+    full = gd.coded_map(lambda b: np.tanh(b[:, :3]), X, out=tmp_path / "full.zarr", **kw)
+    assert "not finished" not in make_report(full.store, tmp_path / "r2", recompute=False).markdown
