@@ -276,7 +276,9 @@ class GCC(CodingScheme):
         fit (error ∝ gap⁴ for cubic splines, so up to 2⁸ in squared error: on x·sin x, K = 10, S = 4,
         the median ratio to the true MSE was 5 at N = 20, 28 at N = 40 and ~180 at N ≥ 80, with log-log
         correlation 0.5–0.8 across batches). Use it to rank batches and flag bad ones, not as an MSE.
-        Its mean over k is a per-batch estimate.
+        Its mean over k is a per-batch estimate. An estimate that is f(x_k) itself is given 0 (:func:`exact_rows`:
+        its decoder row takes one result alone, whose coded input is x_k alone: a systematic worker point on α_k,
+        received, with λ_dec = 0), where the interpolated residuals of its neighbours said otherwise.
         """
         if self.lambda_dec != "gcv" and not return_error:
             return super().decode(Y, received)
@@ -303,7 +305,34 @@ class GCC(CodingScheme):
         sq = to_numpy(xp.sum(loo * loo, axis=1)).astype(np.float64)
         order = aux.order
         err = np.interp(self.data_points, self.worker_points[entry.received[order]], sq[order])
+        err[exact_rows(np.asarray(to_numpy(D), dtype=np.float64), self.encoder_matrix[entry.received])] = 0.0
         return est, xp.asarray(err, dtype=Y.dtype, device=device(Y))
+
+
+#: how far from a unit vector a decoder or encoder row may be and still select one result or one input
+#: (:func:`exact_rows`; systematic points give exact unit rows, λ > 0 rows far from it)
+UNIT_ROW_TOL = 1e-12
+
+
+def exact_rows(decoder: np.ndarray, encoder: np.ndarray, tol: float = UNIT_ROW_TOL) -> np.ndarray:
+    """Which estimates of a decode are f(x_k) itself: bool of shape (K,).
+
+    Row k of `decoder` (K, |F|) takes result j alone (1 there, 0 elsewhere, within `tol`), and row j of `encoder`
+    (|F|, K: the encoder rows of the received workers, in the decoder's column order) is the unit vector at k: that
+    worker's coded input is x_k, so the estimate D_k·Y = y_j = f(x_k) exactly (a systematic worker point on α_k,
+    received and interpolated, λ_dec = 0: docs/methods.rst, section 'Point placement').
+
+    >>> exact_rows(np.array([[0., 1.], [0.5, 0.5]]), np.array([[0.3, 0.7], [1., 0.]]))
+    array([ True, False])
+    """
+    k = np.arange(decoder.shape[0])
+    j = np.argmax(np.abs(decoder), axis=1)
+    picked = decoder[k, j]
+    one_result = (np.abs(picked - 1.0) <= tol) & (np.abs(decoder).sum(axis=1) - np.abs(picked) <= tol)
+    rows = encoder[j]  # (K, K): the coded input of the result each estimate takes
+    own = rows[k, k]
+    one_input = (np.abs(own - 1.0) <= tol) & (np.abs(rows).sum(axis=1) - np.abs(own) <= tol)
+    return one_result & one_input
 
 
 def _gcv_has_no_matrix() -> ConfigError:

@@ -340,3 +340,29 @@ def test_decoded_probabilities_sum_to_one_but_can_leave_the_unit_interval(name):
     p = np.clip(est, 0, None)
     p /= p.sum(axis=1, keepdims=True)
     assert (p >= 0).all() and (p <= 1).all() and (p.argmax(axis=1) == est.argmax(axis=1)).all()
+
+
+def test_return_error_is_zero_for_an_estimate_that_is_f_itself():
+    """With systematic points (a worker point on each data point) and λ_dec = 0, a received systematic worker's
+    result is f(x_k) and the decoder interpolates through it: that estimate is exact, and its error estimate is 0
+    (the interpolated leave-one-out residuals said 0.15 of f's scale on a pipeline's MLP). Where that worker is
+    missing, or λ_dec > 0 smooths, the estimate is not f(x_k) and the error estimate stays positive."""
+    from gcc_dask.coding.gcc import exact_rows
+
+    code = make_code("gcc", num_inputs=8, num_workers=16, points="systematic")
+    X = RNG.uniform(-2, 2, (8, 5))
+    Y = np.sin(code.encode(X))
+    truth = np.sin(X)
+    on_alpha = [int(np.argmin(np.abs(code.worker_points - a))) for a in code.data_points]
+    np.testing.assert_allclose(code.worker_points[on_alpha], code.data_points, atol=1e-12)  # systematic
+    every = np.array(sorted(set(on_alpha) | {0, 6, 9, 15}))  # all 8 systematic workers and 4 others
+    est, err = code.decode(Y[every], every, return_error=True)
+    np.testing.assert_allclose(est, truth, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(err, 0.0)
+    lost = np.array([w for w in range(16) if w != on_alpha[3]])  # the worker on α_3 missing
+    est, err = code.decode(Y[lost], lost, return_error=True)
+    assert err[3] > 0 and np.abs(est[3] - truth[3]).max() > 1e-6
+    np.testing.assert_array_equal(np.delete(err, 3), 0.0)
+    smooth = make_code("gcc", num_inputs=8, num_workers=16, points="systematic", lambda_dec=1e-6)
+    assert (smooth.decode(Y[every], every, return_error=True)[1] > 0).all()
+    assert not exact_rows(smooth.decoder_matrix(every), smooth.encoder_matrix[every]).any()
