@@ -188,8 +188,19 @@ class CodedPostFit:
             return np.dtype(np.float64)
 
     def _decoded(self, method: str, X):
+        """``estimator.<method>`` decoded, in its own floating dtype (float64 for another); a method that returns
+        integer labels (a clusterer's ``predict``: no class scores to take the argmax of) is one
+        :class:`~gcc_dask.errors.WorkloadError` line naming the estimator and what to decode instead."""
         fn, rows = self._rows(method, X)
         dtype = self._dtype(fn, rows.array)
+        if dtype.kind in "iub":  # nothing real to decode
+            from gcc_dask.errors import WorkloadError
+
+            raise WorkloadError(
+                f"CodedPostFit.{method}: {type(self.estimator).__name__}.{method} returns {dtype} labels and the "
+                f"estimator has no classes_ (no class scores whose argmax gives them), so there is nothing real "
+                "to decode; expected an estimator whose predict returns real values, or a classifier: decode "
+                "its transform (for KMeans, the distances to the centres; the label is their argmin) instead")
         return self._coded(method, X, (fn, rows)).astype(dtype if dtype.kind == "f" else np.float64)
 
     def predict_proba(self, X):
@@ -219,17 +230,7 @@ class CodedPostFit:
         ``predict``."""
         classes = getattr(self.estimator, "classes_", None)
         if classes is None:
-            fn, rows = self._rows("predict", X)
-            dtype = self._dtype(fn, rows.array)
-            if dtype.kind in "iub":  # labels with no classes_ to score (a clusterer): nothing real to decode
-                from gcc_dask.errors import WorkloadError
-
-                raise WorkloadError(
-                    f"CodedPostFit.predict: {type(self.estimator).__name__}.predict returns {dtype} labels and the "
-                    f"estimator has no classes_ (no class scores whose argmax gives them), so there is nothing real "
-                    "to decode; expected an estimator whose predict returns real values, or a classifier: decode "
-                    "its transform (for KMeans, the distances to the centres; the label is their argmin) instead")
-            return self._coded("predict", X, (fn, rows)).astype(dtype if dtype.kind == "f" else np.float64)
+            return self._decoded("predict", X)
         method = self.scores
         if method == "auto":
             method = "decision_function" if hasattr(self.estimator, "decision_function") else "predict_proba"

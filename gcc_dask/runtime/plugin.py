@@ -296,6 +296,11 @@ class RunPlugin(WorkerPlugin):
 _BAD_BATCH = "gcc_dask_bad_batch"
 
 
+def is_cupy(a: Any) -> bool:
+    """Whether `a` is a CuPy array (by its type's module: a pandas object has a ``get`` method too)."""
+    return type(a).__module__.split(".")[0] == "cupy"
+
+
 def _naming_bad_samples(call: Callable[[], Any], x: Any, samples: Callable[[], np.ndarray]) -> Any:
     """``call()``; when it raises :class:`~gcc_dask.errors.InvalidInputError` for NaN or Inf in `x` (rows of
     samples in the order of ``samples()``, their dataset indices; `x` of shape ``(n, ...)`` or ``(K, G, ...)`` in
@@ -307,7 +312,7 @@ def _naming_bad_samples(call: Callable[[], Any], x: Any, samples: Callable[[], n
         return call()
     except InvalidInputError as exc:
         try:
-            host = np.asarray(x.get() if type(x).__module__.split(".")[0] == "cupy" else x)
+            host = np.asarray(x.get() if is_cupy(x) else x)
             idx = np.asarray(samples())
             rows = host.reshape(idx.size, -1)
             bad = ~np.isfinite(rows).all(axis=1)

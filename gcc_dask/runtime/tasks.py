@@ -22,7 +22,7 @@ from gcc_dask import metrics
 from gcc_dask.errors import GccDaskError, InvalidInputError, StoreError, WorkloadError, WriteRefusedError
 from gcc_dask.runtime.cancel import POLL_INTERVAL_S, _GONE, cooperative_sleep, is_cancelled  # noqa: F401
 from gcc_dask.runtime.plugin import (  # noqa: F401
-    _BAD_BATCH, Loaded, RunPlugin, _ErasureLogFilter, _HeldChunks, _marking, _plugin, _read_batch, _Slot,
+    _BAD_BATCH, Loaded, RunPlugin, _ErasureLogFilter, _HeldChunks, _marking, _plugin, _read_batch, _Slot, is_cupy,
 )
 
 logger = logging.getLogger(__name__)
@@ -62,11 +62,6 @@ def _write(p: "RunPlugin", kind: str, batch: int, **arrays: Any) -> Any:
         raise StoreError(f"store: cannot write {arrays_text} of batch {batch} to {where!r} "
                          f"({type(e).__name__}: {e}); fix the store's file system and run the same command "
                          "again to resume") from None
-
-
-def is_cupy(a: Any) -> bool:
-    """Whether `a` is a CuPy array (by its type's module: a pandas object has a ``get`` method too)."""
-    return type(a).__module__.split(".")[0] == "cupy"
 
 
 def to_host(a: Any) -> np.ndarray:
